@@ -1,0 +1,77 @@
+"""Typed configuration of the backend: `COIL_*` environment variables, overridable in code.
+
+Read a knob as an attribute (`knobs.fallback_on_error`); override for a scope with
+`with knobs.override(fusion=False): ...`. Nothing else in coil.backend reads os.environ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting: its environment variable, default and type."""
+
+    env: str
+    default: Any
+    kind: type
+    doc: str
+
+    def read(self) -> Any:
+        raw = os.environ.get(self.env)
+        if raw is None:
+            return self.default
+        if self.kind is bool:
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(f"{self.env}={raw!r}: expected 0/1")
+        return self.kind(raw)
+
+
+KNOBS: dict[str, Knob] = {
+    "fallback_on_error": Knob("COIL_FALLBACK_ON_ERROR", True, bool,
+                              "on a compile error, run that graph eagerly with one warning (off: raise)"),
+    "fusion": Knob("COIL_FUSION", True, bool, "fuse operations into shared kernels"),
+    "reuse": Knob("COIL_REUSE", True, bool, "reuse freed buffers (memory planner, reuse mode)"),
+    "reduction_strategy": Knob("COIL_REDUCTION_STRATEGY", "auto", str,
+                               "auto | persistent | looped: how reductions are generated"),
+    "verify": Knob("COIL_VERIFY", False, bool, "check graph and IR invariants after every stage"),
+}
+
+
+class _Knobs:
+    def __init__(self) -> None:
+        self._overrides: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._overrides:
+            return self._overrides[name]
+        try:
+            return KNOBS[name].read()
+        except KeyError:
+            raise AttributeError(f"no knob {name!r}; known: {sorted(KNOBS)}") from None
+
+    @contextlib.contextmanager
+    def override(self, **values: Any) -> Iterator[None]:
+        """Set knobs for the duration of a `with` block (tests, scoped experiments)."""
+        for k in values:
+            if k not in KNOBS:
+                raise KeyError(f"no knob {k!r}; known: {sorted(KNOBS)}")
+        old = dict(self._overrides)
+        self._overrides.update(values)
+        try:
+            yield
+        finally:
+            self._overrides = old
+
+
+knobs = _Knobs()

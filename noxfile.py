@@ -1,0 +1,80 @@
+"""coil's task runner: `nox` runs everything CI needs.
+
+Sessions:
+  tests(package=...)  each package's own tests, in an environment holding only that package and
+                      its declared dependencies (so an undeclared sibling import fails)
+  integration         tests-integration/: end to end through torch.compile(backend="coil");
+                      on the GPU when torch.cuda is available, else the Triton interpreter on CPU
+  typecheck           mypy --strict over every package
+  lint                ruff, and the import rule of docs/architecture.md
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["lint", "typecheck", "tests", "integration"]
+
+# folder -> the workspace packages it depends on (its declared dependencies, nothing more)
+PACKAGES: dict[str, list[str]] = {
+    "packages/memory-planner": [],
+    "packages/fx-passes": [],
+    "packages/lowering-ir": [],
+    "packages/runtime": [],
+    "packages/scheduler": ["packages/lowering-ir", "packages/memory-planner"],
+    "packages/triton-codegen": [
+        "packages/lowering-ir",
+        "packages/scheduler",
+        "packages/memory-planner",
+    ],
+    "packages/wrapper-codegen": [
+        "packages/lowering-ir",
+        "packages/scheduler",
+        "packages/memory-planner",
+    ],
+    "meta": [
+        "packages/memory-planner",
+        "packages/fx-passes",
+        "packages/lowering-ir",
+        "packages/runtime",
+        "packages/scheduler",
+        "packages/triton-codegen",
+        "packages/wrapper-codegen",
+    ],
+}
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100"]
+
+
+@nox.session
+@nox.parametrize("package", list(PACKAGES))
+def tests(session: nox.Session, package: str) -> None:
+    """One package's tests, with only that package and its declared dependencies installed."""
+    session.install(*PACKAGES[package], package, *TEST_TOOLS)
+    if package == "packages/memory-planner":
+        # the planner must run without torch: prove it is not there
+        session.run("python", "-c", "import importlib.util as u; assert u.find_spec('torch') is None")
+    session.run("pytest", "-q", f"{package}/tests", *session.posargs)
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """End to end: real models compiled with backend="coil" against eager PyTorch."""
+    session.install(*PACKAGES["meta"], "meta", *TEST_TOOLS)
+    session.run("pytest", "-q", "tests-integration", *session.posargs)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over every package's sources."""
+    session.install(*[f"-e{p}" for p in PACKAGES], "mypy>=1.13", *TEST_TOOLS)
+    session.run("mypy", *[f"{p}/src" for p in PACKAGES])
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff, and the import rule between packages."""
+    session.install("ruff>=0.8")
+    session.run("ruff", "check", ".")
+    session.run("python", "tools/check_imports.py")

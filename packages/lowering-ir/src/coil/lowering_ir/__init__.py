@@ -1,0 +1,65 @@
+"""coil.lowering_ir: lowers functional ATen FX graphs to coil's loop-level IR.
+
+Public API (see README.md): `lower`, the IR node types, the value language, layouts, the
+lowering registry and coil's decomposition table.
+"""
+
+from coil.lowering_ir.decompositions import decomposition_table
+from coil.lowering_ir.errors import LoweringError, Unsupported
+from coil.lowering_ir.layout import Expr, Layout, as_expr, contiguous_strides
+from coil.lowering_ir.lower import lower
+from coil.lowering_ir.nodes import (
+    REDUCTION_TYPES,
+    Buffer,
+    ComputedBuffer,
+    ConstantBuffer,
+    ExternKernel,
+    InputBuffer,
+    LoweredGraph,
+    Operation,
+    Pointwise,
+    Reduction,
+    ReinterpretView,
+    SymbolInput,
+    TensorRef,
+    load,
+)
+from coil.lowering_ir.registry import LOWERINGS, lowering_for, register, registered_ops
+from coil.lowering_ir.values import OPS, Constant, IndexValue, Load, Op, Value, loads, map_indices
+
+__all__ = [
+    "LOWERINGS",
+    "OPS",
+    "REDUCTION_TYPES",
+    "Buffer",
+    "ComputedBuffer",
+    "Constant",
+    "ConstantBuffer",
+    "Expr",
+    "ExternKernel",
+    "IndexValue",
+    "InputBuffer",
+    "Layout",
+    "Load",
+    "LoweredGraph",
+    "LoweringError",
+    "Op",
+    "Operation",
+    "Pointwise",
+    "Reduction",
+    "ReinterpretView",
+    "SymbolInput",
+    "TensorRef",
+    "Unsupported",
+    "Value",
+    "as_expr",
+    "contiguous_strides",
+    "decomposition_table",
+    "load",
+    "loads",
+    "lower",
+    "lowering_for",
+    "map_indices",
+    "register",
+    "registered_ops",
+]

@@ -1,0 +1,54 @@
+"""coil's decomposition table, handed to AOTAutograd.
+
+Core ATen decompositions, plus the composite ops coil would rather see as pointwise and reduction
+pieces it can fuse (layer norm, softmax, GELU, batch norm, addmm, ...). `var_mean`/`var`/`std`
+stay whole: lowering computes them with a two-pass (centred) formula in one kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+aten = torch.ops.aten
+
+EXTRA = [
+    aten.native_layer_norm,
+    aten._softmax,
+    aten._log_softmax,
+    aten.gelu,
+    aten._native_batch_norm_legit_functional,
+    aten._native_batch_norm_legit_no_training,
+    aten._native_batch_norm_legit,
+    aten.native_batch_norm,
+    aten.addmm,
+    aten.mean,
+    aten.silu,
+    aten.hardtanh,
+    aten.relu,
+    aten.leaky_relu,
+    aten.sigmoid_backward,
+    aten.tanh_backward,
+    aten.threshold_backward,
+    aten.clamp_min,
+    aten.clamp_max,
+    aten.embedding,
+    aten.native_dropout,
+]
+KEEP_WHOLE = {
+    aten.var_mean.correction,
+    aten.var.correction,
+    aten.std.correction,
+}
+
+
+def decomposition_table() -> dict[Any, Callable[..., Any]]:
+    """The table coil passes to AOTAutograd (a fresh dict each call)."""
+    table: dict[Any, Callable[..., Any]] = dict(core_aten_decompositions())
+    table.update(get_decompositions(EXTRA))
+    for op in KEEP_WHOLE:
+        table.pop(op, None)
+    return table

@@ -1,0 +1,186 @@
+"""The Lowerer: state of one lowering, and the helpers lowerings use to build operations."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from coil.lowering_ir.errors import LoweringError, Unsupported
+from coil.lowering_ir.layout import Expr, Layout, as_expr
+from coil.lowering_ir.nodes import (
+    ComputedBuffer,
+    ConstantBuffer,
+    ExternKernel,
+    InputBuffer,
+    LoweredGraph,
+    Operation,
+    Pointwise,
+    Reduction,
+    ReinterpretView,
+    SymbolInput,
+    TensorRef,
+)
+from coil.lowering_ir.registry import lowering_for
+from coil.lowering_ir.values import Value
+
+
+def index_symbols(prefix: str, n: int) -> list[sympy.Symbol]:
+    """Loop variables `prefix0 .. prefix{n-1}` (non-negative integers)."""
+    return [sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n)]
+
+
+class Lowerer:
+    """State of one lowering: the operations made so far and the value of each FX node."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str) -> None:
+        self.gm = gm
+        self.name = name
+        self.operations: list[Operation] = []
+        self.views: list[ReinterpretView] = []
+        self.constants: list[ConstantBuffer] = []
+        self.inputs: list[InputBuffer | SymbolInput | None] = []
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.fake_offset: dict[str, int] = {}  # storage buffer -> storage offset of its FakeTensor
+        self._count = 0
+        self.current: torch.fx.Node | None = None
+
+    # -- names and buffers ------------------------------------------------------------------
+    def fresh(self, prefix: str) -> str:
+        self._count += 1
+        return f"{prefix}{self._count}"
+
+    def origins(self) -> tuple[str, ...]:
+        return (self.current.name,) if self.current is not None else ()
+
+    def new_buffer(self, val: torch.Tensor) -> ComputedBuffer:
+        """A buffer laid out exactly as the FakeTensor `val` (offset folded into its pointer)."""
+        buf = ComputedBuffer(self.fresh("buf"), Layout.from_tensor(val, val.storage_offset()))
+        self.fake_offset[buf.name] = int(val.storage_offset())
+        return buf
+
+    def out_val(self) -> Any:
+        assert self.current is not None
+        return self.current.meta["val"]
+
+    # -- building operations -----------------------------------------------------------------
+    def pointwise(self, fn: Callable[[list[sympy.Symbol]], Value], val: torch.Tensor | None = None) -> ComputedBuffer:
+        """A Pointwise node over the output of the current FX node; fn(p_vars) -> Value."""
+        val = self.out_val() if val is None else val
+        assert isinstance(val, torch.Tensor)
+        out = self.new_buffer(val)
+        p = index_symbols("p", val.dim())
+        body = fn(p)
+        op = Pointwise(self.fresh("op"), self.origins(), out, out.layout.size, body, out.layout.index(p))
+        self.operations.append(op)
+        return out
+
+    def reduction(
+        self,
+        val: torch.Tensor,
+        reduction_ranges: Sequence[Expr],
+        reduction_type: str,
+        fn: Callable[[list[sympy.Symbol], list[sympy.Symbol]], Value],
+        acc_dtype: torch.dtype,
+    ) -> ComputedBuffer:
+        """A Reduction writing a buffer shaped like `val`; fn(p_vars, r_vars) -> Value."""
+        out = self.new_buffer(val)
+        p = index_symbols("p", val.dim())
+        r = index_symbols("r", len(reduction_ranges))
+        body = fn(p, r)
+        op = Reduction(
+            self.fresh("op"), self.origins(), out, out.layout.size, tuple(reduction_ranges),
+            reduction_type, body, out.layout.index(p), acc_dtype,
+        )
+        self.operations.append(op)
+        return out
+
+    def view(self, ref: TensorRef, val: torch.Tensor) -> ReinterpretView:
+        """`ref` seen through the layout of FakeTensor `val` (which shares ref's storage)."""
+        base = ref.storage
+        layout = Layout.from_tensor(val, self.fake_offset.get(base.name, 0))
+        v = ReinterpretView(self.fresh("view"), base, layout)
+        self.views.append(v)
+        return v
+
+    def extern(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, fallback: bool,
+               mutates: tuple[str, ...] = ()) -> Any:
+        """An ExternKernel calling `target`; its results are shaped by the node's meta["val"]."""
+
+        def make(val: Any) -> Any:
+            if isinstance(val, torch.Tensor):
+                return self.new_buffer(val)
+            if isinstance(val, list | tuple):
+                return type(val)(make(v) for v in val)
+            return None
+
+        results = make(self.out_val()) if not mutates else None
+        op = ExternKernel(self.fresh("op"), self.origins(), target, args, kwargs, results, fallback, mutates)
+        self.operations.append(op)
+        return results
+
+    # -- the walk --------------------------------------------------------------------------
+    def run(self) -> LoweredGraph:
+        outputs: list[Any] = []
+        for node in self.gm.graph.nodes:
+            self.current = node
+            if node.op == "placeholder":
+                self.env[node] = self._placeholder(node)
+            elif node.op == "get_attr":
+                self.env[node] = self._get_attr(node)
+            elif node.op == "call_function":
+                self.env[node] = self._call(node)
+            elif node.op == "output":
+                outputs = list(torch.fx.node.map_arg(node.args[0], lambda n: self.env[n]))
+            else:
+                raise LoweringError(node.name, str(node.target), f"unsupported FX node kind {node.op}")
+        self.current = None
+        return LoweredGraph(self.name, self.inputs, self.constants, self.operations, outputs, self.views)
+
+    def _placeholder(self, node: torch.fx.Node) -> Any:
+        val = node.meta.get("val")
+        index = len(self.inputs)
+        if isinstance(val, torch.Tensor):
+            buf = InputBuffer(f"arg{index}", Layout.from_tensor(val, val.storage_offset()), index)
+            self.fake_offset[buf.name] = int(val.storage_offset())
+            self.inputs.append(buf)
+            return buf
+        if isinstance(val, torch.SymInt):
+            expr = as_expr(val)
+            if isinstance(expr, sympy.Symbol):
+                self.inputs.append(SymbolInput(index, expr))
+                return expr
+        self.inputs.append(None)
+        return val
+
+    def _get_attr(self, node: torch.fx.Node) -> Any:
+        value = getattr(self.gm, str(node.target))
+        if not isinstance(value, torch.Tensor):
+            return value
+        buf = ConstantBuffer(f"const{len(self.constants)}", Layout.from_tensor(value, value.storage_offset()), value)
+        self.fake_offset[buf.name] = int(value.storage_offset())
+        self.constants.append(buf)
+        return buf
+
+    def _call(self, node: torch.fx.Node) -> Any:
+        args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
+        if node.target is operator.getitem:
+            return args[0][args[1]]
+        fn = lowering_for(node.target)
+        if fn is not None:
+            try:
+                return fn(self, node, *args, **kwargs)
+            except Unsupported:
+                pass
+            except LoweringError:
+                raise
+            except Exception as e:
+                raise LoweringError(node.name, str(node.target), f"{type(e).__name__}: {e}") from e
+        if not isinstance(node.target, torch._ops.OpOverload):
+            raise LoweringError(node.name, str(node.target), "not an ATen op; cannot fall back")
+        return self.extern(node.target, tuple(args), dict(kwargs), fallback=True)

@@ -1,0 +1,237 @@
+"""The loop-level IR: buffers, views and the operations that fill buffers.
+
+A `LoweredGraph` is the lowering of one functional ATen FX graph:
+- `inputs`: one `InputBuffer` per placeholder (tensors) or `SymbolInput` (sizes);
+- `operations`: Pointwise, Reduction and ExternKernel nodes in a valid (topological) order;
+  each writes exactly the buffers it lists in `outputs`;
+- `outputs`: per graph output, a `TensorRef` (buffer or view), or a Python constant.
+
+Invariant: every buffer read by an operation is an input, a constant, or written by an earlier
+operation; every buffer has exactly one writer (`copy_` into an input is the only mutation, done
+by an ExternKernel whose `mutates` names the input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+
+from coil.lowering_ir.layout import Expr, Layout
+from coil.lowering_ir.values import Load, Value, loads
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A tensor that owns its memory (or, for an input, is handed in)."""
+
+    name: str
+    layout: Layout
+
+    @property
+    def storage(self) -> Buffer:
+        return self
+
+    @property
+    def nbytes_expr(self) -> Expr:
+        return self.layout.storage_extent() * self.layout.dtype.itemsize
+
+
+@dataclass(eq=False)
+class InputBuffer(Buffer):
+    """A graph input tensor (placeholder `index` of the FX graph)."""
+
+    index: int = 0
+
+
+@dataclass(eq=False)
+class ConstantBuffer(Buffer):
+    """A tensor attribute of the GraphModule (get_attr), captured by the compiled callable."""
+
+    value: torch.Tensor | None = None
+
+
+@dataclass(eq=False)
+class ComputedBuffer(Buffer):
+    """A buffer written by one operation."""
+
+
+@dataclass(eq=False)
+class ReinterpretView:
+    """A view of `base` with its own layout (offset relative to the base buffer)."""
+
+    name: str
+    base: Buffer
+    layout: Layout
+
+    @property
+    def storage(self) -> Buffer:
+        return self.base
+
+
+TensorRef = Buffer | ReinterpretView
+
+
+def load(ref: TensorRef, idx: Sequence[Expr]) -> Load:
+    """The Value reading `ref` at logical position `idx`."""
+    return Load(ref.storage.name, sympy.expand(ref.layout.index(idx)), ref.layout.dtype)
+
+
+@dataclass(frozen=True)
+class SymbolInput:
+    """A graph input that is a size (SymInt): its symbol is bound at run time."""
+
+    index: int
+    symbol: sympy.Symbol
+
+
+@dataclass(eq=False)
+class Operation:
+    """Base of everything that writes buffers. `origins` are the FX node names it came from."""
+
+    name: str
+    origins: tuple[str, ...]
+
+    @property
+    def outputs(self) -> list[Buffer]:
+        raise NotImplementedError
+
+    def reads(self) -> list[str]:
+        """Names of the storage buffers this operation reads."""
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class Pointwise(Operation):
+    """output[p] = body(p) for p in product(ranges); body's symbols are p0..p{n-1}."""
+
+    output: ComputedBuffer
+    ranges: tuple[Expr, ...]
+    body: Value
+    store_index: Expr
+
+    @property
+    def outputs(self) -> list[Buffer]:
+        return [self.output]
+
+    def reads(self) -> list[str]:
+        return list(dict.fromkeys(ld.buffer for ld in loads(self.body)))
+
+
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "any", "all")
+
+
+@dataclass(eq=False)
+class Reduction(Operation):
+    """output[p] = reduce(reduction_type, body(p, r) for r in product(reduction_ranges)).
+
+    Symbols p0.. index `ranges`, r0.. index `reduction_ranges`. The reduction accumulates in
+    `acc_dtype` and the result is cast to the output buffer's dtype.
+    """
+
+    output: ComputedBuffer
+    ranges: tuple[Expr, ...]
+    reduction_ranges: tuple[Expr, ...]
+    reduction_type: str
+    body: Value
+    store_index: Expr
+    acc_dtype: torch.dtype
+
+    def __post_init__(self) -> None:
+        if self.reduction_type not in REDUCTION_TYPES:
+            raise ValueError(f"unknown reduction {self.reduction_type!r}")
+
+    @property
+    def outputs(self) -> list[Buffer]:
+        return [self.output]
+
+    def reads(self) -> list[str]:
+        return list(dict.fromkeys(ld.buffer for ld in loads(self.body)))
+
+
+@dataclass(eq=False)
+class ExternKernel(Operation):
+    """A call of an ATen op (`kernel`) on tensors and constants.
+
+    `args`/`kwargs` hold TensorRefs where tensors go. `results` mirrors the op's return value:
+    a TensorRef-producing structure where each returned tensor is a ComputedBuffer (or None for
+    results nobody uses). `fallback` is True when coil has no native lowering for the op.
+    `mutates` names input buffers the op writes in place (only `copy_` epilogues).
+    """
+
+    kernel: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    results: Any
+    fallback: bool
+    mutates: tuple[str, ...] = ()
+
+    @property
+    def outputs(self) -> list[Buffer]:
+        out: list[Buffer] = []
+
+        def walk(x: Any) -> None:
+            if isinstance(x, Buffer):
+                out.append(x)
+            elif isinstance(x, list | tuple):
+                for y in x:
+                    walk(y)
+
+        walk(self.results)
+        return out
+
+    def tensor_args(self) -> list[TensorRef]:
+        found: list[TensorRef] = []
+
+        def walk(x: Any) -> None:
+            if isinstance(x, Buffer | ReinterpretView):
+                found.append(x)
+            elif isinstance(x, list | tuple):
+                for y in x:
+                    walk(y)
+            elif isinstance(x, dict):
+                for y in x.values():
+                    walk(y)
+
+        walk(self.args)
+        walk(self.kwargs)
+        return found
+
+    def reads(self) -> list[str]:
+        return list(dict.fromkeys(t.storage.name for t in self.tensor_args()))
+
+
+@dataclass(eq=False)
+class LoweredGraph:
+    """One lowered FX graph. See the module docstring for the invariants."""
+
+    name: str
+    inputs: list[InputBuffer | SymbolInput | None]
+    constants: list[ConstantBuffer]
+    operations: list[Operation]
+    outputs: list[Any]
+    views: list[ReinterpretView] = field(default_factory=list)
+
+    def buffers(self) -> dict[str, Buffer]:
+        """Every buffer by name: inputs, constants and operation outputs."""
+        out: dict[str, Buffer] = {b.name: b for b in self.inputs if isinstance(b, InputBuffer)}
+        out.update({c.name: c for c in self.constants})
+        for op in self.operations:
+            out.update({b.name: b for b in op.outputs})
+        return out
+
+    def verify(self) -> None:
+        """Check the module invariants; raise ValueError naming the operation at fault."""
+        known = {b.name for b in self.inputs if isinstance(b, InputBuffer)}
+        known |= {c.name for c in self.constants}
+        for op in self.operations:
+            for r in op.reads():
+                if r not in known:
+                    raise ValueError(f"{op.name} (from {op.origins}) reads {r} before it is written")
+            for b in op.outputs:
+                if b.name in known:
+                    raise ValueError(f"{op.name} writes {b.name}, which already has a writer")
+                known.add(b.name)

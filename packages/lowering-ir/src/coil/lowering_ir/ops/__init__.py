@@ -1,0 +1,5 @@
+"""Native lowerings, registered into coil.lowering_ir.registry on import."""
+
+from coil.lowering_ir.ops import extern, pointwise, reductions, views
+
+__all__ = ["extern", "pointwise", "reductions", "views"]

@@ -1,0 +1,154 @@
+"""Reduction lowerings: sum, prod, amax/amin, any/all, mean, var/std/var_mean (two-pass)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from coil.lowering_ir.errors import Unsupported
+from coil.lowering_ir.layout import Expr
+from coil.lowering_ir.lowerer import Lowerer
+from coil.lowering_ir.nodes import TensorRef, load
+from coil.lowering_ir.ops.common import cast, upcast_compute, value_of
+from coil.lowering_ir.registry import register
+from coil.lowering_ir.values import Constant, Op, Value
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+def _dims(x: TensorRef, dims: Any) -> list[int]:
+    rank = len(x.layout.size)
+    if dims is None or (isinstance(dims, list | tuple) and len(dims) == 0):
+        return list(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d % rank if rank else 0 for d in dims})
+
+
+def _split(x: TensorRef, dims: list[int], keepdim: bool) -> tuple[list[Expr], Any]:
+    """Reduction ranges, and a map (p, r) -> the input index."""
+    size = x.layout.size
+    rranges = [size[d] for d in dims]
+
+    def index(p: Sequence[Expr], r: Sequence[Expr]) -> list[Expr]:
+        idx: list[Expr] = []
+        pi = 0
+        ri = 0
+        for d in range(len(size)):
+            if d in dims:
+                idx.append(r[ri])
+                ri += 1
+                if keepdim:
+                    pi += 1
+            else:
+                idx.append(p[pi])
+                pi += 1
+        return idx
+
+    return rranges, index
+
+
+def _reduce(lw: Lowerer, x: TensorRef, dims: list[int], keepdim: bool, rtype: str, val: torch.Tensor,
+            body_dtype: torch.dtype, transform: Any = None) -> TensorRef:
+    rranges, index = _split(x, dims, keepdim)
+    acc = upcast_compute(body_dtype) if rtype in ("sum", "prod") else body_dtype
+
+    def body(p: list[sympy.Symbol], r: list[sympy.Symbol]) -> Value:
+        v = cast(load(x, index(p, r)), body_dtype)
+        return transform(v, p) if transform is not None else v
+
+    return lw.reduction(val, rranges, rtype, body, acc)
+
+
+@register(aten.sum.dim_IntList, aten.sum.default, prims.sum.default)
+def sum_(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any = None, keepdim: bool = False, *,
+         dtype: Any = None, output_dtype: Any = None) -> TensorRef:
+    val = lw.out_val()
+    return _reduce(lw, x, _dims(x, dims), keepdim and node.target is not prims.sum.default, "sum", val, val.dtype)
+
+
+@register(aten.prod.dim_int, aten.prod.default)
+def prod(lw: Lowerer, node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> TensorRef:
+    val = lw.out_val()
+    return _reduce(lw, x, _dims(x, dim), keepdim, "prod", val, val.dtype)
+
+
+@register(aten.amax, aten.amin)
+def amax(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any = (), keepdim: bool = False) -> TensorRef:
+    val = lw.out_val()
+    rtype = "max" if node.target is aten.amax.default else "min"
+    if x.layout.dtype == torch.bool:
+        raise Unsupported("bool amax")
+    return _reduce(lw, x, _dims(x, dims), keepdim, rtype, val, val.dtype)
+
+
+@register(aten.any, aten.all)
+def any_all(lw: Lowerer, node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False) -> TensorRef:
+    val = lw.out_val()
+    if val.dtype != torch.bool:
+        raise Unsupported("any/all with non-bool result")
+    rtype = "any" if node.target in (aten.any.default, aten.any.dim, aten.any.dims) else "all"
+    return _reduce(lw, x, _dims(x, dim), keepdim, rtype, val, torch.bool)
+
+
+@register(aten.mean.dim, aten.mean.default)
+def mean(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any = None, keepdim: bool = False, *, dtype: Any = None) -> TensorRef:
+    val = lw.out_val()
+    d = _dims(x, dims)
+    total = _reduce(lw, x, d, keepdim, "sum", val, upcast_compute(val.dtype))
+    n = sympy.Mul(*[x.layout.size[i] for i in d]) if d else sympy.Integer(1)
+    if not n.is_Integer:
+        raise Unsupported("mean over a symbolic size")
+    return lw.pointwise(lambda p: cast(Op("truediv", (value_of(total, p, upcast_compute(val.dtype)), Constant(float(n), upcast_compute(val.dtype))), upcast_compute(val.dtype)), val.dtype))
+
+
+def _var_mean(lw: Lowerer, x: Any, dims: Any, correction: Any, keepdim: bool, var_val: torch.Tensor,
+              want_std: bool = False) -> tuple[TensorRef, TensorRef]:
+    """(var or std, mean) by the centred two-pass formula; both reductions fuse into one kernel."""
+    if not var_val.dtype.is_floating_point:
+        raise Unsupported("var of non-float")
+    ct = upcast_compute(var_val.dtype)
+    d = _dims(x, dims)
+    n = sympy.Mul(*[x.layout.size[i] for i in d]) if d else sympy.Integer(1)
+    if not n.is_Integer:
+        raise Unsupported("var over a symbolic size")
+    c = 1 if correction is None else correction
+    mean_val = torch.empty_strided(var_val.shape, var_val.stride(), dtype=ct, device=var_val.device)
+    total = _reduce(lw, x, d, keepdim, "sum", mean_val, ct)
+    mean_buf = lw.pointwise(lambda p: Op("truediv", (value_of(total, p, ct), Constant(float(n), ct)), ct), mean_val)
+
+    def centred_square(v: Value, p: list[sympy.Symbol]) -> Value:
+        diff = Op("sub", (v, load(mean_buf, list(p))), ct)
+        return Op("mul", (diff, diff), ct)
+
+    sq = _reduce(lw, x, d, keepdim, "sum", mean_val, ct, centred_square)
+    denom = float(max(int(n) - c, 0))
+
+    def finish(p: list[sympy.Symbol]) -> Value:
+        v: Value = Op("truediv", (value_of(sq, p, ct), Constant(denom, ct)), ct)
+        if want_std:
+            v = Op("sqrt", (v,), ct)
+        return cast(v, var_val.dtype)
+
+    out = lw.pointwise(finish, var_val)
+    return out, mean_buf
+
+
+@register(aten.var_mean.correction)
+def var_mean(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any = None, *, correction: Any = None, keepdim: bool = False) -> tuple[TensorRef, TensorRef]:
+    var_val, mean_val = lw.out_val()
+    var, mean_ct = _var_mean(lw, x, dims, correction, keepdim, var_val)
+    if mean_val.dtype != mean_ct.layout.dtype:
+        mean_out = lw.pointwise(lambda p: value_of(mean_ct, p, mean_val.dtype), mean_val)
+        return var, mean_out
+    return var, mean_ct
+
+
+@register(aten.var.correction, aten.std.correction)
+def var(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any = None, *, correction: Any = None, keepdim: bool = False) -> TensorRef:
+    return _var_mean(lw, x, dims, correction, keepdim, lw.out_val(), node.target is aten.std.correction)[0]

@@ -1,0 +1,120 @@
+"""The value language of loop bodies: a small expression DAG over loads and constants.
+
+A Pointwise or Reduction node computes, for each point of its iteration space, one `Value`.
+Index symbols inside `Load.index` and `IndexValue.index` are the node's own loop variables
+(`p0, p1, ...` for the iteration ranges, `r0, r1, ...` for reduction ranges).
+`OPS` lists every operator name codegen must implement; `Op.__post_init__` rejects others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+import torch
+
+# operator name -> arity (None: variadic)
+OPS: dict[str, int] = {
+    # arithmetic
+    "add": 2, "sub": 2, "mul": 2, "truediv": 2, "floordiv": 2, "truncdiv": 2, "remainder": 2,
+    "fmod": 2, "neg": 1, "abs": 1, "pow": 2, "maximum": 2, "minimum": 2, "reciprocal": 1,
+    "sign": 1,
+    # transcendental
+    "exp": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1, "sqrt": 1,
+    "rsqrt": 1, "sin": 1, "cos": 1, "tan": 1, "tanh": 1, "sigmoid": 1, "erf": 1, "erfc": 1,
+    "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1, "asinh": 1, "acosh": 1, "atanh": 1,
+    "atan2": 2, "floor": 1, "ceil": 1, "round": 1, "trunc": 1, "frac": 1,
+    # comparison and logic (result bool)
+    "eq": 2, "ne": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2, "isnan": 1, "isinf": 1,
+    "logical_not": 1, "logical_and": 2, "logical_or": 2, "logical_xor": 2,
+    # bitwise
+    "bitwise_and": 2, "bitwise_or": 2, "bitwise_xor": 2, "bitwise_not": 1,
+    "lshift": 2, "rshift": 2,
+    # selection and conversion
+    "where": 3, "cast": 1,
+}
+
+
+@dataclass(frozen=True)
+class Load:
+    """Element `index` of buffer `buffer` (storage index in elements)."""
+
+    buffer: str
+    index: sympy.Expr
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A scalar constant of `dtype`."""
+
+    value: float | int | bool
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class IndexValue:
+    """An index expression used as a value (iota, masks from positions)."""
+
+    index: sympy.Expr
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Op:
+    """`name(*args)` producing a value of `dtype`. For "cast", dtype is the target."""
+
+    name: str
+    args: tuple[Value, ...]
+    dtype: torch.dtype
+
+    def __post_init__(self) -> None:
+        arity = OPS.get(self.name, -1)
+        if arity == -1:
+            raise ValueError(f"unknown value op {self.name!r}")
+        if arity is not None and arity != len(self.args):
+            raise ValueError(f"op {self.name!r} takes {arity} args, got {len(self.args)}")
+
+
+Value = Load | Constant | IndexValue | Op
+
+
+def loads(value: Value) -> list[Load]:
+    """Every Load inside `value`, each once, in first-visit order."""
+    seen: dict[int, Load] = {}
+    stack: list[Value] = [value]
+    visited: set[int] = set()
+    while stack:
+        v = stack.pop()
+        if id(v) in visited:
+            continue
+        visited.add(id(v))
+        if isinstance(v, Load):
+            seen.setdefault(id(v), v)
+        elif isinstance(v, Op):
+            stack.extend(reversed(v.args))
+    return list(seen.values())
+
+
+def map_indices(value: Value, fn: object) -> Value:
+    """Rebuild `value` with every index expression e replaced by fn(e) (fn: Expr -> Expr)."""
+    memo: dict[int, Value] = {}
+    f = fn  # typed loosely to accept lambdas over sympy
+
+    def go(v: Value) -> Value:
+        got = memo.get(id(v))
+        if got is not None:
+            return got
+        out: Value
+        if isinstance(v, Load):
+            out = Load(v.buffer, f(v.index), v.dtype)  # type: ignore[operator]
+        elif isinstance(v, IndexValue):
+            out = IndexValue(f(v.index), v.dtype)  # type: ignore[operator]
+        elif isinstance(v, Op):
+            out = Op(v.name, tuple(go(a) for a in v.args), v.dtype)
+        else:
+            out = v
+        memo[id(v)] = out
+        return out
+
+    return go(value)

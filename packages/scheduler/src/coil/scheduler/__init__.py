@@ -1,0 +1,25 @@
+"""coil.scheduler: dependency analysis, fusion into kernel groups, and execution order.
+
+Public API (see README.md): `schedule`, `Schedule`, `KernelGroup`, `Member`, `FusionLog`,
+`FusionIllegal`, `LoopNest`, `canonicalize`.
+"""
+
+from coil.scheduler.canonical import LoopNest, canonicalize
+from coil.scheduler.fusion import FusionLog, fuse
+from coil.scheduler.group import FusionIllegal, KernelGroup, Member, plan
+from coil.scheduler.schedule import Schedule, Step, output_buffers, schedule
+
+__all__ = [
+    "FusionIllegal",
+    "FusionLog",
+    "KernelGroup",
+    "LoopNest",
+    "Member",
+    "Schedule",
+    "Step",
+    "canonicalize",
+    "fuse",
+    "output_buffers",
+    "plan",
+    "schedule",
+]

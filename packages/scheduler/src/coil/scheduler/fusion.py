@@ -1,0 +1,182 @@
+"""Greedy fusion of Pointwise/Reduction operations into kernel groups.
+
+Candidates are pairs of groups that share a buffer: producer -> consumer (vertical) or two
+readers of the same buffer (horizontal). Each is scored by the bytes fusion saves (a buffer that
+need not be written and read back; an input read once instead of twice) and tried best first.
+A fusion is taken when `group.plan` accepts the merged group (same iteration space, reads at the
+written index) and it makes no cycle among the remaining groups. Every decision, taken or not,
+is recorded with its reason in `FusionLog`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import sympy
+
+from coil.lowering_ir import ExternKernel, Operation, Pointwise, Reduction
+from coil.scheduler.group import FusionIllegal, KernelGroup, plan
+
+
+@dataclass
+class FusionLog:
+    """Why groups were or were not fused: (first, second, taken, reason) per attempt."""
+
+    attempts: list[tuple[str, str, bool, str]] = field(default_factory=list)
+
+
+def _nbytes(op: Operation, name: str) -> int:
+    for b in op.outputs:
+        if b.name == name:
+            e = b.nbytes_expr
+            return int(e) if isinstance(e, sympy.Integer) else 1 << 20
+    return 0
+
+
+def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool = True,
+         log: FusionLog | None = None) -> list[KernelGroup | ExternKernel]:
+    """Partition `operations` into kernel groups and externs, in a valid execution order."""
+    ops = list(operations)
+    pos = {id(op): i for i, op in enumerate(ops)}
+    writer = {b.name: op for op in ops for b in op.outputs}
+    readers: dict[str, list[Operation]] = {}
+    for op in ops:
+        for r in op.reads():
+            readers.setdefault(r, []).append(op)
+    # group id per op; groups as lists of ops
+    gid: dict[int, int] = {}
+    groups: dict[int, list[Operation]] = {}
+    for i, op in enumerate(ops):
+        gid[id(op)] = i
+        groups[i] = [op]
+
+    def preds(g: int) -> set[int]:
+        out: set[int] = set()
+        for op in groups[g]:
+            for r in op.reads():
+                w = writer.get(r)
+                if w is not None and gid[id(w)] != g:
+                    out.add(gid[id(w)])
+            if isinstance(op, ExternKernel):
+                for m in op.mutates:
+                    for rd in readers.get(m, []):
+                        if pos[id(rd)] < pos[id(op)] and gid[id(rd)] != g:
+                            out.add(gid[id(rd)])
+        return out
+
+    def reaches(src: set[int], dst: int, avoid: set[int]) -> bool:
+        """Is `dst` reachable from any of `src` through groups outside `avoid`? (walk backwards)"""
+        stack = [dst]
+        seen: set[int] = set()
+        while stack:
+            g = stack.pop()
+            for p in preds(g):
+                if p in src and g != dst:
+                    return True
+                if p in seen or p in avoid:
+                    continue
+                seen.add(p)
+                stack.append(p)
+        return False
+
+    def creates_cycle(a: int, b: int) -> bool:
+        # a path a -> ... -> b (or b -> ... -> a) through some third group
+        for s, d in ((a, b), (b, a)):
+            stack = [p for p in preds(d) if p != s]
+            seen: set[int] = set()
+            while stack:
+                g = stack.pop()
+                if g == s:
+                    return True
+                if g in seen:
+                    continue
+                seen.add(g)
+                stack.extend(preds(g))
+        return False
+
+    def outside_readers(members: list[Operation]) -> set[str]:
+        ids = {id(m) for m in members}
+        out: set[str] = set()
+        for m in members:
+            for b in m.outputs:
+                if any(id(r) not in ids for r in readers.get(b.name, [])):
+                    out.add(b.name)
+        return out
+
+    plans: dict[int, KernelGroup] = {}
+    if enabled:
+        changed = True
+        while changed:
+            changed = False
+            cands: list[tuple[int, int, int]] = []
+            for op in ops:
+                if not isinstance(op, Pointwise | Reduction):
+                    continue
+                for r in op.reads():
+                    w = writer.get(r)
+                    if isinstance(w, Pointwise | Reduction) and gid[id(w)] != gid[id(op)]:
+                        cands.append((2 * _nbytes(w, r), gid[id(w)], gid[id(op)]))
+                    for other in readers.get(r, []):
+                        if other is not op and isinstance(other, Pointwise | Reduction) and gid[id(other)] != gid[id(op)]:
+                            cands.append((_nbytes(writer[r], r) if r in writer else 1, gid[id(other)], gid[id(op)]))
+            cands.sort(key=lambda c: -c[0])
+            for _, a, b in cands:
+                if a == b or a not in groups or b not in groups:
+                    continue
+                merged = sorted(groups[a] + groups[b], key=lambda o: pos[id(o)])
+                names = f"{groups[a][0].name}+{groups[b][0].name}"
+                if creates_cycle(a, b):
+                    if log is not None:
+                        log.attempts.append((groups[a][0].name, groups[b][0].name, False, "would create a cycle through another kernel"))
+                    continue
+                try:
+                    p = plan(names, merged, outside_readers(merged), graph_outputs)  # type: ignore[arg-type]
+                except FusionIllegal as e:
+                    if log is not None:
+                        log.attempts.append((groups[a][0].name, groups[b][0].name, False, str(e)))
+                    continue
+                if log is not None:
+                    log.attempts.append((groups[a][0].name, groups[b][0].name, True, "fused"))
+                keep, drop = min(a, b), max(a, b)
+                groups[keep] = merged
+                for o in groups.pop(drop):
+                    gid[id(o)] = keep
+                plans.pop(drop, None)
+                plans[keep] = p
+                changed = True
+    # order: Kahn's algorithm, earliest original position first
+    order: list[int] = []
+    indeg = {g: len(preds(g)) for g in groups}
+    succ: dict[int, set[int]] = {g: set() for g in groups}
+    for g in groups:
+        for p in preds(g):
+            succ[p].add(g)
+    ready = sorted((min(pos[id(o)] for o in groups[g]), g) for g in groups if indeg[g] == 0)
+    import heapq
+
+    heapq.heapify(ready)
+    while ready:
+        _, g = heapq.heappop(ready)
+        order.append(g)
+        for s in succ[g]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(ready, (min(pos[id(o)] for o in groups[s]), s))
+    if len(order) != len(groups):
+        raise RuntimeError("scheduler: dependency cycle between kernel groups")
+    result: list[KernelGroup | ExternKernel] = []
+    for g in order:
+        members = groups[g]
+        if len(members) == 1 and isinstance(members[0], ExternKernel):
+            result.append(members[0])
+            continue
+        p = plans.get(g)
+        if p is None:
+            p = plan(members[0].name, members, outside_readers(members), graph_outputs)  # type: ignore[arg-type]
+        result.append(p)
+    for i, step in enumerate(result):
+        if isinstance(step, KernelGroup):
+            step.name = f"kernel{i}"
+    _ = reaches
+    return result

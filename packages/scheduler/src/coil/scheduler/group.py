@@ -1,0 +1,236 @@
+"""Kernel groups: operations fused into one Triton kernel, and the legality of a fusion.
+
+A group iterates `x_dims` (one program handles a block of x) and, for reductions, `r_dims`.
+Every member's loops are expressed as linear combinations of the group's dims (a common
+refinement of the members' loop sizes). A member is one of:
+  - "x": a pointwise op over the x dims only (a pure pointwise kernel has only these);
+  - "r": a pointwise op over x and r dims (prologue or epilogue of a reduction);
+  - "reduce": a reduction over r, producing one value per x.
+Legality (`plan`): a member that reads a buffer written inside the group must read it at exactly
+the index it was written (so the value stays in registers); "x"/"reduce" values may be read
+from "r" members (broadcast over r), never the reverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import sympy
+
+from coil.lowering_ir import Expr, Pointwise, Reduction, loads
+from coil.scheduler.canonical import LoopNest, canonicalize, syms
+
+
+class FusionIllegal(Exception):
+    """The proposed group cannot run as one kernel; the message says why."""
+
+
+@dataclass(eq=False)
+class Member:
+    """One operation inside a group, its loops mapped to the group's dims."""
+
+    op: Pointwise | Reduction
+    kind: str  # "x", "r" or "reduce"
+    nest: LoopNest
+    # node symbol -> linear expression of group dim symbols
+    mapping: dict[sympy.Symbol, Expr]
+
+    def kernel_expr(self, e: Expr) -> Expr:
+        return sympy.expand(e.xreplace(self.mapping))
+
+
+@dataclass(eq=False)
+class KernelGroup:
+    """Operations that run as one kernel. See the module docstring."""
+
+    name: str
+    members: list[Member]
+    x_dims: list[Expr]
+    r_dims: list[Expr]
+    stores: list[str] = field(default_factory=list)      # buffers written to memory
+    internal: list[str] = field(default_factory=list)    # buffers that live only in registers
+
+    @property
+    def is_reduction(self) -> bool:
+        return any(m.kind == "reduce" for m in self.members)
+
+    @property
+    def xnumel(self) -> Expr:
+        return sympy.Mul(*self.x_dims) if self.x_dims else sympy.Integer(1)
+
+    @property
+    def rnumel(self) -> Expr:
+        return sympy.Mul(*self.r_dims) if self.r_dims else sympy.Integer(1)
+
+    @property
+    def ops(self) -> list[Pointwise | Reduction]:
+        return [m.op for m in self.members]
+
+    def origins(self) -> list[str]:
+        return [o for m in self.members for o in m.op.origins]
+
+
+X_PREFIX, R_PREFIX = "x", "r"
+
+
+def refine(a: Sequence[Expr], b: Sequence[Expr]) -> list[Expr] | None:
+    """The coarsest dims list refining both `a` and `b` (same product), or None."""
+    if list(a) == list(b):
+        return list(a)
+    if not all(isinstance(s, sympy.Integer) for s in (*a, *b)):
+        return None
+    cuts: set[int] = set()
+    for lst in (a, b):
+        acc = 1
+        for s in lst:
+            acc *= int(s)
+            cuts.add(acc)
+    ordered = sorted(cuts)
+    out: list[Expr] = []
+    prev = 1
+    for c in ordered:
+        if c % prev:
+            return None
+        out.append(sympy.Integer(c // prev))
+        prev = c
+    return out
+
+
+def split_sizes(sizes: Sequence[Expr], head: Expr) -> tuple[list[Expr], list[Expr], int] | None:
+    """Split `sizes` into a prefix with product `head` and the rest, cutting one dim if needed.
+
+    Returns (prefix, suffix, index of a cut dim or -1) or None when impossible.
+    """
+    acc: Expr = sympy.Integer(1)
+    for i, s in enumerate(sizes):
+        if acc == head:
+            return list(sizes[:i]), list(sizes[i:]), -1
+        nxt = acc * s
+        if isinstance(head, sympy.Integer) and isinstance(nxt, sympy.Integer) and int(nxt) > int(head):
+            if not isinstance(acc, sympy.Integer) or int(head) % int(acc):
+                return None
+            left = sympy.Integer(int(head) // int(acc))
+            if int(s) % int(left):
+                return None
+            return [*sizes[:i], left], [sympy.Integer(int(s) // int(left)), *sizes[i + 1 :]], i
+        acc = nxt
+    if acc == head:
+        return list(sizes), [], -1
+    return None
+
+
+def _nest_for(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr) -> tuple[str, LoopNest]:
+    """Classify `op` inside a group of (x_numel, r_numel) and give its nest with an x/r split."""
+    nest = canonicalize(op)
+    if isinstance(op, Reduction):
+        if sympy.expand(nest.x_numel - x_numel) != 0 or sympy.expand(nest.r_numel - r_numel) != 0:
+            raise FusionIllegal(f"{op.name}: reduction of ({nest.x_numel}, {nest.r_numel}) in ({x_numel}, {r_numel})")
+        return "reduce", nest
+    numel = nest.x_numel
+    if sympy.expand(numel - x_numel) == 0:
+        return "x", nest
+    if r_numel != 1 and sympy.expand(numel - x_numel * r_numel) == 0:
+        cut = split_sizes(nest.x_sizes, x_numel)
+        if cut is None:
+            raise FusionIllegal(f"{op.name}: loops {nest.x_sizes} do not split at {x_numel}")
+        xs, rs, at = cut
+        old = list(nest.x_syms)
+        if at >= 0:
+            # the loop at `at` is cut in two: v = hi * size(lo part) + lo
+            hi, lo = sympy.Symbol("_hi", integer=True), sympy.Symbol("_lo", integer=True)
+            sub = {old[at]: hi * rs[0] + lo}
+            new_x = [*old[:at], hi]
+            new_r = [lo, *old[at + 1 :]]
+        else:
+            sub = {}
+            new_x, new_r = old[: len(xs)], old[len(xs) :]
+        xn, rn = syms("p", len(xs)), syms("r", len(rs))
+        ren = {**{v: n for v, n in zip(new_x, xn, strict=True)}, **{v: n for v, n in zip(new_r, rn, strict=True)}}
+        from coil.lowering_ir import map_indices
+
+        def f(e: Expr) -> Expr:
+            return sympy.expand(sympy.expand(e.xreplace(sub)).xreplace(ren))
+
+        return "r", LoopNest(tuple(xs), tuple(rs), xn, rn, map_indices(nest.body, f), f(nest.store_index))
+    raise FusionIllegal(f"{op.name}: {numel} elements do not fit a group of ({x_numel}, {r_numel})")
+
+
+def _mapping(sizes: Sequence[Expr], node_syms: Sequence[sympy.Symbol], dims: Sequence[Expr],
+             dim_syms: Sequence[sympy.Symbol]) -> dict[sympy.Symbol, Expr]:
+    """Express each node loop variable as a linear combination of the refined group dims."""
+    out: dict[sympy.Symbol, Expr] = {}
+    j = 0
+    for s, v in zip(sizes, node_syms, strict=True):
+        block: list[int] = []
+        acc: Expr = sympy.Integer(1)
+        while sympy.expand(acc - s) != 0:
+            if j >= len(dims):
+                raise FusionIllegal("dims do not refine the node loops")
+            block.append(j)
+            acc = acc * dims[j]
+            j += 1
+        expr: Expr = sympy.Integer(0)
+        mult: Expr = sympy.Integer(1)
+        for k in reversed(block):
+            expr = expr + dim_syms[k] * mult
+            mult = mult * dims[k]
+        out[v] = expr
+    return out
+
+
+def plan(name: str, ops: Sequence[Pointwise | Reduction], outside_readers: set[str], graph_outputs: set[str]) -> KernelGroup:
+    """Build the group for `ops` (in execution order) or raise FusionIllegal.
+
+    `outside_readers`: buffers read by something outside these ops; with `graph_outputs` they
+    decide which results must be stored; the rest stay in registers.
+    """
+    reductions = [op for op in ops if isinstance(op, Reduction)]
+    if reductions:
+        first = canonicalize(reductions[0])
+        x_numel, r_numel = first.x_numel, first.r_numel
+    else:
+        x_numel, r_numel = canonicalize(ops[0]).x_numel, sympy.Integer(1)
+    classified = [(op, *_nest_for(op, x_numel, r_numel)) for op in ops]
+    x_dims: list[Expr] | None = None
+    r_dims: list[Expr] | None = None
+    for _, kind, nest in classified:
+        x_dims = list(nest.x_sizes) if x_dims is None else refine(x_dims, nest.x_sizes)
+        if x_dims is None:
+            raise FusionIllegal("x loops have no common refinement")
+        if kind != "x":
+            r_dims = list(nest.r_sizes) if r_dims is None else refine(r_dims, nest.r_sizes)
+            if r_dims is None:
+                raise FusionIllegal("r loops have no common refinement")
+    assert x_dims is not None
+    r_dims = r_dims or []
+    xs, rs = syms(X_PREFIX, len(x_dims)), syms(R_PREFIX + "d", len(r_dims))
+    members: list[Member] = []
+    for op, kind, nest in classified:
+        mapping = _mapping(nest.x_sizes, nest.x_syms, x_dims, xs)
+        if kind != "x":
+            mapping.update(_mapping(nest.r_sizes, nest.r_syms, r_dims, rs))
+        members.append(Member(op, kind, nest, mapping))
+    group = KernelGroup(name, members, x_dims, r_dims)
+    _check_dependencies(group, set(rs))
+    written = {m.op.output.name for m in members}
+    group.stores = [b for b in written if b in outside_readers or b in graph_outputs]
+    group.internal = [b for b in written if b not in group.stores]
+    group.stores.sort(key=lambda b: [m.op.output.name for m in members].index(b))
+    return group
+
+
+def _check_dependencies(group: KernelGroup, r_syms: set[sympy.Symbol]) -> None:
+    writer: dict[str, Member] = {}
+    for m in group.members:
+        for ld in loads(m.nest.body):
+            w = writer.get(ld.buffer)
+            if w is None:
+                continue
+            got = m.kernel_expr(ld.index)
+            want = w.kernel_expr(w.nest.store_index)
+            if sympy.expand(got - want) != 0:
+                raise FusionIllegal(f"{m.op.name} reads {ld.buffer} at {got}, written at {want}")
+            if w.kind == "r" and m.kind != "r" and m.kind != "reduce":
+                raise FusionIllegal(f"{m.op.name} (per x) reads per-(x, r) values of {ld.buffer}")
+        writer[m.op.output.name] = m

@@ -1,0 +1,43 @@
+"""`schedule(graph)`: a LoweredGraph -> Schedule (kernel groups and externs in execution order)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from coil.lowering_ir import Buffer, ExternKernel, LoweredGraph, ReinterpretView
+from coil.scheduler.fusion import FusionLog, fuse
+from coil.scheduler.group import KernelGroup
+
+Step = KernelGroup | ExternKernel
+
+
+@dataclass
+class Schedule:
+    """What the wrapper runs, in order. `graph` is the lowered graph it came from."""
+
+    graph: LoweredGraph
+    steps: list[Step]
+    log: FusionLog = field(default_factory=FusionLog)
+
+    def kernels(self) -> list[KernelGroup]:
+        return [s for s in self.steps if isinstance(s, KernelGroup)]
+
+    def externs(self) -> list[ExternKernel]:
+        return [s for s in self.steps if isinstance(s, ExternKernel)]
+
+
+def output_buffers(outputs: list[Any]) -> set[str]:
+    """Storage buffers the graph returns (directly or through views)."""
+    out: set[str] = set()
+    for o in outputs:
+        if isinstance(o, Buffer | ReinterpretView):
+            out.add(o.storage.name)
+    return out
+
+
+def schedule(graph: LoweredGraph, *, fusion: bool = True) -> Schedule:
+    """Fuse and order the graph's operations. With fusion=False each op is its own kernel."""
+    log = FusionLog()
+    steps = fuse(graph.operations, output_buffers(graph.outputs), enabled=fusion, log=log)
+    return Schedule(graph, steps, log)

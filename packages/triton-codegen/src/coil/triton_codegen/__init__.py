@@ -1,0 +1,10 @@
+"""coil.triton_codegen: Triton kernel source for coil's kernel groups.
+
+Public API (see README.md): `generate`, `KernelSource`, `KernelConfig`, `choose`, `texpr`.
+"""
+
+from coil.triton_codegen.config import STRATEGIES, KernelConfig, choose
+from coil.triton_codegen.kernel import KernelSource, generate
+from coil.triton_codegen.printer import texpr
+
+__all__ = ["STRATEGIES", "KernelConfig", "KernelSource", "choose", "generate", "texpr"]

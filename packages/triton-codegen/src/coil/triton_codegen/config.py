@@ -1,0 +1,43 @@
+"""Launch configuration: block sizes, warps and the reduction strategy for a kernel group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STRATEGIES = ("auto", "persistent", "looped")
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Block sizes and launch options. `strategy` is "pointwise", "persistent" or "looped"."""
+
+    strategy: str
+    xblock: int
+    rblock: int
+    num_warps: int
+
+
+def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: str = "auto") -> KernelConfig:
+    """Pick a configuration. On the interpreter, big blocks (few programs) run fastest."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"reduction strategy must be one of {STRATEGIES}, not {strategy!r}")
+    interp = target != "cuda"
+    if not is_reduction:
+        cap = 1 << 16 if interp else 1024
+        x = min(next_pow2(max(xnumel, 1)), cap)
+        return KernelConfig("pointwise", max(x, 16 if not interp else 1), 1, 4 if x >= 512 else 2)
+    rmax_persistent = 1 << 14 if interp else 4096
+    persistent = strategy == "persistent" or (strategy == "auto" and rnumel <= rmax_persistent)
+    budget = 1 << 16 if interp else 4096
+    if persistent:
+        r = next_pow2(max(rnumel, 1))
+        x = max(1, min(next_pow2(max(xnumel, 1)), budget // r))
+        warps = 8 if r * x >= 2048 else 4
+        return KernelConfig("persistent", x, r, warps)
+    r = min(next_pow2(max(rnumel, 1)), 4096 if interp else 1024)
+    x = max(1, min(next_pow2(max(xnumel, 1)), budget // r))
+    return KernelConfig("looped", x, r, 8 if r * x >= 2048 else 4)

@@ -1,0 +1,35 @@
+"""Prints sympy index expressions as Triton (Python) integer arithmetic."""
+
+from __future__ import annotations
+
+import sympy
+
+
+def texpr(e: sympy.Expr) -> str:
+    """Triton source for an integer index expression (Add, Mul, Mod, floor, symbols)."""
+    if isinstance(e, sympy.Integer):
+        return str(int(e))
+    if isinstance(e, sympy.Symbol):
+        return e.name
+    if isinstance(e, sympy.Add):
+        terms = sorted(e.args, key=sympy.default_sort_key)
+        return "(" + " + ".join(texpr(t) for t in terms) + ")"
+    if isinstance(e, sympy.Mul):
+        num = [a for a in e.args if not (isinstance(a, sympy.Rational) and not isinstance(a, sympy.Integer))]
+        fr = [a for a in e.args if isinstance(a, sympy.Rational) and not isinstance(a, sympy.Integer)]
+        if fr:
+            raise ValueError(f"non-integer index expression {e}")
+        return "(" + " * ".join(texpr(a) for a in num) + ")"
+    if isinstance(e, sympy.Mod):
+        return f"({texpr(e.args[0])} % {texpr(e.args[1])})"
+    if isinstance(e, sympy.floor):
+        inner = e.args[0]
+        if isinstance(inner, sympy.Mul):
+            fr = [a for a in inner.args if isinstance(a, sympy.Rational) and not isinstance(a, sympy.Integer)]
+            if len(fr) == 1 and fr[0].p == 1:
+                rest = sympy.Mul(*[a for a in inner.args if a is not fr[0]])
+                return f"({texpr(sympy.expand(rest))} // {int(fr[0].q)})"
+        raise ValueError(f"cannot print {e}")
+    if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and int(e.exp) > 0:
+        return "(" + " * ".join([texpr(e.base)] * int(e.exp)) + ")"
+    raise ValueError(f"cannot print index expression {e} ({type(e).__name__})")

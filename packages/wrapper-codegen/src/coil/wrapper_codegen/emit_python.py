@@ -1,0 +1,127 @@
+"""Emit a Wrapper IR program as Python source.
+
+The module defines `make(device, constants, kernels)` returning `call(args)`: `args` is the boxed
+list of graph inputs (cleared once unpacked, so inputs can be freed early); `kernels` maps kernel
+names to launchers `kernel(grid, *args)` (coil.runtime.Kernel).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from coil.wrapper_codegen.lines import (
+    Allocate,
+    ExternCall,
+    Free,
+    KernelCall,
+    Line,
+    Ref,
+    Return,
+    Reuse,
+    Unpack,
+    View,
+)
+
+
+def pyrepr(x: Any) -> str:
+    """Python source for an argument tree (Refs become variable names)."""
+    if isinstance(x, Ref):
+        return x.name
+    if isinstance(x, torch.dtype):
+        return str(x)
+    if isinstance(x, torch.device):
+        return f"torch.device({str(x)!r})"
+    if isinstance(x, torch.memory_format | torch.layout):
+        return str(x)
+    if isinstance(x, list):
+        return "[" + ", ".join(pyrepr(v) for v in x) + "]"
+    if isinstance(x, tuple):
+        return "(" + "".join(pyrepr(v) + ", " for v in x) + ")"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {pyrepr(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, float):
+        if x != x:
+            return "float('nan')"
+        if x in (float("inf"), float("-inf")):
+            return f"float({str(x)!r})"
+        return repr(x)
+    if x is None or isinstance(x, bool | int | str):
+        return repr(x)
+    raise TypeError(f"cannot emit a literal of type {type(x).__name__}: {x!r}")
+
+
+def _results(x: Any) -> str:
+    if x is None:
+        return "_"
+    if isinstance(x, Ref):
+        return x.name
+    if isinstance(x, list | tuple):
+        return "(" + "".join(_results(v) + ", " for v in x) + ")"
+    raise TypeError(f"bad result target {x!r}")
+
+
+def emit_line(line: Line) -> list[str]:
+    """The Python statements for one line (this function covers every Line type)."""
+    if isinstance(line, Unpack):
+        names = ", ".join(n if n is not None else "_" for n in line.names)
+        out = [f"{names}, = args" if line.names else "pass", "args.clear()"]
+        return out
+    if isinstance(line, Allocate):
+        return [f"{line.name} = empty_strided({line.size!r}, {line.stride!r}, dtype={line.dtype}, device={pyrepr(line.device)})"]
+    if isinstance(line, Reuse):
+        return [f"{line.name} = as_strided({line.donor}, {line.size!r}, {line.stride!r}, {line.donor}.storage_offset()); del {line.donor}"]
+    if isinstance(line, Free):
+        return [f"del {line.name}"]
+    if isinstance(line, View):
+        return [f"{line.name} = as_strided({line.base}, {line.size!r}, {line.stride!r}, {line.base}.storage_offset() + {line.offset})"]
+    if isinstance(line, KernelCall):
+        args = ", ".join([*line.args, *map(str, line.sizes)])
+        return [f"k_{line.kernel}({line.grid!r}, {args})"]
+    if isinstance(line, ExternCall):
+        args = "".join(pyrepr(a) + ", " for a in line.args)
+        kwargs = "".join(f"{k}={pyrepr(v)}, " for k, v in line.kwargs)
+        out = [f"{_results(line.results)} = {line.op}({args}{kwargs})"]
+        for name, size, stride in line.expect:
+            out.append(f"{name} = ensure_layout({name}, {size!r}, {stride!r})")
+        return out
+    if isinstance(line, Return):
+        return [f"return {pyrepr(tuple(line.values))}"]
+    raise TypeError(f"no Python emitter for {type(line).__name__}")
+
+
+PRELUDE = '''\
+import torch
+
+empty_strided = torch.empty_strided
+as_strided = torch.as_strided
+
+
+def ensure_layout(t, size, stride):
+    """An ATen fallback result laid out as coil planned (copied only when it is not)."""
+    if tuple(t.shape) == size and (t.numel() <= 1 or tuple(t.stride()) == stride):
+        return t
+    out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+'''
+
+
+def emit_python(lines: list[Line], kernel_names: list[str], constant_names: list[str], title: str) -> str:
+    """The whole wrapper module for one graph."""
+    body: list[str] = []
+    for line in lines:
+        body.extend(emit_line(line))
+    out = [f"# coil wrapper for {title}", PRELUDE, "def make(device, constants, kernels):"]
+    for k in kernel_names:
+        out.append(f"    k_{k} = kernels[{k!r}]")
+    for c in constant_names:
+        out.append(f"    {c} = constants[{c!r}]")
+    out.append("")
+    out.append("    def call(args):")
+    out.extend("        " + b for b in body)
+    out.append("")
+    out.append("    return call")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,96 @@
+"""The Wrapper IR: structured lines only (no raw source), so every emitter covers every line.
+
+`Ref(name)` marks a variable inside argument trees; everything else in them is a literal
+(numbers, bools, None, torch.dtype, torch.device, lists/tuples of those).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A wrapper variable used as an argument."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Unpack:
+    """Bind the graph inputs: names[i] = args[i] (None: unused); the list is then cleared."""
+
+    names: tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
+class Allocate:
+    """name = a new uninitialised tensor."""
+
+    name: str
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """name takes over the storage of `donor` (same bytes), seen with its own size/stride."""
+
+    name: str
+    donor: str
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Free:
+    """Drop the wrapper's reference to `name`."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class View:
+    """name = `base` reinterpreted (as_strided; offset relative to base's own offset)."""
+
+    name: str
+    base: str
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """Launch a generated Triton kernel on `grid` programs."""
+
+    kernel: str
+    grid: tuple[int, ...]
+    args: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ExternCall:
+    """results = op(*args, **kwargs). `results` mirrors the op's return (names or None)."""
+
+    op: str
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    results: Any
+    expect: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]  # (name, size, stride) to enforce
+
+
+@dataclass(frozen=True)
+class Return:
+    """Return these values (Refs or literals) as a tuple."""
+
+    values: tuple[Any, ...]
+
+
+Line = Unpack | Allocate | Reuse | Free | View | KernelCall | ExternCall | Return

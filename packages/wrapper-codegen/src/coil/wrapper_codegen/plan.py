@@ -1,0 +1,184 @@
+"""Build the Wrapper IR for a schedule: allocation, reuse and freeing per the memory plan."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+
+from coil.lowering_ir import (
+    Buffer,
+    ConstantBuffer,
+    ExternKernel,
+    InputBuffer,
+    ReinterpretView,
+    SymbolInput,
+)
+from coil.memory_planner import BufferLifetime, ReusePlan, plan_reuse
+from coil.scheduler import KernelGroup, Schedule
+from coil.wrapper_codegen.lines import (
+    Allocate,
+    ExternCall,
+    Free,
+    KernelCall,
+    Line,
+    Ref,
+    Return,
+    Reuse,
+    Unpack,
+    View,
+)
+
+
+class DynamicShapeError(NotImplementedError):
+    """The wrapper needs concrete sizes here (dynamic shapes are not planned yet)."""
+
+
+def ints(xs: Sequence[Any]) -> tuple[int, ...]:
+    out = []
+    for x in xs:
+        e = sympy.sympify(x)
+        if not isinstance(e, sympy.Integer):
+            raise DynamicShapeError(f"symbolic size {e}")
+        out.append(int(e))
+    return tuple(out)
+
+
+def op_name(op: Any) -> str:
+    """Qualified name of an OpOverload, e.g. 'torch.ops.aten.mm.default'."""
+    ns = op.namespace
+    packet = op._schema.name.split("::")[1]
+    return f"torch.ops.{ns}.{packet}.{op._overloadname}"
+
+
+@dataclass
+class KernelLaunch:
+    """What the wrapper needs to know of one generated kernel."""
+
+    name: str
+    pointer_args: tuple[str, ...]
+    size_args: tuple[Any, ...]
+    grid: Any
+
+
+@dataclass
+class WrapperProgram:
+    """The Wrapper IR of one graph plus what it references."""
+
+    lines: list[Line]
+    constants: dict[str, torch.Tensor]
+    reuse: ReusePlan | None = None
+    fallback_ops: list[str] = field(default_factory=list)
+
+
+def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = True) -> WrapperProgram:
+    """Wrapper IR for `sched`; `launches` maps each kernel group name to its launch facts."""
+    g = sched.graph
+    lines: list[Line] = []
+    names: list[str | None] = [b.name if isinstance(b, InputBuffer) else None for b in g.inputs]
+    if any(isinstance(b, SymbolInput) for b in g.inputs):
+        raise DynamicShapeError("graph has size inputs")
+    lines.append(Unpack(tuple(names)))
+    constants = {c.name: c.value for c in g.constants if isinstance(c, ConstantBuffer) and c.value is not None}
+    buffers = g.buffers()
+    steps = sched.steps
+    n = len(steps)
+    # -- lifetimes -----------------------------------------------------------------------
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, st in enumerate(steps):
+        reads = _reads(st)
+        for r in reads:
+            last[r] = i
+        for w in _writes(st):
+            first.setdefault(w, i)
+    out_storage = {o.storage.name for o in g.outputs if isinstance(o, Buffer | ReinterpretView)}
+    for o in out_storage:
+        last[o] = n
+    inputs = {b.name for b in g.inputs if isinstance(b, InputBuffer)} | set(constants)
+    allocated = [w for st in steps if isinstance(st, KernelGroup) for w in st.stores]
+    plan: ReusePlan | None = None
+    if reuse:
+        lifetimes = []
+        for b in [w for st in steps for w in _writes(st)]:
+            buf = buffers[b]
+            nbytes = ints([buf.layout.storage_extent()])[0] * buf.layout.dtype.itemsize
+            lifetimes.append(BufferLifetime(b, nbytes, first[b], last.get(b, first[b]), f"{buf.layout.device}/{buf.layout.dtype}"))
+        plan = plan_reuse(lifetimes)
+    live_storage: dict[str, str] = {}  # buffer -> storage owner variable
+    freed_by_step: dict[int, list[str]] = {}
+    for b, e in last.items():
+        if b not in out_storage and e < n:
+            freed_by_step.setdefault(e, []).append(b)
+    taken: set[str] = set()
+    if plan is not None:
+        taken = {d for b, d in plan.storage.items() if d != b}
+    views_done: set[str] = set()
+    fallback_ops: list[str] = []
+
+    def ref(t: Any) -> Any:
+        if isinstance(t, ReinterpretView):
+            if t.name not in views_done:
+                lines.append(View(t.name, t.base.name, ints(t.layout.size), ints(t.layout.stride), ints([t.layout.offset])[0]))
+                views_done.add(t.name)
+            return Ref(t.name)
+        if isinstance(t, Buffer):
+            return Ref(t.name)
+        if isinstance(t, list):
+            return [ref(x) for x in t]
+        if isinstance(t, tuple):
+            return tuple(ref(x) for x in t)
+        if isinstance(t, dict):
+            return {k: ref(v) for k, v in t.items()}
+        if isinstance(t, sympy.Expr):
+            return ints([t])[0]
+        return t
+
+    for i, st in enumerate(steps):
+        if isinstance(st, KernelGroup):
+            for w in st.stores:
+                buf = buffers[w]
+                size, stride = ints(buf.layout.size), ints(buf.layout.stride)
+                donor = plan.storage.get(w, w) if plan is not None else w
+                if donor != w and donor in live_storage:
+                    lines.append(Reuse(w, donor, size, stride))
+                    live_storage[w] = live_storage.pop(donor)
+                else:
+                    lines.append(Allocate(w, size, stride, buf.layout.dtype, buf.layout.device))
+                    live_storage[w] = w
+            ln = launches[st.name]
+            lines.append(KernelCall(st.name, ints([ln.grid]) + (1, 1), ln.pointer_args, ints(ln.size_args)))
+        else:
+            if st.fallback:
+                fallback_ops.append(str(st.kernel))
+            expect = tuple((b.name, ints(b.layout.size), ints(b.layout.stride)) for b in st.outputs)
+            results = ref(st.results) if st.results is not None else None
+            lines.append(ExternCall(op_name(st.kernel), ref(st.args), tuple((k, ref(v)) for k, v in st.kwargs.items()),
+                                    results, expect if st.fallback else ()))
+            for w in _writes(st):
+                live_storage[w] = w
+        for b in freed_by_step.get(i, []):
+            if b in taken and b not in inputs:
+                continue  # its storage lives on under a new name
+            if b in live_storage or b in inputs:
+                lines.append(Free(b))
+                live_storage.pop(b, None)
+    outs = tuple(ref(o) for o in g.outputs)
+    lines.append(Return(outs))
+    _ = allocated
+    return WrapperProgram(lines, constants, plan, fallback_ops)
+
+
+def _reads(st: KernelGroup | ExternKernel) -> list[str]:
+    if isinstance(st, KernelGroup):
+        return list(dict.fromkeys(r for m in st.members for r in m.op.reads() if r not in st.internal))
+    return st.reads()
+
+
+def _writes(st: KernelGroup | ExternKernel) -> list[str]:
+    if isinstance(st, KernelGroup):
+        return list(st.stores)
+    return [b.name for b in st.outputs]
