@@ -1,0 +1,137 @@
+"""Classification of FX nodes: mutating, random, impure, view, pointwise.
+
+Every pass asks these questions through this module so that the answers agree. The rules are
+conservative: a node whose effects cannot be established (a ``call_module``, a higher-order op,
+an unknown Python callable that looks in-place) is impure, and impure nodes are never removed,
+merged or moved across.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.fx import Node
+
+__all__ = [
+    "is_impure",
+    "is_mutating",
+    "is_pointwise",
+    "is_pure_call",
+    "is_random",
+    "is_view_op",
+    "overload_of",
+]
+
+_RANDOM_NAMES = frozenset(
+    {
+        "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
+        "bernoulli", "bernoulli_", "multinomial", "normal", "normal_", "poisson", "uniform_",
+        "dropout", "dropout_", "native_dropout", "alpha_dropout", "feature_dropout",
+        "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d", "rrelu",
+        "exponential_", "geometric_", "log_normal_", "cauchy_", "random_",
+    }
+)  # fmt: skip
+
+_SAFE_PYTHON_CALLS: frozenset[object] = frozenset(
+    {operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv,
+     operator.truediv, operator.mod, operator.neg, operator.pow, operator.eq, operator.ne,
+     operator.lt, operator.le, operator.gt, operator.ge}
+)  # fmt: skip
+
+
+def overload_of(node: Node) -> torch._ops.OpOverload | None:
+    """The ATen (or custom) ``OpOverload`` a ``call_function`` node calls, else ``None``."""
+    if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+        return node.target
+    return None
+
+
+def _name(target: object) -> str:
+    return str(getattr(target, "__name__", "")).split(".")[-1]
+
+
+def is_mutating(node: Node) -> bool:
+    """True when the node writes to one of its inputs (or may: unknown in-place calls)."""
+    op = overload_of(node)
+    if op is not None:
+        return any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
+    if node.op == "call_method":
+        name = str(node.target)
+        return (name.endswith("_") and not name.endswith("__")) or node.kwargs.get(
+            "inplace"
+        ) is True
+    if node.op == "call_function":
+        if (
+            "out" in node.kwargs
+            or node.kwargs.get("inplace") is True
+            or node.target in (operator.setitem, operator.delitem)
+        ):
+            return True
+        name = _name(node.target)
+        return name.endswith("_") and not name.endswith("__")
+    return False
+
+
+def is_random(node: Node) -> bool:
+    """True for ops that draw from a random generator (their results must never be merged)."""
+    op = overload_of(node)
+    if op is not None:
+        return (
+            torch.Tag.nondeterministic_seeded in op.tags
+            or _name(op.overloadpacket) in _RANDOM_NAMES
+        )
+    if node.op in ("call_function", "call_method"):
+        name = str(node.target) if node.op == "call_method" else _name(node.target)
+        return name in _RANDOM_NAMES or node.kwargs.get("training") is True
+    return False
+
+
+def is_impure(node: Node) -> bool:
+    """True when removing, merging or reordering the node could change the program.
+
+    Placeholders, outputs, mutating ops, random ops, ``call_module`` (a module may hold state),
+    higher-order operators and anything torch.fx itself marks side-effectful are impure.
+    """
+    if node.op in ("placeholder", "output", "call_module"):
+        return True
+    if node.op == "get_attr":
+        return False
+    if is_mutating(node) or is_random(node):
+        return True
+    if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+        return True
+    try:
+        return bool(node.is_impure())
+    except Exception:  # an fx version whose is_impure needs more context: be conservative
+        return True
+
+
+def is_pure_call(node: Node) -> bool:
+    """True for a ``call_function`` whose result depends on its arguments only.
+
+    These are ATen ``OpOverload`` calls that neither mutate nor draw random numbers, and a few
+    Python operators (``getitem``, arithmetic on sizes).
+    """
+    if node.op != "call_function":
+        return False
+    if overload_of(node) is None and node.target not in _SAFE_PYTHON_CALLS:
+        return False
+    return not is_impure(node)
+
+
+def is_view_op(node: Node) -> bool:
+    """True when the op's (first) result aliases one of its inputs without writing to it."""
+    op = overload_of(node)
+    if op is None:
+        return False
+    returns = op._schema.returns
+    return (
+        bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+    )
+
+
+def is_pointwise(node: Node) -> bool:
+    """True for ATen ops tagged ``pointwise`` (elementwise with broadcasting)."""
+    op = overload_of(node)
+    return op is not None and torch.Tag.pointwise in op.tags

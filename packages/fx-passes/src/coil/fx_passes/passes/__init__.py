@@ -1,0 +1,1 @@
+"""The graph passes of coil.fx_passes, one concept per module."""

@@ -1,0 +1,1 @@
+"""The pattern matcher: rules written as plain Python functions over ATen ops."""

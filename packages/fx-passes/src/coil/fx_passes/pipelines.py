@@ -1,0 +1,85 @@
+"""The default pipelines that ``coil.backend`` calls (docs/contracts.md, fx-passes -> backend)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from coil.fx_passes.infra import GraphPass, Stage
+from coil.fx_passes.knobs import knobs
+from coil.fx_passes.manager import PassManager
+from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
+from coil.fx_passes.passes.attention import fuse_attention
+from coil.fx_passes.passes.constant_fold import fold_constants
+from coil.fx_passes.passes.cse import common_subexpression_elimination
+from coil.fx_passes.passes.dce import dead_code_elimination
+from coil.fx_passes.passes.noop import remove_noops
+from coil.fx_passes.passes.reinplace import reinplace as reinplace_pass
+from coil.fx_passes.passes.topo_sort import stable_topological_sort
+from coil.fx_passes.passes.view_pairs import simplify_view_pairs
+from torch.fx import GraphModule
+
+__all__ = [
+    "post_grad_passes",
+    "pre_grad_passes",
+    "run_post_grad_passes",
+    "run_pre_grad_passes",
+]
+
+
+def pre_grad_passes() -> tuple[GraphPass, ...]:
+    """The pre-grad pipeline: passes safe on Dynamo's torch IR (which may mutate and alias)."""
+    return (dead_code_elimination,)
+
+
+def post_grad_passes(*, is_backward: bool, reinplace: bool | None = None) -> tuple[GraphPass, ...]:
+    """The post-grad pipeline, in order; reinplacing (last) only when ``reinplace`` (default:
+    ``knobs.reinplace`` / ``COIL_REINPLACE``)."""
+    del is_backward  # the same pipeline serves forward and backward graphs today
+    passes: list[GraphPass] = [
+        fold_constants,  # first: turns GPT-2's `w / full([], sqrt(d))` into `w / sqrt(d)`
+        fuse_attention,  # before the view simplifications, which rewrite matmul's layout ops
+        remove_noops,
+        simplify_view_pairs,
+        common_subexpression_elimination,
+        dead_code_elimination,
+        fold_addmm,
+        unfold_addmm,
+        dead_code_elimination,
+        stable_topological_sort,
+    ]
+    if knobs.reinplace if reinplace is None else reinplace:
+        passes.append(reinplace_pass)
+    return tuple(passes)
+
+
+def run_pre_grad_passes(gm: GraphModule, example_inputs: Sequence[object]) -> GraphModule:
+    """Run the pre-grad pipeline on a Dynamo graph.
+
+    Args:
+        gm: the torch-IR graph Dynamo captured (may contain in-place ops and views).
+        example_inputs: the inputs Dynamo passed with it (unused today; kept for passes that
+            need shapes).
+
+    Returns:
+        An equivalent graph module (``gm``, edited in place). Only passes that respect
+        mutation and aliasing run here: dead-code elimination of effect-free nodes.
+    """
+    del example_inputs
+    return PassManager(pre_grad_passes(), stage=Stage.PRE_GRAD).run(gm).graph_module
+
+
+def run_post_grad_passes(gm: GraphModule, *, is_backward: bool) -> GraphModule:
+    """Run the post-grad pipeline on a forward or backward graph from AOTAutograd.
+
+    Args:
+        gm: functional ATen graph whose nodes carry ``meta["val"]`` FakeTensors.
+        is_backward: whether ``gm`` is the backward graph.
+
+    Returns:
+        An equivalent functional ATen graph (``gm``, edited in place) whose nodes' ``meta["val"]``
+        are correct. The pipeline runs to a fixpoint; with ``COIL_REINPLACE=1`` it ends with
+        reinplacing (the graph then mutates intermediates). With ``COIL_VERIFY=1`` every pass
+        is verified (:mod:`coil.fx_passes.verifier`).
+    """
+    passes = post_grad_passes(is_backward=is_backward)
+    return PassManager(passes, stage=Stage.POST_GRAD, fixpoint=True).run(gm).graph_module

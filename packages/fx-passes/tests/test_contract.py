@@ -1,0 +1,73 @@
+"""The fx-passes -> coil.backend contract (docs/contracts.md) on real AOTAutograd graphs."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from coil.fx_passes import run_post_grad_passes, run_pre_grad_passes
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.fc2 = torch.nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(x)) * 1.0
+        dead = h.exp()  # noqa: F841 - dead code for the pipeline to remove
+        return self.fc2(h + h.sin() + h.sin())
+
+
+def test_signatures_match_contract() -> None:
+    pre = inspect.signature(run_pre_grad_passes)
+    post = inspect.signature(run_post_grad_passes)
+    assert list(pre.parameters) == ["gm", "example_inputs"]
+    assert list(post.parameters) == ["gm", "is_backward"]
+    assert post.parameters["is_backward"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_post_grad_pipeline_on_training_graphs(aot, op_names) -> None:
+    torch.manual_seed(0)
+    model = MLP()
+    x = torch.randn(4, 16, requires_grad=True)
+    cap = aot(model, [x], lambda g, bw: run_post_grad_passes(g, is_backward=bw))
+    out = cap.fn(x)
+    out.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    model.zero_grad()
+    x.grad = None
+    ref = model(x)
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref)
+    for g, p in zip(grads, [*list(model.parameters()), x], strict=True):
+        torch.testing.assert_close(g, p.grad)
+    fw_before, fw_after = op_names(cap.before[0]), op_names(cap.after[0])
+    assert fw_before.count("aten.sin.default") == 2
+    assert fw_after.count("aten.sin.default") == 1  # CSE
+    assert "aten.exp.default" not in fw_after  # DCE
+    # h * 1.0 stays: relu's result and the product are both saved for backward (graph outputs),
+    # so forwarding one to the other would make two outputs share storage.
+    assert fw_after.count("aten.mul.Tensor") == 1
+    assert len(cap.after) == 2  # the backward graph went through the pipeline too
+    for g in cap.after:
+        for n in g.graph.nodes:
+            if n.op == "call_function":
+                assert "val" in n.meta
+
+
+def test_pre_grad_pipeline_keeps_mutation_and_removes_dead_code() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        y.add_(1)  # in place, result unused: must stay
+        _ = torch.cos(x)  # pure and unused: goes
+        return y
+
+    gm = torch.fx.symbolic_trace(f)
+    x = torch.randn(3)
+    out = run_pre_grad_passes(gm, [x])
+    targets = [str(n.target) for n in out.graph.nodes]
+    assert "add_" in targets
+    assert not any("cos" in t for t in targets)
+    torch.testing.assert_close(out(x), f(x))

@@ -1,0 +1,155 @@
+"""The verifier catches deliberately broken passes, naming the pass, the node and the invariant."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from coil.fx_passes import (
+    GraphPass,
+    InvariantViolation,
+    PassError,
+    PassManager,
+    PassResult,
+    Stage,
+    dead_code_elimination,
+    graph_pass,
+    remove_noops,
+)
+from torch.fx import GraphModule
+
+aten = torch.ops.aten
+
+
+@graph_pass("bad_meta")
+def bad_meta(gm: GraphModule) -> PassResult:
+    """Retarget relu to t() without recomputing meta (shape [4, 8] becomes [8, 4])."""
+    for n in gm.graph.nodes:
+        if n.target is aten.relu.default:
+            n.target = aten.t.default
+    return PassResult(gm, True)
+
+
+@graph_pass("naive_clone_removal")
+def naive_clone_removal(gm: GraphModule) -> PassResult:
+    """Treat every clone as a no-op: wrong when the clone of an input is returned."""
+    for n in list(gm.graph.nodes):
+        if n.target is aten.clone.default:
+            n.replace_all_uses_with(n.args[0])
+            gm.graph.erase_node(n)
+    return PassResult(gm, True)
+
+
+@graph_pass("naive_inplace")
+def naive_inplace(gm: GraphModule) -> PassResult:
+    """Turn the first add into add_ without declaring mutation."""
+    for n in gm.graph.nodes:
+        if n.target is aten.add.Tensor:
+            n.target = aten.add_.Tensor
+            break
+    return PassResult(gm, True)
+
+
+def _run(passes: list[GraphPass], gm: GraphModule) -> None:
+    PassManager(passes, stage=Stage.POST_GRAD).run(gm)
+
+
+def test_wrong_meta_names_pass_and_node(trace) -> None:
+    gm = trace(lambda x: torch.relu(x) + 1, torch.randn(4, 8))
+    with pytest.raises(InvariantViolation) as e:
+        _run([dead_code_elimination, bad_meta], gm)
+    err = e.value
+    assert (err.pass_name, err.node, err.invariant) == ("bad_meta", "relu", "meta-val")
+    assert err.previous_passes == ("dead_code_elimination",)
+    assert "bad_meta" in str(err) and "relu" in str(err) and "shape" in str(err)
+
+
+def test_input_aliased_to_output_is_caught(trace) -> None:
+    gm = trace(lambda x: (x.clone(), x.sin()), torch.randn(3))
+    with pytest.raises(InvariantViolation) as e:
+        _run([naive_clone_removal], gm)
+    assert e.value.invariant == "input-output-aliasing"
+    assert e.value.pass_name == "naive_clone_removal"
+    assert e.value.node.startswith("x")  # the output node is now the placeholder itself
+    # The real no-op pass keeps that clone.
+    gm2 = trace(lambda x: (x.clone(), x.sin()), torch.randn(3))
+    _run([remove_noops], gm2)
+    assert any(n.target is aten.clone.default for n in gm2.graph.nodes)
+
+
+def test_view_of_input_returned_is_caught(trace) -> None:
+    gm = trace(lambda x: x.clone().view(6), torch.randn(2, 3))
+    with pytest.raises(InvariantViolation) as e:
+        _run([naive_clone_removal], gm)
+    # The view's stored meta still says "fresh buffer"; fresh propagation says "aliases x".
+    assert (e.value.invariant, e.value.node) == ("meta-val", "view")
+    assert "aliasing" in str(e.value)
+
+
+def test_mid_graph_mutation_is_caught(trace) -> None:
+    gm = trace(lambda x, y: (x * 2 + y).exp(), torch.randn(3), torch.randn(3))
+    with pytest.raises(InvariantViolation) as e:
+        _run([naive_inplace], gm)
+    assert (e.value.pass_name, e.value.node, e.value.invariant) == (
+        "naive_inplace",
+        "add",
+        "no-mutation",
+    )
+
+
+def test_copy_epilogue_into_inputs_is_allowed() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x.sin()
+        x.mul_(2)
+        return y
+
+    from torch._functorch.aot_autograd import aot_function
+
+    graphs: list[GraphModule] = []
+
+    def compiler(g: GraphModule, _: object) -> object:
+        graphs.append(g)
+        PassManager([dead_code_elimination], stage=Stage.POST_GRAD).run(g)
+        return g.forward
+
+    x = torch.randn(4)
+    ref = x.clone()
+    out = aot_function(f, compiler, keep_inference_input_mutations=True)(x)
+    assert any(n.target is aten.copy_.default for n in graphs[0].graph.nodes)
+    torch.testing.assert_close(out, ref.sin())
+    torch.testing.assert_close(x, ref * 2)
+
+
+def test_mutation_introducing_pass_must_be_last() -> None:
+    mut = GraphPass("mutator", lambda gm: PassResult(gm, False), introduces_mutation=True)
+    with pytest.raises(ValueError, match="reinplace-last"):
+        PassManager([mut, dead_code_elimination], stage=Stage.POST_GRAD)
+    PassManager([dead_code_elimination, mut], stage=Stage.POST_GRAD)  # last: accepted
+
+
+def test_failing_pass_is_named_with_history(trace) -> None:
+    def boom(gm: GraphModule) -> PassResult:
+        raise KeyError("nope")
+
+    gm = trace(lambda x: x + 1, torch.randn(2))
+    pm = PassManager(
+        [dead_code_elimination, remove_noops, GraphPass("boom", boom)], stage=Stage.POST_GRAD
+    )
+    with pytest.raises(PassError) as e:
+        pm.run(gm)
+    assert e.value.pass_name == "boom"
+    assert e.value.previous_passes == ("dead_code_elimination", "remove_noops")
+    assert "dead_code_elimination, remove_noops" in str(e.value)
+
+
+def test_broken_input_graph_is_blamed_on_input(trace) -> None:
+    gm = trace(lambda x: x.sum(0), torch.randn(3, 4))
+    node = next(n for n in gm.graph.nodes if n.op == "call_function")
+    node.meta["val"] = node.meta["val"].new_empty(7)
+    with pytest.raises(InvariantViolation) as e:
+        _run([dead_code_elimination], gm)
+    assert e.value.pass_name == "<input>"
+
+
+def test_verification_off_lets_broken_pass_through(trace) -> None:
+    gm = trace(lambda x: torch.relu(x) + 1, torch.randn(4, 8))
+    PassManager([bad_meta], stage=Stage.POST_GRAD, verify=False).run(gm)  # no error

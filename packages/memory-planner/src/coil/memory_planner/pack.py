@@ -1,0 +1,118 @@
+"""The arena packing driver: greedy orders first, then search under a time budget."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from coil.memory_planner.arena import Block, Packing, arena_size, live_lower_bound
+from coil.memory_planner.greedy import GREEDY_ORDERS, place_in_order
+from coil.memory_planner.search import search_packing
+
+__all__ = ["pack"]
+
+_PRIORITIES = ("size", "length", "start", "area")
+
+
+def _best_greedy(blocks: Sequence[Block]) -> tuple[dict[str, int], int, str]:
+    best: tuple[dict[str, int], int, str] | None = None
+    for name, order in GREEDY_ORDERS.items():
+        for best_fit in (False, True):
+            offsets = place_in_order(blocks, order(blocks), best_fit)
+            size = arena_size(blocks, offsets)
+            if best is None or size < best[1]:
+                best = (offsets, size, f"greedy-{name}-{'best' if best_fit else 'first'}-fit")
+    assert best is not None
+    return best
+
+
+def _try_capacity(
+    blocks: Sequence[Block], cap: int, deadline: float, nodes: int
+) -> tuple[dict[str, int] | None, bool]:
+    """Restarted searches for ``cap``: every priority with a node limit that doubles per round.
+
+    Returns (offsets or None, proven infeasible).
+    """
+    orders = [GREEDY_ORDERS[p](blocks) for p in _PRIORITIES]
+    limit = nodes
+    while time.monotonic() < deadline:
+        for order in orders:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None, False
+            res = search_packing(
+                blocks, cap, time_limit=left, priority=order, node_limit=limit, aggressive=True
+            )
+            if res.offsets is not None:
+                return res.offsets, False
+            if res.nodes < limit:  # aggressive search exhausted: try the complete one
+                exact = search_packing(
+                    blocks,
+                    cap,
+                    time_limit=deadline - time.monotonic(),
+                    priority=order,
+                    node_limit=limit,
+                )
+                if exact.offsets is not None or exact.infeasible:
+                    return exact.offsets, exact.infeasible
+        limit *= 2
+    return None, False
+
+
+def pack(
+    blocks: Sequence[Block], *, capacity: int | None = None, time_limit: float = 10.0
+) -> Packing:
+    """Pack ``blocks`` into one arena, as small as can be found within ``time_limit`` seconds.
+
+    Args:
+        blocks: the blocks; ids unique. A block whose size is known only at run time is packed
+            with its size hint (the hint must be an upper bound of the real size for the offsets
+            to stay valid; ``Block`` already refuses a lifetime that starts before its size is
+            known).
+        capacity: when given, the arena size to meet; the search stops as soon as it is met
+            (and otherwise keeps the smallest arena it found, which may exceed it).
+            When omitted, the target is the live-set lower bound.
+        time_limit: wall-clock budget in seconds for the whole call (the greedy pass always runs).
+
+    Returns:
+        A valid :class:`Packing`; ``lower_bound`` is the live-set bound; ``proven_optimal`` is
+        set when the arena equals that bound.
+
+    Method: the best of several greedy orders (first fit and best fit), then decision searches
+    (:func:`~coil.memory_planner.search.search_packing`) with restarts: a quarter of the budget
+    at the target, then a ladder of looser capacities (+10 %, +5 %, +2 %) to secure a good
+    arena, then the rest of the budget at the target again.
+    """
+    deadline = time.monotonic() + time_limit
+    ids = [b.id for b in blocks]
+    if len(set(ids)) != len(ids):
+        raise ValueError("block ids must be unique")
+    lb = live_lower_bound(blocks)
+    offsets, best, method = _best_greedy(blocks)
+    target = max(lb, capacity) if capacity is not None else lb
+    if best <= target:
+        return Packing(offsets, best, lb, method, best == lb)
+
+    def attempt(cap: int, until: float) -> bool:
+        nonlocal offsets, best, method
+        found, infeasible = _try_capacity(blocks, cap, until, 2000)
+        if found is not None:
+            size = arena_size(blocks, found)
+            if size < best:
+                offsets, best, method = found, size, "search"
+            return True
+        return infeasible
+
+    start = time.monotonic()
+    if attempt(target, start + time_limit / 4) and best <= target:
+        return Packing(offsets, best, lb, method, best == lb)
+    for factor in (1.10, 1.05, 1.02):
+        cap = int(target * factor)
+        if cap >= best or time.monotonic() >= deadline:
+            continue
+        slice_end = min(deadline, time.monotonic() + time_limit / 12)
+        if not attempt(cap, slice_end):
+            break
+    if best > target and time.monotonic() < deadline:
+        attempt(target, deadline)
+    return Packing(offsets, best, lb, method, best == lb)

@@ -1,0 +1,341 @@
+"""Exact arena packing by depth-first search over "lowest section first" decisions.
+
+Our own formulation, in the spirit of MiniMalloc (Moffitt, ASPLOS 2023):
+
+* Time is cut into *sections* between consecutive lifetime ends; each section has a *floor*,
+  the top of what is placed there (or a raised level under which nothing more will go).
+* *Gravity.* Any packing can be pushed down until every block rests on a block that overlaps it
+  in time, or on 0; so a block's offset is the highest floor over its lifetime (its *skyline*).
+* Each step takes the open section ``s`` with the lowest floor ``h`` and branches: either one of
+  the unplaced blocks covering ``s`` whose skyline is ``h`` goes to offset ``h``, or none will
+  (the *skip* branch) and the floor of ``s`` rises to the lowest level at which a block covering
+  it can still sit (its skyline, or ``h`` plus the smallest block that could lift it).
+  When no block covering ``s`` has skyline ``h`` the rise is forced. This loses no packing, so
+  the search is complete for a fixed capacity.
+* *Inference.* The unplaced blocks of a section live together above its floor, so
+  ``floor[t] + remaining[t] <= capacity`` for every section; every unplaced block must fit below
+  the capacity at its skyline. Identical blocks (same lifetime and size) are interchangeable:
+  only one of them is tried per step.
+
+The search returns a packing, proves that there is none (``infeasible``), or runs out of time
+or nodes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from coil.memory_planner.arena import Block
+
+__all__ = ["SearchResult", "search_packing"]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Outcome of :func:`search_packing`.
+
+    Attributes:
+        offsets: the packing found, or None.
+        infeasible: True when the search proved that no packing fits the capacity.
+        nodes: search nodes expanded.
+    """
+
+    offsets: dict[str, int] | None
+    infeasible: bool
+    nodes: int
+
+
+class _OutOfBudget(Exception):
+    pass
+
+
+def _align_up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+class _Solver:
+    """Search state with a trail: every change is recorded so it can be undone."""
+
+    def __init__(
+        self,
+        blocks: Sequence[Block],
+        capacity: int,
+        priority: Sequence[int],
+        deadline: float,
+        node_limit: int,
+    ) -> None:
+        self.cap = capacity
+        self.deadline = deadline
+        self.node_limit = node_limit
+        self.nodes = 0
+        self.aggressive = False
+        n = len(blocks)
+        points = sorted({b.lower for b in blocks} | {b.upper for b in blocks})
+        index = {p: k for k, p in enumerate(points)}
+        self.first = [index[b.lower] for b in blocks]
+        self.stop = [index[b.upper] for b in blocks]
+        nsec = max(len(points) - 1, 0)
+        self.nsec = nsec
+        self.floor = [0] * nsec
+        self.rem = [0] * nsec
+        # span[t]: unplaced blocks live in both section t and t + 1
+        self.span = [0] * nsec
+        self.size = [b.size for b in blocks]
+        self.align = [b.alignment for b in blocks]
+        self.off = [0] * n
+        self.cover: list[list[int]] = [[] for _ in range(nsec)]
+        for i in range(n):
+            for t in range(self.first[i], self.stop[i]):
+                self.rem[t] += self.size[i]
+                self.cover[t].append(i)
+            for t in range(self.first[i], self.stop[i] - 1):
+                self.span[t] += 1
+        self.neighbours = [
+            [j for j in range(n) if j != i and blocks[j].overlaps_in_time(blocks[i])]
+            for i in range(n)
+        ]
+        self.rank = [0] * n
+        for r, i in enumerate(priority):
+            self.rank[i] = r
+        self.kind = [(b.lower, b.upper, b.size, b.alignment) for b in blocks]
+        self.unplaced = set(range(n))
+        self.result: dict[int, int] = {}
+        # trail entries: (block placed or -1, section raised or -1, old floors, lifted skylines)
+        self.trail: list[tuple[int, int, list[int], list[tuple[int, int]]]] = []
+
+    def feasible_root(self) -> bool:
+        return all(r <= self.cap for r in self.rem) and all(s <= self.cap for s in self.size)
+
+    def run(self) -> bool:
+        return self._dfs(0, self.nsec)
+
+    # -- state changes -------------------------------------------------------------------------
+
+    def _lift(self, js: Sequence[int], level: int, changed: list[tuple[int, int]]) -> bool:
+        """Raise the skyline of the unplaced blocks ``js`` to ``level``; False if that fails."""
+        off, size, cap, unplaced = self.off, self.size, self.cap, self.unplaced
+        ok = True
+        lo, hi = self.nsec, 0
+        for j in js:
+            if j in unplaced and off[j] < level:
+                changed.append((j, off[j]))
+                nj = _align_up(level, self.align[j])
+                off[j] = nj
+                if nj + size[j] > cap:
+                    ok = False
+                lo = min(lo, self.first[j])
+                hi = max(hi, self.stop[j])
+        if not ok:
+            return False
+        # the unplaced blocks of a section all sit at or above the lowest skyline among them
+        rem, cover = self.rem, self.cover
+        for t in range(lo, hi):
+            r = rem[t]
+            if r and min(off[c] for c in cover[t] if c in unplaced) + r > cap:
+                return False
+        return True
+
+    def _place(self, i: int) -> bool:
+        o = self.off[i]
+        size = self.size[i]
+        top = o + size
+        a, z = self.first[i], self.stop[i]
+        floor, rem, span = self.floor, self.rem, self.span
+        changed: list[tuple[int, int]] = []
+        self.trail.append((i, -1, floor[a:z], changed))
+        for t in range(a, z):
+            floor[t] = top
+            rem[t] -= size
+        for t in range(a, z - 1):
+            span[t] -= 1
+        self.unplaced.discard(i)
+        self.result[i] = o
+        return self._lift(self.neighbours[i], top, changed)
+
+    def _raise(self, s: int, level: int) -> bool:
+        changed: list[tuple[int, int]] = []
+        self.trail.append((-1, s, [self.floor[s]], changed))
+        self.floor[s] = level
+        return self._lift(self.cover[s], level, changed)
+
+    def _undo_to(self, mark: int) -> None:
+        off, floor, rem, span, size = self.off, self.floor, self.rem, self.span, self.size
+        while len(self.trail) > mark:
+            i, s, old_floor, changed = self.trail.pop()
+            for j, old in reversed(changed):
+                off[j] = old
+            if i >= 0:
+                a, z = self.first[i], self.stop[i]
+                floor[a:z] = old_floor
+                for t in range(a, z):
+                    rem[t] += size[i]
+                for t in range(a, z - 1):
+                    span[t] += 1
+                self.unplaced.add(i)
+                del self.result[i]
+            else:
+                floor[s] = old_floor[0]
+
+    # -- search --------------------------------------------------------------------------------
+
+    def _components(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Independent sub-ranges of [lo, hi) that still hold unplaced blocks."""
+        comps: list[tuple[int, int]] = []
+        start = -1
+        rem, span = self.rem, self.span
+        for t in range(lo, hi):
+            if rem[t] and start < 0:
+                start = t
+            if start >= 0 and (t == hi - 1 or not span[t]):
+                comps.append((start, t + 1))
+                start = -1
+        return comps
+
+    def _skip_level(self, s: int, h: int) -> int | None:
+        """Lowest offset a block covering ``s`` can take if none takes ``h`` (None: none can).
+
+        In aggressive mode, when some block covering ``s`` already has a skyline above ``h``,
+        blocks that could only be lifted later by a small block are ignored (a heuristic jump).
+        """
+        off, size, unplaced = self.off, self.size, self.unplaced
+        level: int | None = None
+        jump = self.aggressive and any(off[c] > h for c in self.cover[s] if c in unplaced)
+        if self.aggressive and not jump:
+            # merge the flat valley around s with its lower wall (skyline heuristic)
+            floor = self.floor
+            lo, hi = s, s
+            while lo > 0 and floor[lo - 1] == h:
+                lo -= 1
+            while hi + 1 < self.nsec and floor[hi + 1] == h:
+                hi += 1
+            walls = [floor[t] for t in (lo - 1, hi + 1) if 0 <= t < self.nsec and floor[t] > h]
+            if walls:
+                return min(walls)
+        for c in self.cover[s]:
+            if c not in unplaced:
+                continue
+            if off[c] > h:
+                cand = off[c]
+            elif jump:
+                continue
+            else:
+                lift = [
+                    size[d]
+                    for d in self.neighbours[c]
+                    if d in unplaced and not self.first[d] <= s < self.stop[d]
+                ]
+                if not lift:
+                    continue
+                cand = h + min(lift)
+            if level is None or cand < level:
+                level = cand
+        return level
+
+    def _dfs(self, lo: int, hi: int) -> bool:
+        comps = self._components(lo, hi)
+        if not comps:
+            return True
+        self.nodes += 1
+        if self.nodes % 256 == 0 and (
+            time.monotonic() > self.deadline or self.nodes > self.node_limit
+        ):
+            raise _OutOfBudget
+        if len(comps) > 1:
+            mark = len(self.trail)
+            for clo, chi in comps:
+                if not self._dfs(clo, chi):
+                    self._undo_to(mark)
+                    return False
+            return True
+        lo, hi = comps[0]
+        floor, rem, off = self.floor, self.rem, self.off
+        h = min(floor[t] for t in range(lo, hi) if rem[t])
+        # any open section at the lowest floor may be branched on: take the one with the fewest
+        # blocks that fit there (fail first)
+        unplaced = self.unplaced
+        s = -1
+        at_h: list[int] = []
+        for t in range(lo, hi):
+            if rem[t] and floor[t] == h:
+                fits = [
+                    c
+                    for c in self.cover[t]
+                    if c in unplaced and off[c] == _align_up(h, self.align[c])
+                ]
+                if s < 0 or len(fits) < len(at_h):
+                    s, at_h = t, fits
+                    if len(fits) <= 1:
+                        break
+        at_h.sort(key=self.rank.__getitem__)
+        tried: set[tuple[int, int, int, int]] = set()
+        mark = len(self.trail)
+        for i in at_h:
+            if self.kind[i] in tried:
+                continue
+            tried.add(self.kind[i])
+            if self._place(i) and self._dfs(lo, hi):
+                return True
+            self._undo_to(mark)
+        level = self._skip_level(s, h)
+        if level is None or level + rem[s] > self.cap:
+            return False
+        if self._raise(s, level) and self._dfs(lo, hi):
+            return True
+        self._undo_to(mark)
+        return False
+
+
+def search_packing(
+    blocks: Sequence[Block],
+    capacity: int,
+    *,
+    time_limit: float,
+    priority: Sequence[int] | None = None,
+    node_limit: int = 1 << 62,
+    aggressive: bool = False,
+) -> SearchResult:
+    """Search for a packing of ``blocks`` into ``capacity`` bytes.
+
+    Args:
+        blocks: the blocks (any sizes, zero-size blocks go to offset 0).
+        capacity: the arena size to fit in.
+        time_limit: seconds of wall time before giving up.
+        priority: an order of block indices; among blocks of equal skyline the earlier one is
+            tried first (default: larger, then longer blocks first).
+        node_limit: give up after this many search nodes.
+        aggressive: raise a skipped section straight to the next skyline step (faster on loose
+            capacities, but then an exhausted search proves nothing).
+
+    Returns:
+        A :class:`SearchResult`: ``offsets`` when a packing was found (always valid),
+        ``infeasible`` when the search proved there is none, both empty on time-out.
+    """
+    zero = {b.id: 0 for b in blocks if b.size == 0}
+    live = [b for b in blocks if b.size > 0]
+    if priority is None:
+        order = sorted(
+            range(len(live)), key=lambda i: (-live[i].size, -(live[i].upper - live[i].lower), i)
+        )
+    else:
+        keep = {id(b): k for k, b in enumerate(live)}
+        order = [keep[id(blocks[i])] for i in priority if blocks[i].size > 0]
+    solver = _Solver(live, capacity, order, time.monotonic() + time_limit, node_limit)
+    solver.aggressive = aggressive
+    if not solver.feasible_root():
+        return SearchResult(None, True, 0)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 200_000))
+    try:
+        found = solver.run()
+    except _OutOfBudget:
+        return SearchResult(None, False, solver.nodes)
+    finally:
+        sys.setrecursionlimit(limit)
+    if not found:
+        return SearchResult(None, not aggressive, solver.nodes)
+    offsets = {live[i].id: o for i, o in solver.result.items()}
+    offsets.update(zero)
+    return SearchResult(offsets, False, solver.nodes)

@@ -1,0 +1,24 @@
+"""coil.runtime: compile, cache, load and launch the Triton kernels of coil's generated code.
+
+Generated wrapper code calls `compile_kernels(specs, device)` once per compiled graph, then
+`kernels[name]((g0, g1, g2), *args)` on every run. On a GPU, kernels are compiled ahead of time in
+parallel; on the CPU they run under Triton's interpreter. See the package README for the cache
+layout and the knobs (`coil.runtime.knobs`).
+
+Importing this package imports neither torch nor triton: both are imported on first use.
+"""
+
+from coil.runtime.compile import compile_kernels
+from coil.runtime.errors import KernelCompileError
+from coil.runtime.interpreter import interpreter_enabled
+from coil.runtime.kernel import Kernel
+from coil.runtime.spec import KernelSpec, TensorArg
+
+__all__ = [
+    "Kernel",
+    "KernelCompileError",
+    "KernelSpec",
+    "TensorArg",
+    "compile_kernels",
+    "interpreter_enabled",
+]

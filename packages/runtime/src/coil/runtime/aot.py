@@ -1,0 +1,70 @@
+"""Ahead-of-time compilation of GPU kernels, in parallel, before their first launch.
+
+Each kernel is compiled with Triton's public `JITFunction.warmup(*args, grid=..., **kwargs)`
+(same signature in Triton 3.6 and 3.9): pointer arguments are passed as their torch dtypes (Triton
+stands a mock tensor in for them), ints as the spec's example values, plus the bound constexprs,
+num_warps and num_stages. Triton keeps the binary in its in-memory kernel cache (the first real
+launch with the same specialisation finds it there) and in its own on-disk cache (TRITON_CACHE_DIR).
+
+The first kernel compiles in the calling thread (so Triton's driver and torch's CUDA context are
+set up by one thread), the rest on a pool of `COIL_COMPILE_THREADS` threads, each with the target
+device made current.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from coil.runtime.errors import KernelCompileError
+from coil.runtime.kernel import Kernel
+from coil.runtime.spec import TensorArg
+
+if TYPE_CHECKING:
+    import torch
+
+
+def warmup_args(kernel: Kernel) -> list[object]:
+    """The placeholder positional arguments that `warmup` compiles `kernel` for."""
+    return [a.dtype if isinstance(a, TensorArg) else a for a in kernel.spec.args]
+
+
+def _compile_one(kernel: Kernel, device: torch.device) -> None:
+    import torch
+
+    spec = kernel.spec
+    try:
+        with torch.cuda.device(device):
+            kernel.fn.warmup(
+                *warmup_args(kernel),
+                grid=(1,),
+                **spec.constexprs,
+                num_warps=spec.num_warps,
+                num_stages=spec.num_stages,
+            )
+    except Exception as exc:
+        raise KernelCompileError(spec.name, kernel.path, "compile", exc) from exc
+
+
+def precompile(kernels: Sequence[Kernel], device: torch.device, threads: int) -> None:
+    """Compile every kernel for `device` (a CUDA device); raise the first failure in order.
+
+    Raises `KernelCompileError` (the Triton error chained) naming the kernel and its source file.
+    """
+    if not kernels:
+        return
+    _compile_one(kernels[0], device)
+    rest = kernels[1:]
+    if not rest:
+        return
+    if threads <= 1:
+        for kernel in rest:
+            _compile_one(kernel, device)
+        return
+    with ThreadPoolExecutor(max_workers=min(threads, len(rest)), thread_name_prefix="coil-aot") as pool:
+        futures = [pool.submit(_compile_one, kernel, device) for kernel in rest]
+        errors = [f.exception() for f in futures]
+    for error in errors:
+        if error is not None:
+            raise error

@@ -1,0 +1,111 @@
+"""`compile_kernels`: KernelSpecs in, launchable Kernels out (cached on disk and in memory)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from coil.runtime import aot, disk_cache, loader
+from coil.runtime._triton import load_triton, torch_version
+from coil.runtime.errors import KernelCompileError
+from coil.runtime.interpreter import interpreter_enabled
+from coil.runtime.kernel import Kernel
+from coil.runtime.knobs import knobs
+from coil.runtime.spec import KernelSpec
+
+if TYPE_CHECKING:
+    import torch
+
+_lock = threading.Lock()
+_kernels: dict[tuple[KernelSpec, torch.device, bool], Kernel] = {}
+_modules: dict[Path, ModuleType] = {}
+
+
+def compile_kernels(specs: Sequence[KernelSpec], device: torch.device) -> dict[str, Kernel]:
+    """Load every spec's kernel for `device` and return them by `KernelSpec.name`.
+
+    Per spec, unless this process already compiled an equal spec for the same device (then the
+    same `Kernel` object is returned, nothing is re-read or re-imported):
+
+    1. its module source is put in the disk cache (`disk_cache`: keyed by source, triton and torch
+       versions; atomic writes; a corrupted entry is rebuilt) and executed from there (`loader`);
+    2. on a CUDA device, unless the interpreter is on (`interpreter_enabled`) or
+       COIL_AOT_COMPILE=0, all new kernels are compiled ahead of time, in parallel (`aot`), so the
+       first launch does not compile; on the CPU nothing is compiled, kernels run interpreted.
+
+    Args:
+        specs: the kernels; names must be unique (equal duplicates are allowed).
+        device: where the kernels will run (`cuda` without an index means the current device).
+
+    Raises:
+        ValueError: two different specs share a name.
+        KernelCompileError: a module fails to execute, lacks its kernel, or fails to compile;
+            the message names the kernel and its cache file, the original error is chained.
+    """
+    device = _normalize(device)
+    interpreted = interpreter_enabled(device)
+    by_name: dict[str, KernelSpec] = {}
+    for spec in specs:
+        if by_name.setdefault(spec.name, spec) != spec:
+            raise ValueError(f"two different KernelSpecs are named {spec.name!r}")
+
+    result: dict[str, Kernel] = {}
+    fresh: list[Kernel] = []
+    for name, spec in by_name.items():
+        memo_key = (spec, device, interpreted)
+        with _lock:
+            kernel = _kernels.get(memo_key)
+        if kernel is None:
+            kernel = _load(spec, device, interpreted)
+            fresh.append(kernel)
+        result[name] = kernel
+
+    if fresh and device.type == "cuda" and not interpreted and knobs.aot_compile:
+        aot.precompile(fresh, device, knobs.compile_threads)
+    with _lock:
+        for kernel in fresh:
+            # a racing thread may have stored an equal kernel first: keep one, return it
+            kept = _kernels.setdefault((kernel.spec, device, interpreted), kernel)
+            result[kernel.name] = kept
+    return result
+
+
+def clear_memo() -> None:
+    """Forget this process's compiled kernels and loaded modules (tests; the disk cache stays)."""
+    with _lock:
+        _kernels.clear()
+        _modules.clear()
+
+
+def _normalize(device: torch.device) -> torch.device:
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    if device.type == "cpu":
+        return torch.device("cpu")
+    return device
+
+
+def _load(spec: KernelSpec, device: torch.device, interpreted: bool) -> Kernel:
+    """Cache, execute and look up one spec's module; errors become KernelCompileError."""
+    info = load_triton()
+    key = disk_cache.source_key(spec.source, info.version, torch_version())
+    path = disk_cache.entry_path(knobs.cache_dir, key)
+    text = disk_cache.render_entry(key, spec.source)
+    try:
+        with _lock:
+            module = _modules.get(path)
+        if module is None:
+            disk_cache.ensure_entry(path, text)
+            module = loader.load_module(path, text, key)
+            with _lock:
+                module = _modules.setdefault(path, module)
+        fn = loader.find_kernel(module, spec.name)
+        return Kernel(spec, fn, path, device, interpreted)
+    except Exception as exc:
+        raise KernelCompileError(spec.name, path, "load", exc) from exc

@@ -1,0 +1,101 @@
+"""Running Triton kernels on the CPU under Triton's interpreter, whatever the import order.
+
+How Triton (3.6 and 3.9 alike) decides to interpret: `triton.jit` reads `triton.knobs.runtime
+.interpret` (the TRITON_INTERPRET environment variable) when it *decorates* a function, and returns
+an `InterpretedFunction` instead of a `JITFunction`. Triton's own standard library (`tl.zeros`,
+`tl.sum`, `tl.cdiv`, ... are `@jit` functions) is decorated once, when `triton.language` is first
+imported. So setting TRITON_INTERPRET after triton was imported (which Dynamo does before any
+backend runs) is not enough: the kernel may be interpreted, but the first `tl.zeros` it calls is a
+compiled-mode `JITFunction`, whose `__call__` raises "Cannot call @triton.jit'd outside of the
+scope of a kernel".
+
+What coil does, so that CPU kernels work in any process and GPU kernels keep working beside them:
+
+1. triton and triton.language are imported in compiled mode (`_triton.load_triton`); kernel modules
+   are loaded without touching TRITON_INTERPRET, so their functions are `JITFunction`s.
+2. A kernel that must be interpreted is wrapped: `InterpretedFunction(jit_fn.fn)`.
+3. While an interpreted kernel runs, `JITFunction.__call__` (which otherwise only raises) runs the
+   callee through its own cached `InterpretedFunction`, so nested `@jit` calls (the standard
+   library, user helpers) are interpreted too. The patch is installed and removed around each
+   launch, under a process-wide lock: the interpreter itself patches `triton.language` globally
+   while a kernel runs, so interpreted launches are serialised anyway.
+
+When TRITON_INTERPRET is already set for the whole process, everything is an `InterpretedFunction`
+from the start and steps 2-3 are no-ops. Uses `triton.runtime.interpreter.InterpretedFunction`
+(present with the same constructor in 3.6 and 3.9) and `triton.JITFunction`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from coil.runtime._triton import load_triton
+from coil.runtime.knobs import knobs
+
+if TYPE_CHECKING:
+    import torch
+
+RunFn = Callable[..., Any]
+
+
+def interpreter_enabled(device: torch.device) -> bool:
+    """True when kernels for `device` run under Triton's interpreter.
+
+    That is on the CPU (always), and on any device when TRITON_INTERPRET is set (Triton's
+    debugging mode). Never imports triton.
+    """
+    return device.type == "cpu" or knobs.triton_interpret
+
+
+_lock = threading.RLock()
+_interpreted: dict[int, tuple[object, Any]] = {}  # id(JITFunction) -> (it, its InterpretedFunction)
+
+
+def _interpreted_function_type() -> type:
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ModuleNotFoundError as exc:
+        if exc.name == "numpy":
+            raise ImportError("Triton's interpreter (CPU kernels) needs numpy: pip install numpy") from exc
+        raise
+    return InterpretedFunction  # type: ignore[no-any-return]
+
+
+def _interpreted_twin(jit_fn: object) -> Any:
+    """The cached `InterpretedFunction` running `jit_fn`'s Python function (call under _lock)."""
+    entry = _interpreted.get(id(jit_fn))
+    if entry is not None and entry[0] is jit_fn:
+        return entry[1]
+    twin = _interpreted_function_type()(jit_fn.fn)  # type: ignore[attr-defined]
+    _interpreted[id(jit_fn)] = (jit_fn, twin)  # holding jit_fn keeps its id unique
+    return twin
+
+
+def _call_interpreted(self: object, *args: Any, **kwargs: Any) -> Any:
+    # Installed as JITFunction.__call__ while an interpreted kernel runs (see module docstring).
+    return _interpreted_twin(self)(*args, **kwargs)
+
+
+def interpreted_run(fn: object) -> RunFn:
+    """A `run(*args, grid=..., warmup=False, **kwargs)` callable executing `fn` interpreted.
+
+    `fn` is the `@triton.jit` object found in a kernel module: a `JITFunction` (wrapped here) or
+    already an `InterpretedFunction` (TRITON_INTERPRET was set when it was decorated).
+    """
+    jit_type = load_triton().jit_function_type
+    with _lock:
+        target: Any = _interpreted_twin(fn) if isinstance(fn, jit_type) else fn
+    target_run: RunFn = target.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with _lock:
+            original = jit_type.__call__
+            jit_type.__call__ = _call_interpreted  # type: ignore[method-assign]
+            try:
+                return target_run(*args, **kwargs)
+            finally:
+                jit_type.__call__ = original  # type: ignore[method-assign]
+
+    return run

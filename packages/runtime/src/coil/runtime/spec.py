@@ -1,0 +1,93 @@
+"""What generated wrapper code hands the runtime: one `KernelSpec` per Triton kernel.
+
+Both classes are frozen and validated on construction, and hashable (a spec is a memo key).
+Importing this module does not import torch: dtypes are checked lazily, when a TensorArg is built.
+"""
+
+from __future__ import annotations
+
+import keyword
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A pointer argument whose elements have type `dtype` (a `torch.dtype`)."""
+
+    dtype: torch.dtype
+
+    def __post_init__(self) -> None:
+        import torch
+
+        if not isinstance(self.dtype, torch.dtype):
+            raise TypeError(f"TensorArg.dtype must be a torch.dtype, got {self.dtype!r}")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One Triton kernel to compile.
+
+    Attributes:
+        name: the `@triton.jit` function's name inside `source`.
+        source: a whole Python module: imports and one `@triton.jit` function (helpers allowed).
+        args: the kernel's positional arguments, in order: `TensorArg` for a pointer, an `int`
+            for an integer scalar (an example value: GPUs compile ahead of time for it; Triton
+            specialises on 1 and on divisibility by 16, like at any launch).
+        constexprs: `tl.constexpr` arguments (block sizes), passed by keyword at every launch.
+            Stored as a read-only mapping.
+        num_warps: warps per program (a power of two).
+        num_stages: software-pipelining stages (>= 1).
+
+    Raises `ValueError`/`TypeError` on construction when a field is malformed.
+    """
+
+    name: str
+    source: str
+    args: tuple[TensorArg | int, ...]
+    constexprs: Mapping[str, int] = field(default_factory=dict)
+    num_warps: int = 4
+    num_stages: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier() or keyword.iskeyword(self.name):
+            raise ValueError(f"KernelSpec.name must be a Python identifier, got {self.name!r}")
+        if not isinstance(self.source, str) or not self.source.strip():
+            raise ValueError(f"KernelSpec {self.name!r}: source is empty")
+        object.__setattr__(self, "args", tuple(self.args))
+        for i, arg in enumerate(self.args):
+            if isinstance(arg, bool) or not isinstance(arg, TensorArg | int):
+                raise TypeError(
+                    f"KernelSpec {self.name!r}: args[{i}] must be TensorArg or int, got {arg!r}"
+                )
+        frozen = dict(self.constexprs)
+        for key, value in frozen.items():
+            if not isinstance(key, str) or not key.isidentifier():
+                raise ValueError(f"KernelSpec {self.name!r}: bad constexpr name {key!r}")
+            if not isinstance(value, int):
+                raise TypeError(f"KernelSpec {self.name!r}: constexpr {key}={value!r} is not int")
+        object.__setattr__(self, "constexprs", MappingProxyType(frozen))
+        warps = self.num_warps
+        if not isinstance(warps, int) or warps < 1 or warps & (warps - 1):
+            raise ValueError(f"KernelSpec {self.name!r}: num_warps={warps!r} is not a power of 2")
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ValueError(f"KernelSpec {self.name!r}: num_stages={self.num_stages!r} < 1")
+
+    def key(self) -> tuple[object, ...]:
+        """A hashable tuple of every field (constexprs sorted): equal specs, equal keys."""
+        return (
+            self.name,
+            self.source,
+            self.args,
+            tuple(sorted(self.constexprs.items())),
+            self.num_warps,
+            self.num_stages,
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.key())

@@ -1,0 +1,130 @@
+"""Shared fixtures: kernel sources, an isolated cache directory, a clean in-process memo."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from coil.runtime import KernelSpec, TensorArg
+from coil.runtime.compile import clear_memo
+from coil.runtime.disk_cache import reset_cache_stats
+from coil.runtime.knobs import override
+
+ADD_SOURCE = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x + y, mask=mask)
+'''
+
+# A row reduction with a user @jit helper (a nested jit call) and the standard library's tl.sum.
+# The loop bound is a constexpr: portable to Triton 3.6's interpreter (see ROWSUM_DYNAMIC_SOURCE).
+ROWSUM_SOURCE = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _square(v):
+    return v * v
+
+
+@triton.jit
+def rowsum_kernel(in_ptr, out_ptr, N_COLS: tl.constexpr, RBLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([RBLOCK], dtype=tl.float32)
+    for start in range(0, N_COLS, RBLOCK):
+        cols = start + tl.arange(0, RBLOCK)
+        mask = cols < N_COLS
+        v = tl.load(in_ptr + row * N_COLS + cols, mask=mask, other=0.0)
+        acc += _square(v.to(tl.float32))
+    tl.store(out_ptr + row, tl.sum(acc, axis=0))
+'''
+
+# The same with a run-time loop bound, as Inductor-style codegen emits. Triton 3.6's interpreter
+# fails on it with NumPy 2.x (`int()` of a one-element array in its patched __index__); 3.9 works.
+ROWSUM_DYNAMIC_SOURCE = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rowsum_dynamic(in_ptr, out_ptr, n_cols, RBLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([RBLOCK], dtype=tl.float32)
+    for start in range(0, n_cols, RBLOCK):
+        cols = start + tl.arange(0, RBLOCK)
+        mask = cols < n_cols
+        v = tl.load(in_ptr + row * n_cols + cols, mask=mask, other=0.0)
+        acc += v.to(tl.float32) * v.to(tl.float32)
+    tl.store(out_ptr + row, tl.sum(acc, axis=0))
+'''
+
+
+def triton_version() -> tuple[int, int]:
+    """(major, minor) of the installed triton."""
+    import triton
+
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+class Specs:
+    """Kernel specs for tests (a fixture: conftest is not importable under importlib mode)."""
+
+    add_source = ADD_SOURCE
+    rowsum_source = ROWSUM_SOURCE
+    triton_version = staticmethod(triton_version)
+
+    @staticmethod
+    def add(block: int = 64) -> KernelSpec:
+        f32 = TensorArg(torch.float32)
+        return KernelSpec("add_kernel", ADD_SOURCE, (f32, f32, f32, 1024), {"BLOCK": block})
+
+    @staticmethod
+    def rowsum(n_cols: int, rblock: int = 128) -> KernelSpec:
+        f32 = TensorArg(torch.float32)
+        constexprs = {"N_COLS": n_cols, "RBLOCK": rblock}
+        return KernelSpec("rowsum_kernel", ROWSUM_SOURCE, (f32, f32), constexprs)
+
+    @staticmethod
+    def rowsum_dynamic(rblock: int = 128) -> KernelSpec:
+        f32 = TensorArg(torch.float32)
+        source = ROWSUM_DYNAMIC_SOURCE
+        return KernelSpec("rowsum_dynamic", source, (f32, f32, 1024), {"RBLOCK": rblock})
+
+
+@pytest.fixture(scope="session")
+def specs() -> type[Specs]:
+    """The test kernels' specs and sources."""
+    return Specs
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Iterator[Path]:
+    """A fresh COIL_CACHE_DIR for this test, an empty memo and zeroed cache counters."""
+    root = tmp_path / "coil-cache"
+    clear_memo()
+    reset_cache_stats()
+    with override(cache_dir=root):
+        yield root
+    clear_memo()
+
+
+@pytest.fixture
+def clean_env() -> dict[str, str]:
+    """This process's environment without TRITON_INTERPRET and COIL_* (for subprocesses)."""
+    return {
+        k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and not k.startswith("COIL_")
+    }

@@ -1,0 +1,76 @@
+"""Ahead-of-time compilation logic, checked on the CPU with a stand-in for Triton's warmup.
+
+The real thing (Triton compiling for an H200) is in test_gpu.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from coil.runtime import Kernel, KernelCompileError, compile_kernels
+from coil.runtime import aot as aot_module
+from coil.runtime.knobs import override
+
+CUDA0 = torch.device("cuda", 0)
+
+
+class FakeJit:
+    """Records warmup calls like a JITFunction would receive them."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.calls: list[tuple[tuple[object, ...], dict[str, object], str]] = []
+
+    def warmup(self, *args: object, **kwargs: object) -> None:
+        self.calls.append((args, kwargs, threading.current_thread().name))
+        if self.fail:
+            raise ValueError("triton says no")
+
+    def run(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("not launched here")
+
+
+@pytest.fixture
+def no_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+
+
+def test_precompile_args_threads_and_errors(specs: Any, tmp_path: Path, no_cuda_device: None) -> None:
+    fakes = [FakeJit(), FakeJit(), FakeJit(fail=True), FakeJit(fail=True)]
+    kernels = [Kernel(specs.add(2**i), f, tmp_path / f"{i}.py", CUDA0, False) for i, f in
+               enumerate(fakes)]
+    with pytest.raises(KernelCompileError) as info:
+        aot_module.precompile(kernels, CUDA0, threads=3)
+    assert info.value.path == tmp_path / "2.py"  # the first failure, in spec order
+    assert info.value.stage == "compile" and isinstance(info.value.__cause__, ValueError)
+    assert all(len(f.calls) == 1 for f in fakes)  # every kernel was attempted
+    args, kwargs, thread = fakes[0].calls[0]
+    assert thread == threading.current_thread().name  # the first one compiles in the caller
+    assert {f.calls[0][2] for f in fakes[1:]} <= {f"coil-aot_{i}" for i in range(3)}
+    assert args == (torch.float32, torch.float32, torch.float32, 1024)
+    assert kwargs == {"grid": (1,), "BLOCK": 1, "num_warps": 4, "num_stages": 1}
+
+
+def test_compile_kernels_precompiles_new_cuda_kernels_once(
+    cache_dir: Path, specs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setattr(
+        aot_module, "precompile", lambda ks, device, threads: seen.append([k.name for k in ks])
+    )
+    first = compile_kernels([specs.add(), specs.rowsum(8)], CUDA0)
+    assert seen == [["add_kernel", "rowsum_kernel"]]
+    assert not any(k.interpreted for k in first.values())
+    again = compile_kernels([specs.add(), specs.rowsum(8)], CUDA0)
+    assert seen == [["add_kernel", "rowsum_kernel"]] and again == first  # memo: no second AOT
+    with override(aot_compile=False):
+        compile_kernels([specs.add(128)], CUDA0)
+    with override(triton_interpret=True):
+        interpreted = compile_kernels([specs.add(256)], CUDA0)["add_kernel"]
+    assert seen == [["add_kernel", "rowsum_kernel"]]
+    assert interpreted.interpreted

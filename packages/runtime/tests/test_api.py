@@ -1,0 +1,71 @@
+"""The public API is frozen here: adding or removing a name must change this test."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import subprocess
+import sys
+
+import coil.runtime as runtime
+
+EXPECTED_ALL = [
+    "Kernel",
+    "KernelCompileError",
+    "KernelSpec",
+    "TensorArg",
+    "compile_kernels",
+    "interpreter_enabled",
+]
+
+EXPECTED_SIGNATURES = {
+    "compile_kernels": "(specs: 'Sequence[KernelSpec]', device: 'torch.device') -> 'dict[str, Kernel]'",
+    "interpreter_enabled": "(device: 'torch.device') -> 'bool'",
+    "Kernel.__call__": "(self, grid: 'tuple[int, ...]', *args: 'object') -> 'None'",
+}
+
+EXPECTED_FIELDS = {
+    "TensorArg": [("dtype", "torch.dtype")],
+    "KernelSpec": [
+        ("name", "str"),
+        ("source", "str"),
+        ("args", "tuple[TensorArg | int, ...]"),
+        ("constexprs", "Mapping[str, int]"),
+        ("num_warps", "int"),
+        ("num_stages", "int"),
+    ],
+}
+
+
+def test_all_snapshot() -> None:
+    assert sorted(runtime.__all__) == EXPECTED_ALL
+    for name in runtime.__all__:
+        assert getattr(runtime, name) is not None
+
+
+def test_signatures_snapshot() -> None:
+    got = {
+        "compile_kernels": str(inspect.signature(runtime.compile_kernels)),
+        "interpreter_enabled": str(inspect.signature(runtime.interpreter_enabled)),
+        "Kernel.__call__": str(inspect.signature(runtime.Kernel.__call__)),
+    }
+    assert got == EXPECTED_SIGNATURES
+
+
+def test_dataclass_fields_snapshot() -> None:
+    for cls_name, fields in EXPECTED_FIELDS.items():
+        cls = getattr(runtime, cls_name)
+        got = [(f.name, f.type) for f in dataclasses.fields(cls)]
+        assert got == fields, cls_name
+    spec_defaults = {f.name: f.default for f in dataclasses.fields(runtime.KernelSpec)}
+    assert spec_defaults["num_warps"] == 4 and spec_defaults["num_stages"] == 1
+
+
+def test_import_is_a_thin_gate() -> None:
+    """Importing coil.runtime imports neither triton nor torch (they come on first use)."""
+    code = (
+        "import sys, coil.runtime, coil.runtime.knobs;"
+        "bad = [m for m in ('triton', 'torch') if m in sys.modules];"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
