@@ -22,6 +22,7 @@ PROVIDES = {
     "sympy": {"sympy"},
     "matplotlib": {"matplotlib"},
     "numpy": {"numpy"},
+    "transformers": {"transformers"},
 }
 
 
@@ -73,14 +74,13 @@ def violations(pkg_dir: Path) -> list[str]:
 def _guarded(tree: ast.AST, target: ast.AST) -> bool:
     """An optional extra may only be imported inside a function (lazily, where it is used)."""
     for fn in ast.walk(tree):
-        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
-            if any(n is target for n in ast.walk(fn)):
-                return True
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and any(n is target for n in ast.walk(fn)):
+            return True
     return False
 
 
 def main() -> int:
-    pkgs = sorted((ROOT / "packages").iterdir()) + [ROOT / "meta"]
+    pkgs = [*sorted((ROOT / "packages").iterdir()), ROOT / "meta"]
     bad = [v for p in pkgs if (p / "pyproject.toml").exists() for v in violations(p)]
     for line in bad:
         print(line)

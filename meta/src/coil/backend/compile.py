@@ -16,9 +16,6 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._functorch.aot_autograd import aot_module_simplified
-from torch._functorch.partitioners import min_cut_rematerialization_partition
-
 from coil.backend.errors import CoilCompileError
 from coil.backend.knobs import knobs
 from coil.backend.stats import COMPILED, GraphStats
@@ -28,6 +25,8 @@ from coil.runtime import KernelSpec, TensorArg, compile_kernels
 from coil.scheduler import Schedule, schedule
 from coil.triton_codegen import KernelSource, generate
 from coil.wrapper_codegen import KernelLaunch, WrapperProgram, build, emit_python
+from torch._functorch.aot_autograd import aot_module_simplified
+from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 log = logging.getLogger("coil.backend")
 _counter = itertools.count()
@@ -91,7 +90,7 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats) 
                          sorted(program.constants), name)
     kernels = _stage("runtime compile", name, compile_kernels, _specs(sources, lowered), device)
     namespace: dict[str, Any] = {}
-    exec(compile(source, f"<coil wrapper {name}>", "exec"), namespace)  # noqa: S102
+    exec(compile(source, f"<coil wrapper {name}>", "exec"), namespace)
     call = namespace["make"](device, program.constants, kernels)
     _record(stats, lowered, sched, sources, program, source)
     log.info("compiled %s: %d kernels, %d externs, fallbacks %s", name, stats.kernels, stats.externs, stats.fallbacks)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import sympy
 import torch
 
-Expr = sympy.Expr
+Expr: TypeAlias = sympy.Expr
 
 
 def as_expr(value: object) -> Expr:
@@ -44,7 +45,7 @@ class Layout:
     dtype: torch.dtype
     size: tuple[Expr, ...]
     stride: tuple[Expr, ...]
-    offset: Expr = sympy.Integer(0)
+    offset: Expr = sympy.S.Zero
 
     def __post_init__(self) -> None:
         if len(self.size) != len(self.stride):

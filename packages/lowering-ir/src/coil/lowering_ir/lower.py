@@ -10,7 +10,6 @@ have exactly the strides eager PyTorch gives.
 from __future__ import annotations
 
 import torch.fx
-
 from coil.lowering_ir import ops as _ops  # noqa: F401  (registers the lowerings)
 from coil.lowering_ir.lowerer import Lowerer
 from coil.lowering_ir.nodes import LoweredGraph

@@ -9,7 +9,6 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-
 from coil.lowering_ir.errors import LoweringError, Unsupported
 from coil.lowering_ir.layout import Expr, Layout, as_expr
 from coil.lowering_ir.nodes import (
@@ -59,7 +58,7 @@ class Lowerer:
 
     def new_buffer(self, val: torch.Tensor) -> ComputedBuffer:
         """A buffer laid out exactly as the FakeTensor `val` (offset folded into its pointer)."""
-        buf = ComputedBuffer(self.fresh("buf"), Layout.from_tensor(val, val.storage_offset()))
+        buf = ComputedBuffer(self.fresh("buf"), Layout.from_tensor(val, int(val.storage_offset())))
         self.fake_offset[buf.name] = int(val.storage_offset())
         return buf
 
@@ -145,7 +144,7 @@ class Lowerer:
         val = node.meta.get("val")
         index = len(self.inputs)
         if isinstance(val, torch.Tensor):
-            buf = InputBuffer(f"arg{index}", Layout.from_tensor(val, val.storage_offset()), index)
+            buf = InputBuffer(f"arg{index}", Layout.from_tensor(val, int(val.storage_offset())), index)
             self.fake_offset[buf.name] = int(val.storage_offset())
             self.inputs.append(buf)
             return buf
@@ -161,13 +160,13 @@ class Lowerer:
         value = getattr(self.gm, str(node.target))
         if not isinstance(value, torch.Tensor):
             return value
-        buf = ConstantBuffer(f"const{len(self.constants)}", Layout.from_tensor(value, value.storage_offset()), value)
+        buf = ConstantBuffer(f"const{len(self.constants)}", Layout.from_tensor(value, int(value.storage_offset())), value)
         self.fake_offset[buf.name] = int(value.storage_offset())
         self.constants.append(buf)
         return buf
 
     def _call(self, node: torch.fx.Node) -> Any:
-        args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
+        args: Any = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
         if node.target is operator.getitem:
             return args[0][args[1]]

@@ -19,7 +19,6 @@ from typing import Any
 
 import sympy
 import torch
-
 from coil.lowering_ir.layout import Expr, Layout
 from coil.lowering_ir.values import Load, Value, loads
 

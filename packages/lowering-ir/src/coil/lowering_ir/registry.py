@@ -23,7 +23,7 @@ def register(*ops: Any) -> Callable[[LoweringFn], LoweringFn]:
     def deco(fn: LoweringFn) -> LoweringFn:
         for op in ops:
             if isinstance(op, torch._ops.OpOverloadPacket):
-                for name in op.overloads():
+                for name in op.overloads():  # type: ignore[no-untyped-call]
                     overload = getattr(op, name)
                     if "out" not in name:
                         LOWERINGS[overload] = fn

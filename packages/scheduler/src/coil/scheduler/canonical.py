@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sympy
-
 from coil.lowering_ir import Expr, Pointwise, Reduction, Value, map_indices
 from coil.lowering_ir.values import IndexValue, Load, Op
 

@@ -10,11 +10,11 @@ is recorded with its reason in `FusionLog`.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import sympy
-
 from coil.lowering_ir import ExternKernel, Operation, Pointwise, Reduction
 from coil.scheduler.group import FusionIllegal, KernelGroup, plan
 
@@ -51,10 +51,12 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
         gid[id(op)] = i
         groups[i] = [op]
 
-    def preds(g: int) -> set[int]:
+    op_reads = {id(op): op.reads() for op in ops}
+
+    def compute_preds(g: int) -> set[int]:
         out: set[int] = set()
         for op in groups[g]:
-            for r in op.reads():
+            for r in op_reads[id(op)]:
                 w = writer.get(r)
                 if w is not None and gid[id(w)] != g:
                     out.add(gid[id(w)])
@@ -65,23 +67,13 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                             out.add(gid[id(rd)])
         return out
 
-    def reaches(src: set[int], dst: int, avoid: set[int]) -> bool:
-        """Is `dst` reachable from any of `src` through groups outside `avoid`? (walk backwards)"""
-        stack = [dst]
-        seen: set[int] = set()
-        while stack:
-            g = stack.pop()
-            for p in preds(g):
-                if p in src and g != dst:
-                    return True
-                if p in seen or p in avoid:
-                    continue
-                seen.add(p)
-                stack.append(p)
-        return False
+    pred_cache: dict[int, set[int]] = {g: compute_preds(g) for g in groups}
+
+    def preds(g: int) -> set[int]:
+        return pred_cache[g]
 
     def creates_cycle(a: int, b: int) -> bool:
-        # a path a -> ... -> b (or b -> ... -> a) through some third group
+        """Is there a path between a and b (either way) through some third group?"""
         for s, d in ((a, b), (b, a)):
             stack = [p for p in preds(d) if p != s]
             seen: set[int] = set()
@@ -94,6 +86,14 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                 seen.add(g)
                 stack.extend(preds(g))
         return False
+
+    def merged_into(keep: int, drop: int) -> None:
+        pred_cache[keep] = (pred_cache[keep] | pred_cache.pop(drop)) - {keep, drop}
+        for ps in pred_cache.values():
+            if drop in ps:
+                ps.discard(drop)
+                ps.add(keep)
+        pred_cache[keep].discard(keep)
 
     def outside_readers(members: list[Operation]) -> set[str]:
         ids = {id(m) for m in members}
@@ -113,7 +113,7 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
             for op in ops:
                 if not isinstance(op, Pointwise | Reduction):
                     continue
-                for r in op.reads():
+                for r in op_reads[id(op)]:
                     w = writer.get(r)
                     if isinstance(w, Pointwise | Reduction) and gid[id(w)] != gid[id(op)]:
                         cands.append((2 * _nbytes(w, r), gid[id(w)], gid[id(op)]))
@@ -144,16 +144,16 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                     gid[id(o)] = keep
                 plans.pop(drop, None)
                 plans[keep] = p
+                merged_into(keep, drop)
                 changed = True
     # order: Kahn's algorithm, earliest original position first
     order: list[int] = []
     indeg = {g: len(preds(g)) for g in groups}
     succ: dict[int, set[int]] = {g: set() for g in groups}
     for g in groups:
-        for p in preds(g):
-            succ[p].add(g)
+        for pg in preds(g):
+            succ[pg].add(g)
     ready = sorted((min(pos[id(o)] for o in groups[g]), g) for g in groups if indeg[g] == 0)
-    import heapq
 
     heapq.heapify(ready)
     while ready:
@@ -171,12 +171,11 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
         if len(members) == 1 and isinstance(members[0], ExternKernel):
             result.append(members[0])
             continue
-        p = plans.get(g)
-        if p is None:
-            p = plan(members[0].name, members, outside_readers(members), graph_outputs)  # type: ignore[arg-type]
-        result.append(p)
+        kg = plans.get(g)
+        if kg is None:
+            kg = plan(members[0].name, members, outside_readers(members), graph_outputs)  # type: ignore[arg-type]
+        result.append(kg)
     for i, step in enumerate(result):
         if isinstance(step, KernelGroup):
             step.name = f"kernel{i}"
-    _ = reaches
     return result

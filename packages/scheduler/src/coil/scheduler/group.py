@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import sympy
-
 from coil.lowering_ir import Expr, Pointwise, Reduction, loads
 from coil.scheduler.canonical import LoopNest, canonicalize, syms
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import sympy
 import torch
-
 from coil.lowering_ir import Buffer, Constant, Expr, IndexValue, Load, Op, Reduction, Value
 from coil.scheduler import KernelGroup, Member
 from coil.triton_codegen.config import KernelConfig, choose
@@ -87,10 +86,9 @@ class KernelWriter:
             int(rn) if isinstance(rn, sympy.Integer) else 1 << 20,
             self.reduction, target, strategy,
         )
-        big = any(
-            isinstance(b.layout.storage_extent(), sympy.Integer) and int(b.layout.storage_extent()) >= 2**31
-            for b in buffers.values()
-        ) or not isinstance(xn * rn, sympy.Integer) or int(xn * rn) >= 2**31
+        touched = {r for m in group.members for r in m.op.reads()} | {m.op.output.name for m in group.members}
+        extents = [buffers[b].layout.storage_extent() for b in touched if b in buffers]
+        big = any(not isinstance(e, sympy.Integer) or int(e) >= 2**31 for e in extents) or not isinstance(xn * rn, sympy.Integer) or int(xn * rn) >= 2**31
         self.int64 = big
 
     # -- helpers ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ def texpr(e: sympy.Expr) -> str:
     if isinstance(e, sympy.Integer):
         return str(int(e))
     if isinstance(e, sympy.Symbol):
-        return e.name
+        return str(e.name)
     if isinstance(e, sympy.Add):
         terms = sorted(e.args, key=sympy.default_sort_key)
         return "(" + " + ".join(texpr(t) for t in terms) + ")"

@@ -17,7 +17,13 @@ from coil.wrapper_codegen.lines import (
     Unpack,
     View,
 )
-from coil.wrapper_codegen.plan import DynamicShapeError, KernelLaunch, WrapperProgram, build, op_name
+from coil.wrapper_codegen.plan import (
+    DynamicShapeError,
+    KernelLaunch,
+    WrapperProgram,
+    build,
+    op_name,
+)
 
 __all__ = [
     "Allocate",

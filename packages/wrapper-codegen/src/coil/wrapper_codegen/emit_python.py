@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from coil.wrapper_codegen.lines import (
     Allocate,
     ExternCall,

@@ -8,7 +8,6 @@ from typing import Any
 
 import sympy
 import torch
-
 from coil.lowering_ir import (
     Buffer,
     ConstantBuffer,
@@ -150,7 +149,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
                     lines.append(Allocate(w, size, stride, buf.layout.dtype, buf.layout.device))
                     live_storage[w] = w
             ln = launches[st.name]
-            lines.append(KernelCall(st.name, ints([ln.grid]) + (1, 1), ln.pointer_args, ints(ln.size_args)))
+            lines.append(KernelCall(st.name, (*ints([ln.grid]), 1, 1), ln.pointer_args, ints(ln.size_args)))
         else:
             if st.fallback:
                 fallback_ops.append(str(st.kernel))
@@ -163,6 +162,8 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
         for b in freed_by_step.get(i, []):
             if b in taken and b not in inputs:
                 continue  # its storage lives on under a new name
+            if b in constants:
+                continue  # captured by the wrapper for its whole life
             if b in live_storage or b in inputs:
                 lines.append(Free(b))
                 live_storage.pop(b, None)

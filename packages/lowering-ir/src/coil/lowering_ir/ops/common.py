@@ -7,11 +7,10 @@ from typing import Any
 
 import sympy
 import torch
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
-
 from coil.lowering_ir.errors import Unsupported
 from coil.lowering_ir.nodes import Buffer, ReinterpretView, load
 from coil.lowering_ir.values import Constant, Op, Value
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 
 def is_tensor(x: Any) -> bool:
@@ -74,7 +73,7 @@ def _meta(x: Any) -> Any:
 
 def promoted(*args: Any) -> torch.dtype:
     """PyTorch's default elementwise type promotion of tensors and scalars (0-dim rules kept)."""
-    metas = []
+    metas: list[Any] = []
     for a in args:
         if is_tensor(a):
             m = torch.empty([], dtype=a.layout.dtype, device="meta") if len(a.layout.size) == 0 \

@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 import torch.fx
-
 from coil.lowering_ir.lowerer import Lowerer
 from coil.lowering_ir.registry import register
 

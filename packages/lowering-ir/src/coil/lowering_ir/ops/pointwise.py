@@ -8,7 +8,6 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-
 from coil.lowering_ir.errors import Unsupported
 from coil.lowering_ir.lowerer import Lowerer as LowererLike
 from coil.lowering_ir.nodes import TensorRef
@@ -105,8 +104,11 @@ def _compare(name: str) -> Any:
 def _logical(name: str) -> Any:
     def lowering(lw: LowererLike, node: torch.fx.Node, a: Any, b: Any) -> TensorRef:
         dt = out_dtype(lw)
-        v = lambda p: Op(name, (value_of(a, p, torch.bool), value_of(b, p, torch.bool)), torch.bool)  # noqa: E731
-        return lw.pointwise(lambda p: cast(v(p), dt))
+        def body(p: list[sympy.Symbol]) -> Value:
+            both = (value_of(a, p, torch.bool), value_of(b, p, torch.bool))
+            return cast(Op(name, both, torch.bool), dt)
+
+        return lw.pointwise(body)
 
     return lowering
 
@@ -224,15 +226,15 @@ def iota(lw: LowererLike, node: torch.fx.Node, length: Any, *, start: Any = 0, s
 
 @register(aten.arange)
 def arange(lw: LowererLike, node: torch.fx.Node, *args: Any, **kw: Any) -> TensorRef:
-    nums = [a for a in args if isinstance(a, int | float)]
     start, step = 0, 1
     if node.target is aten.arange.start_step:
-        start, step = nums[0], nums[2]
+        start = args[0]
+        step = args[2] if len(args) > 2 else kw.get("step", 1)
     elif node.target is aten.arange.start:
-        start = nums[0]
+        start = args[0]
     elif node.target is not aten.arange.default:
         raise Unsupported("arange overload")
     if not (isinstance(start, int) and isinstance(step, int)):
-        raise Unsupported("float arange")
+        raise Unsupported("float or symbolic arange")
     dt = out_dtype(lw)
     return lw.pointwise(lambda p: cast(IndexValue(start + step * p[0], torch.int64), dt))

@@ -11,7 +11,6 @@ from typing import Any
 
 import torch
 import torch.fx
-
 from coil.lowering_ir.errors import Unsupported
 from coil.lowering_ir.lowerer import Lowerer
 from coil.lowering_ir.nodes import TensorRef
@@ -45,9 +44,9 @@ def view(lw: Lowerer, node: torch.fx.Node, x: Any, *args: Any, **kw: Any) -> Ten
 
 
 def _copy_reshape(lw: Lowerer, x: TensorRef, val: torch.Tensor) -> TensorRef:
+    import sympy
     from coil.lowering_ir.lowerer import index_symbols  # local: avoid a cycle at import
     from coil.lowering_ir.nodes import load
-    import sympy
 
     in_size = x.layout.size
     def body(p: list[sympy.Symbol]) -> Any:

@@ -1,0 +1,60 @@
+"""coil.backend's own tests: knobs, the CLI, stats, and the backend's registration."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import coil.backend
+import pytest
+from coil.backend import KNOBS, GraphStats, knobs
+from coil.backend.cli import main
+
+
+def test_knob_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COIL_FALLBACK_ON_ERROR", raising=False)
+    assert knobs.fallback_on_error is True
+    monkeypatch.setenv("COIL_FALLBACK_ON_ERROR", "0")
+    assert knobs.fallback_on_error is False
+    monkeypatch.setenv("COIL_FALLBACK_ON_ERROR", "maybe")
+    with pytest.raises(ValueError, match="COIL_FALLBACK_ON_ERROR"):
+        _ = knobs.fallback_on_error
+
+
+def test_override_is_scoped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COIL_FUSION", raising=False)
+    with knobs.override(fusion=False):
+        assert knobs.fusion is False
+        with knobs.override(fusion=True):
+            assert knobs.fusion is True
+        assert knobs.fusion is False
+    assert knobs.fusion is True
+
+
+def test_unknown_knob_is_an_error() -> None:
+    with pytest.raises(AttributeError, match="no knob"):
+        _ = knobs.nonexistent
+    assert set(KNOBS) == {"fallback_on_error", "fusion", "reuse", "reduction_strategy", "verify"}
+
+
+def test_cli_requires_a_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+    assert "demo" in capsys.readouterr().err
+
+
+def test_backend_is_registered_as_coil() -> None:
+    eps = [e for e in entry_points(group="torch_dynamo_backends") if e.name == "coil"]
+    assert len(eps) == 1
+    assert eps[0].load() is coil.backend.coil_backend
+
+
+def test_stats_count_fused_ops() -> None:
+    s = GraphStats("g", ir_ops=10, kernels=3)
+    assert s.ops_fused == 7
+
+
+def test_public_api_snapshot() -> None:
+    assert sorted(coil.backend.__all__) == [
+        "COMPILED", "CoilCompileError", "GraphStats", "KNOBS", "coil_backend", "compile_graph", "knobs", "reset",
+    ]

@@ -1,0 +1,26 @@
+"""Shared fixtures: the device (CUDA when present, else CPU through the Triton interpreter)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("COIL_VERIFY", "1")
+
+
+@pytest.fixture
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    import coil.backend
+
+    torch._dynamo.reset()
+    coil.backend.reset()
