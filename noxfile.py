@@ -47,11 +47,16 @@ PACKAGES: dict[str, list[str]] = {
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100"]
 
 
+def _paths(*folders: str) -> list[str]:
+    """Local folders as install arguments ("./meta", never the PyPI name "meta")."""
+    return [f"./{f}" for f in folders]
+
+
 @nox.session
 @nox.parametrize("package", list(PACKAGES))
 def tests(session: nox.Session, package: str) -> None:
     """One package's tests, with only that package and its declared dependencies installed."""
-    session.install(*PACKAGES[package], package, *TEST_TOOLS)
+    session.install(*_paths(*PACKAGES[package], package), *TEST_TOOLS)
     if package == "packages/memory-planner":
         # the planner must run without torch: prove it is not there
         session.run("python", "-c", "import importlib.util as u; assert u.find_spec('torch') is None")
@@ -61,14 +66,14 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session
 def integration(session: nox.Session) -> None:
     """End to end: real models compiled with backend="coil" against eager PyTorch."""
-    session.install(*PACKAGES["meta"], "meta", *TEST_TOOLS)
+    session.install(*_paths(*PACKAGES["meta"], "meta"), *TEST_TOOLS)
     session.run("pytest", "-q", "tests-integration", *session.posargs)
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over every package's sources."""
-    session.install(*[f"-e{p}" for p in PACKAGES], "mypy>=1.13", *TEST_TOOLS)
+    session.install(*[f"-e./{p}" for p in PACKAGES], "transformers>=4.45", "mypy>=1.13", *TEST_TOOLS)
     session.run("mypy", *[f"{p}/src" for p in PACKAGES])
 
 

@@ -1,0 +1,312 @@
+"""build(): allocation before use, freeing after last use, safe reuse; and end-to-end execution."""
+
+from __future__ import annotations
+
+import coil.lowering_ir as L
+import coil.wrapper_codegen as WC
+import pytest
+import sympy
+import torch
+from coil.scheduler import Schedule
+from coil.wrapper_codegen import (
+    Allocate,
+    DynamicShapeError,
+    ExternCall,
+    Free,
+    KernelCall,
+    Return,
+    Reuse,
+    Unpack,
+    View,
+    build,
+    op_name,
+)
+
+F = torch.nn.functional
+STEP_LINES = (KernelCall, ExternCall)
+
+
+def test_public_api_snapshot():
+    assert sorted(WC.__all__) == [
+        "Allocate",
+        "DynamicShapeError",
+        "ExternCall",
+        "Free",
+        "KernelCall",
+        "KernelLaunch",
+        "Line",
+        "Ref",
+        "Return",
+        "Reuse",
+        "Unpack",
+        "View",
+        "WrapperProgram",
+        "build",
+        "emit_line",
+        "emit_python",
+        "op_name",
+        "pyrepr",
+    ]
+    for name in WC.__all__:
+        assert hasattr(WC, name)
+
+
+# -- a line-level simulator ----------------------------------------------------------------------------
+
+
+def simulate(prog, refs):
+    """Walk the lines; return per-name facts. Asserts nothing is used undefined or after a del."""
+    lines = prog.lines
+    assert isinstance(lines[0], Unpack) and isinstance(lines[-1], Return)
+    assert sum(isinstance(ln, Unpack) for ln in lines) == 1
+    assert sum(isinstance(ln, Return) for ln in lines) == 1
+    live = {n for n in lines[0].names if n is not None} | set(prog.constants)
+    inputs = set(live) - set(prog.constants)
+    defined_at, killed_at, uses = {}, {}, {}
+    view_base = {}
+    donations = []
+    for i, ln in enumerate(lines):
+        used, defs, kills = [], [], []
+        if isinstance(ln, Allocate):
+            defs = [ln.name]
+        elif isinstance(ln, Reuse):
+            used, kills, defs = [ln.donor], [ln.donor], [ln.name]
+            donations.append((i, ln))
+        elif isinstance(ln, Free):
+            used, kills = [ln.name], [ln.name]
+        elif isinstance(ln, View):
+            used, defs = [ln.base], [ln.name]
+            view_base[ln.name] = ln.base
+        elif isinstance(ln, KernelCall):
+            used = list(ln.args)
+        elif isinstance(ln, ExternCall):
+            used = refs(ln.args) + refs([v for _, v in ln.kwargs])
+            defs = refs(ln.results)
+            assert {n for n, _, _ in ln.expect} <= set(defs)
+        elif isinstance(ln, Return):
+            used = refs(ln.values)
+        for n in used:
+            assert n in live, f"line {i} {ln} uses {n}, which is not live"
+            uses.setdefault(n, []).append(i)
+        for n in kills:
+            live.discard(n)
+            killed_at[n] = i
+        for n in defs:
+            assert n not in live, f"line {i} redefines live {n}"
+            live.add(n)
+            defined_at[n] = i
+    return {
+        "live_at_end": live, "inputs": inputs, "defined_at": defined_at, "killed_at": killed_at,
+        "uses": uses, "view_base": view_base, "donations": donations,
+    }
+
+
+def check_program(s: Schedule, prog, refs, *, views_too=False):
+    facts = simulate(prog, refs)
+    lines = prog.lines
+    bufs = s.graph.buffers()
+    ret = lines[-1]
+    out_names = set(refs(ret.values))
+    out_storage = {facts["view_base"].get(n, n) for n in out_names}
+    # every kernel store is allocated (or takes a donor's storage) before its kernel runs
+    kcall = {ln.kernel: i for i, ln in enumerate(lines) if isinstance(ln, KernelCall)}
+    for k in s.kernels():
+        for w in k.stores:
+            assert facts["defined_at"][w] < kcall[k.name]
+    # nothing that is returned is ever freed
+    for n in out_storage:
+        assert n not in facts["killed_at"], f"output {n} freed"
+    # every other buffer is dropped, right after the step that last uses it
+    ignore = set(prog.constants) | out_storage | set(facts["view_base"]) | out_names
+    leftovers = facts["live_at_end"] - ignore
+    if not views_too:
+        assert not leftovers, f"never freed: {sorted(leftovers)}"
+    for n, at in facts["killed_at"].items():
+        last_use = max(u for u in facts["uses"][n] if u < at) if any(u < at for u in facts["uses"][n]) else None
+        if last_use is not None:
+            between = lines[last_use + 1: at]
+            assert not any(isinstance(ln, STEP_LINES) for ln in between), f"{n} freed late"
+    # reuse: same bytes, same dtype/device, donor dead before the taker is written
+    for i, r in facts["donations"]:
+        a, b = bufs[r.donor], bufs[r.name]
+        assert a.layout.dtype == b.layout.dtype and a.layout.device == b.layout.device
+        nbytes = lambda buf: int(buf.layout.storage_extent()) * buf.layout.dtype.itemsize  # noqa: E731
+        assert nbytes(a) == nbytes(b)
+        assert max(facts["uses"][r.donor]) == i  # the Reuse line is the donor's last mention
+        assert r.size == tuple(int(x) for x in b.layout.size)
+        assert r.stride == tuple(int(x) for x in b.layout.stride)
+        assert r.donor not in out_storage
+    if views_too:
+        return facts, leftovers
+    return facts
+
+
+GRAPHS = {
+    "softmax_ln": (lambda x, w: (torch.softmax(x, -1), F.layer_norm(x, (6,), w, w)), lambda: (torch.randn(3, 6), torch.randn(6))),
+    "chain_reuse": (lambda x: (((x + 1).exp() * 2).t().contiguous().sin().t().contiguous() + 3,), lambda: (torch.randn(4, 4),)),
+    "externs_views": (
+        lambda x, w: (torch.cumsum((x @ w).relu(), 1), x.t(), (x @ w)[1:, ::2] * 2),
+        lambda: (torch.randn(3, 4), torch.randn(4, 5)),
+    ),
+    "reductions": (lambda x: (x.sum(0), x.amax(1), torch.var_mean(x, 1)[0], x - x.mean()), lambda: (torch.randn(4, 5),)),
+    "int_and_bool": (lambda a, x: (a * 2 + 1, (x > 0).sum(1), torch.where(x > 0, a, -a)), lambda: (torch.randint(-5, 5, (3, 4)), torch.randn(3, 4))),
+}
+
+
+EXTERN_DONOR_BUG = (
+    "plan.build: plan_reuse also assigns storage to ExternKernel results (an extern output "
+    "'takes' a dead kernel buffer of equal size), but only kernel stores emit Reuse; the donor "
+    "is then in `taken` and its Free is skipped forever, so it stays alive to the end of the call"
+)
+
+
+def _lifetime_params():
+    for name in sorted(GRAPHS):
+        for reuse in (True, False):
+            marks = ()
+            if name == "externs_views" and reuse:
+                marks = pytest.mark.xfail(strict=True, raises=AssertionError, reason=EXTERN_DONOR_BUG)
+            yield pytest.param(name, reuse, marks=marks, id=f"{name}-{'reuse' if reuse else 'noreuse'}")
+
+
+@pytest.mark.parametrize(("name", "reuse"), list(_lifetime_params()))
+def test_program_lifetimes(wr, refs, name, reuse):
+    fn, make = GRAPHS[name]
+    s = wr.schedule(fn, *make())
+    prog = wr.program(s, reuse=reuse)
+    assert (prog.reuse is not None) == reuse
+    if not reuse:
+        assert not any(isinstance(ln, Reuse) for ln in prog.lines)
+    check_program(s, prog, refs)
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_program_execution_matches_eager(wr, name, reuse):
+    fn, make = GRAPHS[name]
+    torch.manual_seed(0)
+    wr.check(fn, *make(), reuse=reuse)
+
+
+def test_reuse_happens_and_matches_the_plan(wr, refs):
+    fn, make = GRAPHS["chain_reuse"]
+    s = wr.schedule(fn, *make(), fusion=False)
+    prog = wr.program(s)
+    facts = check_program(s, prog, refs)
+    assert facts["donations"], "a chain of same-size buffers should reuse storage"
+    for _, r in facts["donations"]:
+        assert prog.reuse.storage[r.name] == r.donor
+    assert prog.reuse.peak_bytes <= prog.reuse.unplanned_peak_bytes
+    wr.check(fn, *make(), fusion=False)
+
+
+def test_fallback_ops_are_listed_and_layout_enforced(wr):
+    def fn(x):
+        return (torch.cumsum(x, 0) + 1, torch.sort(x, 1)[1])
+
+    s = wr.schedule(fn, torch.randn(3, 4))
+    prog = wr.program(s)
+    assert sorted(prog.fallback_ops) == ["aten.cumsum.default", "aten.sort.default"]
+    ext = [ln for ln in prog.lines if isinstance(ln, ExternCall)]
+    assert all(ln.expect for ln in ext)  # fallbacks get their layout enforced
+    src, _ = wr.check(fn, torch.randn(3, 4))
+    assert "ensure_layout(" in src
+
+
+def test_intended_externs_do_not_enforce_layout(wr):
+    s = wr.schedule(lambda a, b: (a @ b,), torch.randn(2, 3), torch.randn(3, 4))
+    prog = wr.program(s)
+    (ext,) = [ln for ln in prog.lines if isinstance(ln, ExternCall)]
+    assert ext.op == "torch.ops.aten.mm.default" and ext.expect == ()
+    assert prog.fallback_ops == []
+
+
+def test_graph_constants_are_passed_through(wr):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    scale = torch.arange(4.0)
+    root = torch.nn.Module()
+    root.register_buffer("scale", scale)
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    c = g.get_attr("scale")
+    mul = g.call_function(torch.ops.aten.mul.Tensor, (x, c))
+    g.output((mul,))
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        x.meta["val"] = mode.from_tensor(torch.empty(2, 4))
+        c.meta["val"] = mode.from_tensor(scale)
+        mul.meta["val"] = x.meta["val"] * c.meta["val"]
+    from coil.scheduler import schedule
+
+    s = schedule(L.lower(torch.fx.GraphModule(root, g)))
+    call, src, prog, _ = wr.compile(s)
+    assert list(prog.constants) == ["const0"] and prog.constants["const0"] is scale
+    assert "const0 = constants['const0']" in src
+    inp = torch.randn(2, 4)
+    (got,) = call([inp])
+    torch.testing.assert_close(got, inp * scale)
+
+
+def test_symbolic_graph_raises_dynamic_shape_error(wr):
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    lay = L.Layout(torch.device("cpu"), torch.float32, (s0,), (sympy.Integer(1),))
+    arg = L.InputBuffer("arg1", lay, 1)
+    g = L.LoweredGraph("g", [L.SymbolInput(0, s0), arg], [], [], [arg])
+    with pytest.raises(DynamicShapeError):
+        build(Schedule(g, []), {})
+    assert issubclass(DynamicShapeError, NotImplementedError)
+
+
+def test_op_name_round_trips():
+    for op in (torch.ops.aten.mm.default, torch.ops.aten.add.Tensor, torch.ops.aten.var_mean.correction,
+               torch.ops.prims.convert_element_type.default):
+        name = op_name(op)
+        assert name.startswith("torch.ops.")
+        assert eval(name, {"torch": torch}) is op
+
+
+# -- bugs ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=EXTERN_DONOR_BUG + " (here mm's buf5 takes buf1)")
+def test_buffer_donated_to_an_extern_result_is_still_freed(wr, refs):
+    def fn(x):
+        return (((x + 1) @ x) @ x,)
+
+    s = wr.schedule(fn, torch.randn(4, 4))
+    prog = wr.program(s)
+    check_program(s, prog, refs)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="plan.build binds every InputBuffer in Unpack, but an input no step reads has no "
+    "'last use' and is never freed: the wrapper keeps it alive for the whole call although "
+    "args is cleared precisely so inputs can be freed early",
+)
+def test_unused_input_is_not_held(wr, refs):
+    def fn(x, unused):
+        return (x + 1,)
+
+    s = wr.schedule(fn, torch.randn(3), torch.randn(1000))
+    prog = wr.program(s)
+    check_program(s, prog, refs)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="plan.build never frees View variables: after `del buf1` the view of buf1 passed to "
+    "mm still references its storage, so the memory is not released when the plan says it is",
+)
+def test_views_do_not_outlive_their_base(wr, refs):
+    def fn(x, w):
+        return ((x + 1).t() @ w,)
+
+    s = wr.schedule(fn, torch.randn(4, 3), torch.randn(4, 5))
+    prog = wr.program(s)
+    facts, _ = check_program(s, prog, refs, views_too=True)
+    freed_bases = set(facts["killed_at"])
+    alive_views = {v for v in facts["live_at_end"] if facts["view_base"].get(v) in freed_bases}
+    assert not alive_views, f"views alive past their base's free: {alive_views}"
