@@ -49,22 +49,29 @@ def _run_op(op: L.Pointwise | L.Reduction, flats: dict[str, torch.Tensor]) -> No
     p = [sympy.Symbol(f"p{i}", integer=True, nonnegative=True) for i in range(len(op.ranges))]
     for pt in itertools.product(*[range(int(s)) for s in op.ranges]):
         env = {s: sympy.Integer(i) for s, i in zip(p, pt, strict=True)}
-        dst = int(op.store_index.xreplace(env))
         if isinstance(op, L.Pointwise):
-            out[dst] = _value(op.body, env, flats).to(out.dtype)
+            out[int(op.store_index.xreplace(env))] = _value(op.body, env, flats).to(out.dtype)
             continue
         r = [sympy.Symbol(f"r{i}", integer=True, nonnegative=True) for i in range(len(op.reduction_ranges))]
-        vals = []
+        rtype = op.reduction_type
+        vals, dsts = [], []
         for rt in itertools.product(*[range(int(s)) for s in op.reduction_ranges]):
             renv = dict(env)
             renv.update({s: sympy.Integer(i) for s, i in zip(r, rt, strict=True)})
             vals.append(_value(op.body, renv, flats).to(op.acc_dtype))
+            dsts.append(int(op.store_index.xreplace(renv)))
         t = torch.stack(vals) if vals else torch.empty(0, dtype=op.acc_dtype)
+        if rtype in ("cumsum", "cumprod"):  # inclusive scan: a value at every position
+            scanned = torch.cumsum(t, 0) if rtype == "cumsum" else torch.cumprod(t, 0)
+            for d, v in zip(dsts, scanned, strict=True):
+                out[d] = v.to(out.dtype)
+            continue
         red = {
             "sum": lambda t: t.sum(dtype=op.acc_dtype), "prod": lambda t: t.prod(dtype=op.acc_dtype),
             "max": lambda t: t.max(), "min": lambda t: t.min(), "any": lambda t: t.any(), "all": lambda t: t.all(),
-        }[op.reduction_type]
-        out[dst] = red(t).to(out.dtype)
+            "argmax": lambda t: t.argmax(), "argmin": lambda t: t.argmin(),
+        }[rtype]
+        out[dsts[0]] = red(t).to(out.dtype)
 
 
 class FakeKernel:

@@ -17,6 +17,7 @@ from coil.wrapper_codegen import (
     Ref,
     Return,
     Reuse,
+    SizeOf,
     Unpack,
     View,
     emit_line,
@@ -31,6 +32,7 @@ def one_of_each():
     """One instance of every Line type, forming a small program that runs."""
     return [
         Unpack(("a", None, "b")),
+        SizeOf("n_a", "a", 0),
         Allocate("buf0", (2, 3), (3, 1), torch.float32, CPU),
         KernelCall("k0", (2, 1, 1), ("a", "buf0"), (6,)),
         View("v0", "buf0", (3, 2), (1, 3), 0),
@@ -39,7 +41,7 @@ def one_of_each():
         Reuse("buf2", "buf0", (6,), (1,)),
         ExternCall("torch.ops.aten.sort.default", (Ref("buf1"),), (("dim", 0), ("descending", True)),
                    (Ref("buf3"), None), ()),
-        Return((Ref("buf1"), Ref("buf2"), Ref("buf3"), 7, None)),
+        Return((Ref("buf1"), Ref("buf2"), Ref("buf3"), Ref("n_a"), None)),
     ]
 
 
@@ -74,7 +76,7 @@ def test_every_line_type_is_emitted_and_runs():
     torch.testing.assert_close(buf1, v0 @ b)
     assert buf2.shape == (6,) and buf2.data_ptr() != 0
     torch.testing.assert_close(buf3, torch.sort(buf1, dim=0, descending=True)[0])
-    assert seven == 7 and none is None
+    assert seven == 6 and none is None  # SizeOf bound n_a = a.size(0)
 
 
 def test_emit_line_rejects_non_lines():
@@ -151,3 +153,15 @@ def test_pyrepr_nan_and_refs():
 def test_pyrepr_rejects_what_it_cannot_write(bad):
     with pytest.raises(TypeError):
         pyrepr(bad)
+
+
+def test_pyrepr_prints_size_expressions_as_integer_arithmetic():
+    import sympy
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    for expr in (s0, 2 * s0 + 1, s0 * s1 - 3, sympy.Mod(s0, 4) + sympy.floor(s1 / 2)):
+        src = pyrepr((expr, [expr]))
+        for a in range(1, 6):
+            for b in range(1, 4):
+                want = int(expr.xreplace({s0: a, s1: b}))
+                assert eval(src, {}, {"s0": a, "s1": b}) == (want, [want])

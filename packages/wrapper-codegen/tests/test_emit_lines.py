@@ -14,6 +14,7 @@ from coil.wrapper_codegen import (
     Ref,
     Return,
     Reuse,
+    SizeOf,
     Unpack,
     View,
     build,
@@ -25,6 +26,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 ONE_OF_EACH = [
     Unpack(("a", None)),
+    SizeOf("s0", "a", 0),
     Allocate("b", (2, 3), (3, 1), torch.float32, torch.device("cpu")),
     Reuse("c", "b", (3, 2), (2, 1)),
     View("d", "a", (3,), (1,), 1),
@@ -101,6 +103,6 @@ def test_buffers_are_allocated_before_use_and_outputs_never_freed() -> None:
 def test_public_api_snapshot() -> None:
     assert sorted(wc.__all__) == sorted([
         "Allocate", "DynamicShapeError", "ExternCall", "Free", "KernelCall", "KernelLaunch", "Line", "Ref",
-        "Return", "Reuse", "Unpack", "View", "WrapperProgram", "build", "emit_line", "emit_python", "op_name",
+        "Return", "Reuse", "SizeOf", "Unpack", "View", "WrapperProgram", "build", "emit_line", "emit_python", "op_name",
         "pyrepr",
     ])

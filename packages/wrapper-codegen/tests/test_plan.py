@@ -16,9 +16,11 @@ from coil.wrapper_codegen import (
     KernelCall,
     Return,
     Reuse,
+    SizeOf,
     Unpack,
     View,
     build,
+    emit_python,
     op_name,
 )
 
@@ -38,6 +40,7 @@ def test_public_api_snapshot():
         "Ref",
         "Return",
         "Reuse",
+        "SizeOf",
         "Unpack",
         "View",
         "WrapperProgram",
@@ -88,6 +91,10 @@ def simulate(prog, refs):
         for n in used:
             assert n in live, f"line {i} {ln} uses {n}, which is not live"
             uses.setdefault(n, []).append(i)
+            base = view_base.get(n)
+            while base is not None:  # a use of a view is a use of its base's storage
+                uses.setdefault(base, []).append(i)
+                base = view_base.get(base)
         for n in kills:
             live.discard(n)
             killed_at[n] = i
@@ -153,20 +160,12 @@ GRAPHS = {
 }
 
 
-EXTERN_DONOR_BUG = (
-    "plan.build: plan_reuse also assigns storage to ExternKernel results (an extern output "
-    "'takes' a dead kernel buffer of equal size), but only kernel stores emit Reuse; the donor "
-    "is then in `taken` and its Free is skipped forever, so it stays alive to the end of the call"
-)
 
 
 def _lifetime_params():
     for name in sorted(GRAPHS):
         for reuse in (True, False):
-            marks = ()
-            if name == "externs_views" and reuse:
-                marks = pytest.mark.xfail(strict=True, raises=AssertionError, reason=EXTERN_DONOR_BUG)
-            yield pytest.param(name, reuse, marks=marks, id=f"{name}-{'reuse' if reuse else 'noreuse'}")
+            yield pytest.param(name, reuse, id=f"{name}-{'reuse' if reuse else 'noreuse'}")
 
 
 @pytest.mark.parametrize(("name", "reuse"), list(_lifetime_params()))
@@ -202,11 +201,11 @@ def test_reuse_happens_and_matches_the_plan(wr, refs):
 
 def test_fallback_ops_are_listed_and_layout_enforced(wr):
     def fn(x):
-        return (torch.cumsum(x, 0) + 1, torch.sort(x, 1)[1])
+        return (torch.kthvalue(x, 2, 1)[0] + 1, torch.sort(x, 1)[1])
 
     s = wr.schedule(fn, torch.randn(3, 4))
     prog = wr.program(s)
-    assert sorted(prog.fallback_ops) == ["aten.cumsum.default", "aten.sort.default"]
+    assert sorted(prog.fallback_ops) == ["aten.kthvalue.default", "aten.sort.default"]
     ext = [ln for ln in prog.lines if isinstance(ln, ExternCall)]
     assert all(ln.expect for ln in ext)  # fallbacks get their layout enforced
     src, _ = wr.check(fn, torch.randn(3, 4))
@@ -247,13 +246,38 @@ def test_graph_constants_are_passed_through(wr):
     torch.testing.assert_close(got, inp * scale)
 
 
-def test_symbolic_graph_raises_dynamic_shape_error(wr):
+def _sym_graph(bind_symbol):
     s0 = sympy.Symbol("s0", integer=True, positive=True)
     lay = L.Layout(torch.device("cpu"), torch.float32, (s0,), (sympy.Integer(1),))
-    arg = L.InputBuffer("arg1", lay, 1)
-    g = L.LoweredGraph("g", [L.SymbolInput(0, s0), arg], [], [], [arg])
-    with pytest.raises(DynamicShapeError):
-        build(Schedule(g, []), {})
+    arg = L.InputBuffer("arg1" if bind_symbol else "arg0", lay, 1 if bind_symbol else 0)
+    view_lay = L.Layout(torch.device("cpu"), torch.float32, (s0 - 1,), (sympy.Integer(1),), sympy.Integer(1))
+    view = L.ReinterpretView("view9", arg, view_lay)
+    inputs = [L.SymbolInput(0, s0), arg] if bind_symbol else [arg]
+    return L.LoweredGraph("g", inputs, [], [], [view]), s0
+
+
+@pytest.mark.parametrize("bind_symbol", [True, False], ids=["symbol_input", "size_of_tensor"])
+def test_symbolic_sizes_are_computed_at_run_time(refs, bind_symbol):
+    g, s0 = _sym_graph(bind_symbol)
+    prog = build(Schedule(g, []), {})
+    lines = prog.lines
+    assert isinstance(lines[0], Unpack)
+    if bind_symbol:
+        assert lines[0].names == ("s0", "arg1")
+        assert not any(isinstance(ln, SizeOf) for ln in lines)
+    else:
+        assert lines[0].names == ("arg0",)
+        assert SizeOf("s0", "arg0", 0) in lines
+    (view,) = [ln for ln in lines if isinstance(ln, View)]
+    assert view.size == (s0 - 1,)
+    src = emit_python(lines, [], [], "sym")
+    ns = {}
+    exec(compile(src, "<wrapper>", "exec"), ns)
+    call = ns["make"](torch.device("cpu"), {}, {})
+    for n in (3, 7):
+        x = torch.randn(n)
+        (got,) = call([n, x] if bind_symbol else [x])
+        assert torch.equal(got, x[1:]) and got.data_ptr() == x[1:].data_ptr()
     assert issubclass(DynamicShapeError, NotImplementedError)
 
 
@@ -265,10 +289,9 @@ def test_op_name_round_trips():
         assert eval(name, {"torch": torch}) is op
 
 
-# -- bugs ------------------------------------------------------------------------------------------------
+# -- regressions (bugs found by these tests, fixed) ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=EXTERN_DONOR_BUG + " (here mm's buf5 takes buf1)")
 def test_buffer_donated_to_an_extern_result_is_still_freed(wr, refs):
     def fn(x):
         return (((x + 1) @ x) @ x,)
@@ -278,13 +301,6 @@ def test_buffer_donated_to_an_extern_result_is_still_freed(wr, refs):
     check_program(s, prog, refs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="plan.build binds every InputBuffer in Unpack, but an input no step reads has no "
-    "'last use' and is never freed: the wrapper keeps it alive for the whole call although "
-    "args is cleared precisely so inputs can be freed early",
-)
 def test_unused_input_is_not_held(wr, refs):
     def fn(x, unused):
         return (x + 1,)
@@ -294,12 +310,6 @@ def test_unused_input_is_not_held(wr, refs):
     check_program(s, prog, refs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="plan.build never frees View variables: after `del buf1` the view of buf1 passed to "
-    "mm still references its storage, so the memory is not released when the plan says it is",
-)
 def test_views_do_not_outlive_their_base(wr, refs):
     def fn(x, w):
         return ((x + 1).t() @ w,)

@@ -16,7 +16,7 @@ def as_expr(value: object) -> Expr:
     """A size, stride or offset (int, SymInt or sympy) as a sympy expression."""
     if isinstance(value, sympy.Expr):
         return value
-    if isinstance(value, torch.SymInt):
+    if isinstance(value, torch.SymInt | torch.SymFloat):
         return sympy.sympify(value.node.expr)
     if isinstance(value, int):
         return sympy.Integer(value)

@@ -138,7 +138,21 @@ class Lowerer:
             else:
                 raise LoweringError(node.name, str(node.target), f"unsupported FX node kind {node.op}")
         self.current = None
-        return LoweredGraph(self.name, self.inputs, self.constants, self.operations, outputs, self.views)
+        return LoweredGraph(self.name, self.inputs, self.constants, self.operations, outputs, self.views,
+                            self._hints())
+
+    def _hints(self) -> dict[sympy.Symbol, int]:
+        """Example values of the graph's size symbols (from the FakeTensors' ShapeEnv)."""
+        for node in self.gm.graph.nodes:
+            val = node.meta.get("val")
+            mode = getattr(val, "fake_mode", None)
+            env = getattr(mode, "shape_env", None)
+            if env is not None:
+                known = getattr(env, "backed_var_to_val", None)
+                if known is None:
+                    known = env.var_to_val
+                return {k: int(v) for k, v in known.items() if isinstance(k, sympy.Symbol)}
+        return {}
 
     def _placeholder(self, node: torch.fx.Node) -> Any:
         val = node.meta.get("val")
@@ -170,6 +184,13 @@ class Lowerer:
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
         if node.target is operator.getitem:
             return args[0][args[1]]
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool) or (
+                isinstance(val, int | float | bool) and not isinstance(node.target, torch._ops.OpOverload)):
+            # size arithmetic (operator.mul on SymInts, sym_size, ...): the ShapeEnv already knows it
+            if isinstance(val, torch.SymInt | torch.SymFloat | int) and not isinstance(val, bool):
+                return as_expr(val)
+            return val
         fn = lowering_for(node.target)
         if fn is not None:
             try:

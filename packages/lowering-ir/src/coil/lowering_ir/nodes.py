@@ -120,7 +120,8 @@ class Pointwise(Operation):
         return list(dict.fromkeys(ld.buffer for ld in loads(self.body)))
 
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "any", "all")
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "any", "all", "argmax", "argmin", "cumsum", "cumprod")
+SCAN_TYPES = ("cumsum", "cumprod")
 
 
 @dataclass(eq=False)
@@ -128,7 +129,9 @@ class Reduction(Operation):
     """output[p] = reduce(reduction_type, body(p, r) for r in product(reduction_ranges)).
 
     Symbols p0.. index `ranges`, r0.. index `reduction_ranges`. The reduction accumulates in
-    `acc_dtype` and the result is cast to the output buffer's dtype.
+    `acc_dtype` and the result is cast to the output buffer's dtype. "argmax"/"argmin" give the
+    row-major position over `reduction_ranges` of the first extreme value (int64).
+    Scans ("cumsum", "cumprod") store one value per (p, r): their `store_index` uses both.
     """
 
     output: ComputedBuffer
@@ -213,6 +216,7 @@ class LoweredGraph:
     operations: list[Operation]
     outputs: list[Any]
     views: list[ReinterpretView] = field(default_factory=list)
+    symbol_hints: dict[sympy.Symbol, int] = field(default_factory=dict)  # example value of each size symbol
 
     def buffers(self) -> dict[str, Buffer]:
         """Every buffer by name: inputs, constants and operation outputs."""

@@ -37,11 +37,18 @@ OPS: dict[str, int] = {
 
 @dataclass(frozen=True)
 class Load:
-    """Element `index` of buffer `buffer` (storage index in elements)."""
+    """Element `index` of buffer `buffer` (storage index in elements).
+
+    `mask`: a bool Value; where false nothing is read and the value is 0. `indirect` binds
+    symbols that appear in `index` to integer Values computed first (gather, index_select,
+    embedding): their values are data, not loop variables, so no analysis treats them as loops.
+    """
 
     buffer: str
     index: sympy.Expr
     dtype: torch.dtype
+    mask: Value | None = None
+    indirect: tuple[tuple[sympy.Symbol, Value], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,9 +98,31 @@ def loads(value: Value) -> list[Load]:
         visited.add(id(v))
         if isinstance(v, Load):
             seen.setdefault(id(v), v)
+            stack.extend(children(v))
         elif isinstance(v, Op):
             stack.extend(reversed(v.args))
     return list(seen.values())
+
+
+def children(v: Value) -> list[Value]:
+    """The Values `v` depends on directly (op arguments; a load's mask and indirect indices)."""
+    if isinstance(v, Op):
+        return list(v.args)
+    if isinstance(v, Load):
+        out = [val for _, val in v.indirect]
+        if v.mask is not None:
+            out.append(v.mask)
+        return out
+    return []
+
+
+_indirect_count = [0]
+
+
+def indirect_symbol() -> sympy.Symbol:
+    """A fresh symbol for a data-dependent index (named ind<N>, unique in the process)."""
+    _indirect_count[0] += 1
+    return sympy.Symbol(f"ind{_indirect_count[0]}", integer=True)
 
 
 def map_indices(value: Value, fn: object) -> Value:
@@ -107,7 +136,11 @@ def map_indices(value: Value, fn: object) -> Value:
             return got
         out: Value
         if isinstance(v, Load):
-            out = Load(v.buffer, f(v.index), v.dtype)  # type: ignore[operator]
+            out = Load(
+                v.buffer, f(v.index), v.dtype,  # type: ignore[operator]
+                go(v.mask) if v.mask is not None else None,
+                tuple((s, go(val)) for s, val in v.indirect),
+            )
         elif isinstance(v, IndexValue):
             out = IndexValue(f(v.index), v.dtype)  # type: ignore[operator]
         elif isinstance(v, Op):

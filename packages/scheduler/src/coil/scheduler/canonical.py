@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import sympy
 from coil.lowering_ir import Expr, Pointwise, Reduction, Value, map_indices
-from coil.lowering_ir.values import IndexValue, Load, Op
+from coil.lowering_ir.values import IndexValue, Load, children
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,7 @@ def index_exprs(body: Value) -> list[Expr]:
         seen.add(id(v))
         if isinstance(v, Load | IndexValue):
             out.append(v.index)
-        elif isinstance(v, Op):
-            stack.extend(v.args)
+        stack.extend(children(v))
     return out
 
 

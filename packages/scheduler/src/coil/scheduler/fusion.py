@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import sympy
 from coil.lowering_ir import ExternKernel, Operation, Pointwise, Reduction
+from coil.lowering_ir.nodes import SCAN_TYPES
 from coil.scheduler.group import FusionIllegal, KernelGroup, plan
 
 
@@ -32,6 +33,11 @@ def _nbytes(op: Operation, name: str) -> int:
             e = b.nbytes_expr
             return int(e) if isinstance(e, sympy.Integer) else 1 << 20
     return 0
+
+
+def _is_scan(op: Operation) -> bool:
+    """Scans run in kernels of their own (their running carry does not mix with other loops)."""
+    return isinstance(op, Reduction) and op.reduction_type in SCAN_TYPES
 
 
 def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool = True,
@@ -111,14 +117,15 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
             changed = False
             cands: list[tuple[int, int, int]] = []
             for op in ops:
-                if not isinstance(op, Pointwise | Reduction):
+                if not isinstance(op, Pointwise | Reduction) or _is_scan(op):
                     continue
                 for r in op_reads[id(op)]:
                     w = writer.get(r)
-                    if isinstance(w, Pointwise | Reduction) and gid[id(w)] != gid[id(op)]:
+                    if isinstance(w, Pointwise | Reduction) and not _is_scan(w) and gid[id(w)] != gid[id(op)]:
                         cands.append((2 * _nbytes(w, r), gid[id(w)], gid[id(op)]))
                     for other in readers.get(r, []):
-                        if other is not op and isinstance(other, Pointwise | Reduction) and gid[id(other)] != gid[id(op)]:
+                        if other is not op and isinstance(other, Pointwise | Reduction) and not _is_scan(other) \
+                                and gid[id(other)] != gid[id(op)]:
                             cands.append((_nbytes(writer[r], r) if r in writer else 1, gid[id(other)], gid[id(op)]))
             cands.sort(key=lambda c: -c[0])
             for _, a, b in cands:

@@ -5,7 +5,8 @@ Every member's loops are expressed as linear combinations of the group's dims (a
 refinement of the members' loop sizes). A member is one of:
   - "x": a pointwise op over the x dims only (a pure pointwise kernel has only these);
   - "r": a pointwise op over x and r dims (prologue or epilogue of a reduction);
-  - "reduce": a reduction over r, producing one value per x.
+  - "reduce": a reduction over r, producing one value per x;
+  - "scan": a cumulative reduction along r, one value per (x, r); always alone in its group.
 Legality (`plan`): a member that reads a buffer written inside the group must read it at exactly
 the index it was written (so the value stays in registers); "x"/"reduce" values may be read
 from "r" members (broadcast over r), never the reverse.
@@ -52,7 +53,7 @@ class KernelGroup:
 
     @property
     def is_reduction(self) -> bool:
-        return any(m.kind == "reduce" for m in self.members)
+        return any(m.kind in ("reduce", "scan") for m in self.members)
 
     @property
     def xnumel(self) -> Expr:
@@ -125,7 +126,7 @@ def _nest_for(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr) -> tuple[
     if isinstance(op, Reduction):
         if sympy.expand(nest.x_numel - x_numel) != 0 or sympy.expand(nest.r_numel - r_numel) != 0:
             raise FusionIllegal(f"{op.name}: reduction of ({nest.x_numel}, {nest.r_numel}) in ({x_numel}, {r_numel})")
-        return "reduce", nest
+        return ("scan" if op.reduction_type in ("cumsum", "cumprod") else "reduce"), nest
     numel = nest.x_numel
     if sympy.expand(numel - x_numel) == 0:
         return "x", nest

@@ -3,8 +3,8 @@
 Public API (see README.md): `generate`, `KernelSource`, `KernelConfig`, `choose`, `texpr`.
 """
 
+from coil.lowering_ir.printing import texpr
 from coil.triton_codegen.config import STRATEGIES, KernelConfig, choose
 from coil.triton_codegen.kernel import KernelSource, generate
-from coil.triton_codegen.printer import texpr
 
 __all__ = ["STRATEGIES", "KernelConfig", "KernelSource", "choose", "generate", "texpr"]

@@ -15,15 +15,16 @@ from its inputs (no store/reload through memory inside a kernel).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import sympy
 import torch
 from coil.lowering_ir import Buffer, Constant, Expr, IndexValue, Load, Op, Reduction, Value
+from coil.lowering_ir.printing import texpr
 from coil.scheduler import KernelGroup, Member
 from coil.triton_codegen.config import KernelConfig, choose
 from coil.triton_codegen.optable import register_dtype, template, tl_dtype
-from coil.triton_codegen.printer import texpr
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,9 @@ class KernelSource:
     stores: tuple[str, ...]
 
 
+_KERNEL_VAR = re.compile(r"^(x|rd|tmp|ind)\d+$")
 IDENTITY = {"sum": "0", "prod": "1", "any": "0", "all": "1"}
+BIG_INDEX = "2147483647"
 
 
 def _inf(dtype: torch.dtype, negative: bool) -> str:
@@ -70,20 +73,25 @@ class _Scope:
 class KernelWriter:
     """Writes one kernel's source. Use `generate(group, buffers, target)`."""
 
-    def __init__(self, group: KernelGroup, buffers: dict[str, Buffer], target: str, strategy: str) -> None:
+    def __init__(self, group: KernelGroup, buffers: dict[str, Buffer], target: str, strategy: str,
+                 hints: dict[sympy.Symbol, int] | None = None) -> None:
         self.g = group
         self.buffers = buffers
         self.target = target
         self.lines: list[str] = []
         self.ptrs: dict[str, str] = {}
         self.n = 0
+        self.symbols: set[sympy.Symbol] = set()
         self.writer: dict[str, Member] = {m.op.output.name: m for m in group.members}
         self.xscope = _Scope("    ")
         self.reduction = group.is_reduction
         xn, rn = group.xnumel, group.rnumel
+        xh, rh = sympy.sympify(xn).xreplace(hints or {}), sympy.sympify(rn).xreplace(hints or {})
+        if not isinstance(rn, sympy.Integer) and strategy == "auto":
+            strategy = "looped"  # a persistent block sized from a hint would be wrong for larger rows
         self.cfg: KernelConfig = choose(
-            int(xn) if isinstance(xn, sympy.Integer) else 1 << 20,
-            int(rn) if isinstance(rn, sympy.Integer) else 1 << 20,
+            int(xh) if isinstance(xh, sympy.Integer) else 1 << 20,
+            int(rh) if isinstance(rh, sympy.Integer) else 1 << 20,
             self.reduction, target, strategy,
         )
         touched = {r for m in group.members for r in m.op.reads()} | {m.op.output.name for m in group.members}
@@ -92,6 +100,13 @@ class KernelWriter:
         self.int64 = big
 
     # -- helpers ---------------------------------------------------------------------------
+    def ix(self, e: Expr) -> str:
+        """Print an index expression, recording the size symbols it needs as kernel arguments."""
+        for sym in e.free_symbols:
+            if not _KERNEL_VAR.match(sym.name):
+                self.symbols.add(sym)
+        return texpr(e)
+
     def tmp(self) -> str:
         self.n += 1
         return f"tmp{self.n}"
@@ -118,7 +133,7 @@ class KernelWriter:
             key: tuple[object, ...] = ("idx", m.kernel_expr(v.index), v.dtype)
             if key not in scope.values:
                 t = self.tmp()
-                idx = texpr(m.kernel_expr(v.index))
+                idx = self.ix(m.kernel_expr(v.index))
                 self.emit(scope, f"{t} = ({idx} + {self.zero(scope)}).to({tl_dtype(v.dtype)})")
                 scope.values[key] = t
             return scope.values[key]
@@ -170,24 +185,33 @@ class KernelWriter:
         return t
 
     def load(self, ld: Load, m: Member, scope: _Scope) -> str:
+        mask_var = self.value(ld.mask, m, scope) if ld.mask is not None else None
         w = self.writer.get(ld.buffer)
         if w is not None:
             if w.kind != "r":
-                return self.xscope.members[ld.buffer] if ld.buffer in self.xscope.members else scope.members[ld.buffer]
-            if ld.buffer not in scope.members:  # value from an earlier loop: recompute here
-                self.compute_member(w, scope)
-            return scope.members[ld.buffer]
+                var = self.xscope.members[ld.buffer] if ld.buffer in self.xscope.members else scope.members[ld.buffer]
+            else:
+                if ld.buffer not in scope.members:  # value from an earlier loop: recompute here
+                    self.compute_member(w, scope)
+                var = scope.members[ld.buffer]
+            if mask_var is None:
+                return var
+            t = self.tmp()
+            self.emit(scope, f"{t} = tl.where({mask_var}, {var}, 0)")
+            return t
         index = m.kernel_expr(ld.index)
-        key: tuple[object, ...] = ("load", ld.buffer, index)
+        bound = {sym: sympy.Symbol(self.value(val, m, scope), integer=True) for sym, val in ld.indirect}
+        index = index.xreplace(bound)
+        key: tuple[object, ...] = ("load", ld.buffer, index, mask_var)
         if key in scope.values:
             return scope.values[key]
         t = self.tmp()
-        uses_r = any(s.name.startswith("rd") for s in index.free_symbols)
+        uses_r = scope.is_r and (any(s.name.startswith("rd") for s in index.free_symbols) or bool(bound))
         mask = "xmask & rmask" if uses_r else "xmask"
-        if scope.is_r and not uses_r:
-            mask = "xmask"
+        if mask_var is not None:
+            mask = f"{mask} & {mask_var}"
         cast = ".to(tl.float32)" if ld.dtype in (torch.float16, torch.bfloat16) else ""
-        where = texpr(index) if index.free_symbols else f"{texpr(index)} + xindex * 0"
+        where = self.ix(index) if _has_loop_var(index) else f"{self.ix(index)} + xindex * 0"
         self.emit(scope, f"{t} = tl.load({self.ptr(ld.buffer)} + {where}, {mask}, other=0){cast}")
         scope.values[key] = t
         return t
@@ -202,7 +226,7 @@ class KernelWriter:
         if name not in self.g.stores:
             return
         e = m.kernel_expr(m.nest.store_index)
-        idx = texpr(e) if e.free_symbols else f"{texpr(e)} + {self.zero(scope)}"
+        idx = self.ix(e) if _has_loop_var(e) else f"{self.ix(e)} + {self.zero(scope)}"
         dt = self.buffers[name].layout.dtype
         self.emit(scope, f"tl.store({self.ptr(name)} + {idx}, ({var} + {self.zero(scope)}).to({tl_dtype(dt)}), {self.mask(scope)})")
 
@@ -235,7 +259,9 @@ class KernelWriter:
             self.emit(xs, f"xindex = tl.program_id(0){idx_t} * XBLOCK + tl.arange(0, XBLOCK)")
         self.emit(xs, "xmask = xindex < xnumel")
         self._dims(xs, "x", "xindex", g.x_dims)
-        if not self.reduction:
+        if g.members[0].kind == "scan":
+            self._scan(g.members[0])
+        elif not self.reduction:
             for m in g.members:
                 self.store(m, self.compute_member(m, xs), xs)
         elif cfg.strategy == "persistent":
@@ -265,10 +291,13 @@ class KernelWriter:
                     continue
                 ms = [(i, m) for i, m in enumerate(g.members) if m.kind != "x" and seg[i] == s + 1]
                 self._loop(ms)
-        head = self._header()
+        for e in (g.xnumel, g.rnumel):
+            self.ix(sympy.sympify(e))
+        syms = tuple(sorted(self.symbols, key=lambda x: x.name))
+        head = self._header(syms)
         body = self.lines[body_start:]
         source = "\n".join([*head, *body]) + "\n"
-        size_args: tuple[Expr, ...] = (g.xnumel, g.rnumel) if self.reduction else (g.xnumel,)
+        size_args: tuple[Expr, ...] = ((g.xnumel, g.rnumel) if self.reduction else (g.xnumel,)) + syms
         consts = {"XBLOCK": cfg.xblock}
         if self.reduction:
             consts["RBLOCK"] = cfg.rblock
@@ -288,6 +317,8 @@ class KernelWriter:
                 a = f"acc_{m.op.output.name}"
                 accs[m.op.output.name] = a
                 self.emit(xs, f"{a} = tl.full([XBLOCK, RBLOCK], {self.init(op)}, {tl_dtype(register_dtype(op.acc_dtype))})")
+                if op.reduction_type in ("argmax", "argmin"):
+                    self.emit(xs, f"{a}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
         self.emit(xs, "for roffset in range(0, rnumel, RBLOCK):")
         rs = _Scope("        ", is_r=True)
         rs.members = dict(xs.members)
@@ -301,7 +332,14 @@ class KernelWriter:
                 v = self.value(m.nest.body, m, rs)
                 a = accs[op.output.name]
                 v = self.to_acc(v, op, rs)
-                self.emit(rs, f"{a} = tl.where(xmask & rmask, {self.combine(op.reduction_type, a, v)}, {a})")
+                if op.reduction_type in ("argmax", "argmin"):
+                    cmp = ">" if op.reduction_type == "argmax" else "<"
+                    take = self.tmp()
+                    self.emit(rs, f"{take} = xmask & rmask & ({v} {cmp} {a})")
+                    self.emit(rs, f"{a} = tl.where({take}, {v}, {a})")
+                    self.emit(rs, f"{a}_i = tl.where({take}, (rindex + xindex * 0).to(tl.int64), {a}_i)")
+                else:
+                    self.emit(rs, f"{a} = tl.where(xmask & rmask, {self.combine(op.reduction_type, a, v)}, {a})")
             else:
                 self.store(m, self.compute_member(m, rs), rs)
         for _, m in ms:
@@ -309,9 +347,47 @@ class KernelWriter:
                 op = m.op
                 assert isinstance(op, Reduction)
                 out = self.tmp()
-                self.emit(xs, f"{out} = {self.final(op.reduction_type, accs[op.output.name])}")
+                if op.reduction_type in ("argmax", "argmin"):
+                    self.emit(xs, self.arg_final(out, op.reduction_type, accs[op.output.name], f"{accs[op.output.name]}_i"))
+                else:
+                    self.emit(xs, f"{out} = {self.final(op.reduction_type, accs[op.output.name])}")
                 xs.members[op.output.name] = out
                 self.store(m, out, xs)
+
+    def _scan(self, m: Member) -> None:
+        """A cumulative sum/product along r: one block (persistent) or blocks with a carry."""
+        op = m.op
+        assert isinstance(op, Reduction)
+        xs = self.xscope
+        fn = "tl.cumsum" if op.reduction_type == "cumsum" else "tl.cumprod"
+        ident = "0" if op.reduction_type == "cumsum" else "1"
+        acc_t = tl_dtype(register_dtype(op.acc_dtype))
+        looped = self.cfg.strategy == "looped"
+        if looped:
+            self.emit(xs, f"carry = tl.full([XBLOCK, 1], {ident}, {acc_t})")
+            self.emit(xs, "for roffset in range(0, rnumel, RBLOCK):")
+            rs = _Scope("        ", is_r=True)
+            self.emit(rs, "rindex = roffset + tl.arange(0, RBLOCK)[None, :]")
+        else:
+            rs = _Scope("    ", is_r=True)
+            self.emit(rs, "rindex = tl.arange(0, RBLOCK)[None, :]")
+        rs.members = dict(xs.members)
+        self.emit(rs, "rmask = rindex < rnumel")
+        self._dims(rs, "rd", "rindex", self.g.r_dims)
+        v = self.to_acc(self.value(m.nest.body, m, rs), op, rs)
+        masked, out = self.tmp(), self.tmp()
+        self.emit(rs, f"{masked} = tl.where(xmask & rmask, {v}, {ident}).to({acc_t})")
+        self.emit(rs, f"{out} = {fn}({masked}, 1)")
+        if looped:
+            combine = "+" if op.reduction_type == "cumsum" else "*"
+            total = "tl.sum" if op.reduction_type == "cumsum" else "tl.reduce"
+            tot = f"tl.sum({masked}, 1)[:, None]" if total == "tl.sum" else f"tl.reduce({masked}, 1, _coil_mul)[:, None]"
+            res = self.tmp()
+            self.emit(rs, f"{res} = {out} {combine} carry")
+            self.emit(rs, f"carry = carry {combine} {tot}")
+            out = res
+        self.g.stores = [op.output.name]
+        self.store(m, out, rs)
 
     def to_acc(self, v: str, op: Reduction, scope: _Scope) -> str:
         want = register_dtype(op.acc_dtype)
@@ -322,9 +398,9 @@ class KernelWriter:
         return t
 
     def init(self, op: Reduction) -> str:
-        if op.reduction_type == "max":
+        if op.reduction_type in ("max", "argmax"):
             return _inf(op.acc_dtype, True)
-        if op.reduction_type == "min":
+        if op.reduction_type in ("min", "argmin"):
             return _inf(op.acc_dtype, False)
         return IDENTITY[op.reduction_type]
 
@@ -349,8 +425,16 @@ class KernelWriter:
         masked = self.tmp()
         self.emit(rs, f"{masked} = tl.where(xmask & rmask, {v}, {self.init(op)})")
         out = self.tmp()
-        self.emit(rs, f"{out} = {self.final(op.reduction_type, masked)}")
+        if op.reduction_type in ("argmax", "argmin"):
+            self.emit(rs, self.arg_final(out, op.reduction_type, masked, "(rindex + xindex * 0).to(tl.int64)"))
+        else:
+            self.emit(rs, f"{out} = {self.final(op.reduction_type, masked)}")
         return out
+
+    def arg_final(self, out: str, rtype: str, vals: str, idx: str) -> str:
+        """Index of the first extreme value along the row: the smallest index attaining it."""
+        ext = "tl.max" if rtype == "argmax" else "tl.min"
+        return (f"{out} = tl.min(tl.where({vals} == {ext}({vals}, 1)[:, None], {idx}, {BIG_INDEX}), 1)[:, None]")
 
     def _dims(self, scope: _Scope, prefix: str, index: str, dims: list[Expr]) -> None:
         stride: Expr = sympy.Integer(1)
@@ -360,15 +444,16 @@ class KernelWriter:
             stride = stride * d
         strides.reverse()
         for j, (d, s) in enumerate(zip(dims, strides, strict=True)):
-            code = index if s == 1 else f"({index} // {texpr(s)})"
+            code = index if s == 1 else f"({index} // {self.ix(s)})"
             if j > 0:
-                code = f"({code} % {texpr(d)})"
+                code = f"({code} % {self.ix(d)})"
             self.emit(scope, f"{prefix}{j} = {code}")
 
-    def _header(self) -> list[str]:
+    def _header(self, syms: tuple[sympy.Symbol, ...]) -> list[str]:
         args = [*self.ptrs.values(), "xnumel"]
         if self.reduction:
             args.append("rnumel")
+        args += [s.name for s in syms]
         args.append("XBLOCK: tl.constexpr")
         if self.reduction:
             args.append("RBLOCK: tl.constexpr")
@@ -378,6 +463,10 @@ class KernelWriter:
             "@triton.jit",
             f"def {self.g.name}({', '.join(args)}):",
         ]
+
+
+def _has_loop_var(e: Expr) -> bool:
+    return any(_KERNEL_VAR.match(s.name) for s in e.free_symbols)
 
 
 def _loads(m: Member) -> list[Load]:
@@ -391,11 +480,42 @@ PRELUDE = {
     "interpret": "import triton\nimport triton.language as tl\n",
 }
 HELPERS = "\n@triton.jit\ndef _coil_mul(a, b):\n    return a * b\n\n"
+# the interpreter has no libdevice: atan by range reduction and an odd polynomial (error < 2e-7)
+INTERPRET_HELPERS = """
+@triton.jit
+def _coil_atan(x):
+    ax = tl.abs(x)
+    big = ax > 1.0
+    t = tl.where(big, 1.0 / tl.where(ax == 0, 1.0, ax), ax)
+    mid = t > 0.41421356237309503
+    u = tl.where(mid, (t - 1.0) / (t + 1.0), t)
+    u2 = u * u
+    p = u * (1.0 + u2 * (-0.3333333333333333 + u2 * (0.2 + u2 * (-0.14285714285714285 + u2 * (
+        0.1111111111111111 + u2 * (-0.09090909090909091 + u2 * 0.07692307692307693))))))
+    r = tl.where(mid, 0.7853981633974483 + p, p)
+    r = tl.where(big, 1.5707963267948966 - r, r)
+    return tl.where(x < 0, -r, r)
 
 
-def generate(group: KernelGroup, buffers: dict[str, Buffer], target: str, strategy: str = "auto") -> KernelSource:
-    """Triton source (a whole module) for `group`. target: "cuda" or "interpret"."""
-    ks = KernelWriter(group, buffers, target, strategy).generate()
-    module = PRELUDE["cuda" if target == "cuda" else "interpret"] + HELPERS + ks.source
+@triton.jit
+def _coil_atan2(y, x):
+    base = _coil_atan(y / tl.where(x == 0, 1.0, x))
+    pi = 3.141592653589793
+    r = tl.where(x > 0, base, tl.where(y >= 0, base + pi, base - pi))
+    return tl.where(x == 0, tl.where(y > 0, pi / 2, tl.where(y < 0, -pi / 2, 0.0 * y)), r)
+
+"""
+
+
+def generate(group: KernelGroup, buffers: dict[str, Buffer], target: str, strategy: str = "auto",
+             hints: dict[sympy.Symbol, int] | None = None) -> KernelSource:
+    """Triton source (a whole module) for `group`. target: "cuda" or "interpret".
+
+    Size symbols the kernel needs become integer arguments after xnumel/rnumel (listed in
+    `size_args`); `hints` (example values) only pick block sizes.
+    """
+    ks = KernelWriter(group, buffers, target, strategy, hints).generate()
+    extra = "" if target == "cuda" else INTERPRET_HELPERS
+    module = PRELUDE["cuda" if target == "cuda" else "interpret"] + HELPERS + extra + ks.source
     return KernelSource(ks.name, module, ks.pointer_args, ks.size_args, ks.constexprs, ks.grid,
                         ks.num_warps, ks.strategy, ks.origins, ks.stores)

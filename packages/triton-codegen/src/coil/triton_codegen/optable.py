@@ -58,6 +58,10 @@ CUDA: dict[str, str] = {
     "fmod": "libdevice.fmod({0}, {1})", "erfc": "libdevice.erfc({0})",
 }
 INTERPRET: dict[str, str] = {
+    "atan": "_coil_atan({0})",
+    "asin": "_coil_atan({0} / tl.sqrt(1.0 - {0} * {0}))",
+    "acos": "(1.5707963267948966 - _coil_atan({0} / tl.sqrt(1.0 - {0} * {0})))",
+    "atan2": "_coil_atan2({0}, {1})",
     "tanh": "(1.0 - 2.0 / (tl.exp(2.0 * {0}) + 1.0))",
     "tan": "(tl.sin({0}) / tl.cos({0}))",
     "sinh": "((tl.exp({0}) - tl.exp(-{0})) * 0.5)", "cosh": "((tl.exp({0}) + tl.exp(-{0})) * 0.5)",

@@ -14,6 +14,7 @@ from coil.wrapper_codegen.lines import (
     Ref,
     Return,
     Reuse,
+    SizeOf,
     Unpack,
     View,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "Ref",
     "Return",
     "Reuse",
+    "SizeOf",
     "Unpack",
     "View",
     "WrapperProgram",

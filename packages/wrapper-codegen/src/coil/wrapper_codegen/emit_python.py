@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import sympy
 import torch
+from coil.lowering_ir.printing import texpr
 from coil.wrapper_codegen.lines import (
     Allocate,
     ExternCall,
@@ -19,15 +21,18 @@ from coil.wrapper_codegen.lines import (
     Ref,
     Return,
     Reuse,
+    SizeOf,
     Unpack,
     View,
 )
 
 
 def pyrepr(x: Any) -> str:
-    """Python source for an argument tree (Refs become variable names)."""
+    """Python source for an argument tree (Refs become variable names, sympy becomes arithmetic)."""
     if isinstance(x, Ref):
         return x.name
+    if isinstance(x, sympy.Basic):
+        return texpr(sympy.sympify(x))
     if isinstance(x, torch.dtype):
         return str(x)
     if isinstance(x, torch.device):
@@ -67,23 +72,25 @@ def emit_line(line: Line) -> list[str]:
         names = ", ".join(n if n is not None else "_" for n in line.names)
         out = [f"{names}, = args" if line.names else "pass", "args.clear()"]
         return out
+    if isinstance(line, SizeOf):
+        return [f"{line.name} = {line.tensor}.size({line.dim})"]
     if isinstance(line, Allocate):
-        return [f"{line.name} = empty_strided({line.size!r}, {line.stride!r}, dtype={line.dtype}, device={pyrepr(line.device)})"]
+        return [f"{line.name} = empty_strided({pyrepr(line.size)}, {pyrepr(line.stride)}, dtype={line.dtype}, device={pyrepr(line.device)})"]
     if isinstance(line, Reuse):
-        return [f"{line.name} = as_strided({line.donor}, {line.size!r}, {line.stride!r}, {line.donor}.storage_offset()); del {line.donor}"]
+        return [f"{line.name} = as_strided({line.donor}, {pyrepr(line.size)}, {pyrepr(line.stride)}, {line.donor}.storage_offset()); del {line.donor}"]
     if isinstance(line, Free):
         return [f"del {line.name}"]
     if isinstance(line, View):
-        return [f"{line.name} = as_strided({line.base}, {line.size!r}, {line.stride!r}, {line.base}.storage_offset() + {line.offset})"]
+        return [f"{line.name} = as_strided({line.base}, {pyrepr(line.size)}, {pyrepr(line.stride)}, {line.base}.storage_offset() + {pyrepr(line.offset)})"]
     if isinstance(line, KernelCall):
-        args = ", ".join([*line.args, *map(str, line.sizes)])
-        return [f"k_{line.kernel}({line.grid!r}, {args})"]
+        args = ", ".join([*line.args, *map(pyrepr, line.sizes)])
+        return [f"k_{line.kernel}({pyrepr(line.grid)}, {args})"]
     if isinstance(line, ExternCall):
         args = "".join(pyrepr(a) + ", " for a in line.args)
         kwargs = "".join(f"{k}={pyrepr(v)}, " for k, v in line.kwargs)
         out = [f"{_results(line.results)} = {line.op}({args}{kwargs})"]
         for name, size, stride in line.expect:
-            out.append(f"{name} = ensure_layout({name}, {size!r}, {stride!r})")
+            out.append(f"{name} = ensure_layout({name}, {pyrepr(size)}, {pyrepr(stride)})")
         return out
     if isinstance(line, Return):
         return [f"return {pyrepr(tuple(line.values))}"]

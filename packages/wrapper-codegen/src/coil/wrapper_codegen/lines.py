@@ -1,7 +1,9 @@
 """The Wrapper IR: structured lines only (no raw source), so every emitter covers every line.
 
 `Ref(name)` marks a variable inside argument trees; everything else in them is a literal
-(numbers, bools, None, torch.dtype, torch.device, lists/tuples of those).
+(numbers, bools, None, torch.dtype, torch.device, lists/tuples of those) or a sympy expression
+over size symbols (dynamic shapes), which emitters print as integer arithmetic.
+Sizes, strides, offsets and grids are ints or sympy expressions (typed Any below).
 """
 
 from __future__ import annotations
@@ -27,12 +29,21 @@ class Unpack:
 
 
 @dataclass(frozen=True)
+class SizeOf:
+    """Bind size symbol `name` to `tensor.size(dim)` (a symbol seen only in an input's shape)."""
+
+    name: str
+    tensor: str
+    dim: int
+
+
+@dataclass(frozen=True)
 class Allocate:
     """name = a new uninitialised tensor."""
 
     name: str
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
+    size: tuple[Any, ...]
+    stride: tuple[Any, ...]
     dtype: torch.dtype
     device: torch.device
 
@@ -43,8 +54,8 @@ class Reuse:
 
     name: str
     donor: str
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
+    size: tuple[Any, ...]
+    stride: tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -60,9 +71,9 @@ class View:
 
     name: str
     base: str
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    offset: int
+    size: tuple[Any, ...]
+    stride: tuple[Any, ...]
+    offset: Any
 
 
 @dataclass(frozen=True)
@@ -70,9 +81,9 @@ class KernelCall:
     """Launch a generated Triton kernel on `grid` programs."""
 
     kernel: str
-    grid: tuple[int, ...]
+    grid: tuple[Any, ...]
     args: tuple[str, ...]
-    sizes: tuple[int, ...]
+    sizes: tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -83,7 +94,7 @@ class ExternCall:
     args: tuple[Any, ...]
     kwargs: tuple[tuple[str, Any], ...]
     results: Any
-    expect: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]  # (name, size, stride) to enforce
+    expect: tuple[tuple[str, tuple[Any, ...], tuple[Any, ...]], ...]  # (name, size, stride) to enforce
 
 
 @dataclass(frozen=True)
@@ -93,4 +104,4 @@ class Return:
     values: tuple[Any, ...]
 
 
-Line = Unpack | Allocate | Reuse | Free | View | KernelCall | ExternCall | Return
+Line = Unpack | SizeOf | Allocate | Reuse | Free | View | KernelCall | ExternCall | Return

@@ -27,22 +27,22 @@ from coil.wrapper_codegen.lines import (
     Ref,
     Return,
     Reuse,
+    SizeOf,
     Unpack,
     View,
 )
 
 
 class DynamicShapeError(NotImplementedError):
-    """The wrapper needs concrete sizes here (dynamic shapes are not planned yet)."""
+    """A size the wrapper cannot compute at run time (a symbol no input binds)."""
 
 
-def ints(xs: Sequence[Any]) -> tuple[int, ...]:
-    out = []
+def ints(xs: Sequence[Any]) -> tuple[Any, ...]:
+    """Sizes as ints where static, sympy expressions (evaluated at run time) where symbolic."""
+    out: list[Any] = []
     for x in xs:
         e = sympy.sympify(x)
-        if not isinstance(e, sympy.Integer):
-            raise DynamicShapeError(f"symbolic size {e}")
-        out.append(int(e))
+        out.append(int(e) if isinstance(e, sympy.Integer) else e)
     return tuple(out)
 
 
@@ -77,10 +77,18 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     """Wrapper IR for `sched`; `launches` maps each kernel group name to its launch facts."""
     g = sched.graph
     lines: list[Line] = []
-    names: list[str | None] = [b.name if isinstance(b, InputBuffer) else None for b in g.inputs]
-    if any(isinstance(b, SymbolInput) for b in g.inputs):
-        raise DynamicShapeError("graph has size inputs")
+    names: list[str | None] = [
+        b.name if isinstance(b, InputBuffer) else b.symbol.name if isinstance(b, SymbolInput) else None
+        for b in g.inputs
+    ]
     lines.append(Unpack(tuple(names)))
+    bound = {b.symbol for b in g.inputs if isinstance(b, SymbolInput)}
+    for inp in g.inputs:
+        if isinstance(inp, InputBuffer):
+            for d, s in enumerate(inp.layout.size):
+                if isinstance(s, sympy.Symbol) and s not in bound:
+                    lines.append(SizeOf(s.name, inp.name, d))
+                    bound.add(s)
     constants = {c.name: c.value for c in g.constants if isinstance(c, ConstantBuffer) and c.value is not None}
     buffers = g.buffers()
     steps = sched.steps
@@ -104,17 +112,27 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
         lifetimes = []
         for b in [w for st in steps for w in _writes(st)]:
             buf = buffers[b]
-            nbytes = ints([buf.layout.storage_extent()])[0] * buf.layout.dtype.itemsize
-            lifetimes.append(BufferLifetime(b, nbytes, first[b], last.get(b, first[b]), f"{buf.layout.device}/{buf.layout.dtype}"))
+            extent = sympy.sympify(buf.layout.storage_extent())
+            pool = f"{buf.layout.device}/{buf.layout.dtype}"
+            if isinstance(extent, sympy.Integer):
+                nbytes = int(extent) * buf.layout.dtype.itemsize
+            else:  # symbolic: reuse only between buffers of the very same size expression
+                pool += f"/{extent}"
+                hinted = sympy.sympify(extent.xreplace(g.symbol_hints))
+                nbytes = int(hinted) * buf.layout.dtype.itemsize if hinted.is_Integer else 1
+            lifetimes.append(BufferLifetime(b, nbytes, first[b], last.get(b, first[b]), pool))
         plan = plan_reuse(lifetimes)
     live_storage: dict[str, str] = {}  # buffer -> storage owner variable
     freed_by_step: dict[int, list[str]] = {}
     for b, e in last.items():
         if b not in out_storage and e < n:
             freed_by_step.setdefault(e, []).append(b)
+    # only kernel stores are allocated by the wrapper, so only they can take a donor's storage;
+    # a donor assigned to an extern result (which ATen allocates) is simply freed as usual
+    kernel_stores = {w for st in steps if isinstance(st, KernelGroup) for w in st.stores}
     taken: set[str] = set()
     if plan is not None:
-        taken = {d for b, d in plan.storage.items() if d != b}
+        taken = {d for b, d in plan.storage.items() if d != b and b in kernel_stores}
     views_done: set[str] = set()
     fallback_ops: list[str] = []
 
@@ -123,6 +141,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
             if t.name not in views_done:
                 lines.append(View(t.name, t.base.name, ints(t.layout.size), ints(t.layout.stride), ints([t.layout.offset])[0]))
                 views_done.add(t.name)
+                step_views.append(t.name)
             return Ref(t.name)
         if isinstance(t, Buffer):
             return Ref(t.name)
@@ -136,7 +155,13 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
             return ints([t])[0]
         return t
 
+    step_views: list[str] = []
+    for inp in g.inputs:  # inputs no step reads and nobody returns: drop them at once
+        if isinstance(inp, InputBuffer) and inp.name not in last:
+            lines.append(Free(inp.name))
     for i, st in enumerate(steps):
+        views_done.clear()  # a view variable lives for one step only (it would keep its base alive)
+        step_views.clear()
         if isinstance(st, KernelGroup):
             for w in st.stores:
                 buf = buffers[w]
@@ -159,6 +184,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
                                     results, expect if st.fallback else ()))
             for w in _writes(st):
                 live_storage[w] = w
+        lines.extend(Free(v) for v in step_views)
         for b in freed_by_step.get(i, []):
             if b in taken and b not in inputs:
                 continue  # its storage lives on under a new name
@@ -167,6 +193,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
             if b in live_storage or b in inputs:
                 lines.append(Free(b))
                 live_storage.pop(b, None)
+    views_done.clear()
     outs = tuple(ref(o) for o in g.outputs)
     lines.append(Return(outs))
     _ = allocated

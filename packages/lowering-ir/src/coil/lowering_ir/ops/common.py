@@ -9,7 +9,7 @@ import sympy
 import torch
 from coil.lowering_ir.errors import Unsupported
 from coil.lowering_ir.nodes import Buffer, ReinterpretView, load
-from coil.lowering_ir.values import Constant, Op, Value
+from coil.lowering_ir.values import Constant, IndexValue, Op, Value
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 
@@ -58,7 +58,10 @@ def value_of(x: Any, p: Sequence[sympy.Expr], dtype: torch.dtype | None = None) 
     elif isinstance(x, bool | int | float):
         v = Constant(x, dtype if dtype is not None else scalar_dtype(x))
     elif isinstance(x, sympy.Expr):
-        raise Unsupported("symbolic scalar operand")
+        if type(x).__name__ == "ToFloat":  # float(size expression)
+            v = cast(IndexValue(x.args[0], torch.int64), torch.float64)
+        else:
+            v = IndexValue(x, torch.int64)  # a size symbol used as a number
     else:
         raise Unsupported(f"operand of type {type(x).__name__}")
     return cast(v, dtype) if dtype is not None else v

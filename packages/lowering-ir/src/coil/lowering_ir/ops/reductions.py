@@ -14,7 +14,7 @@ from coil.lowering_ir.lowerer import Lowerer
 from coil.lowering_ir.nodes import TensorRef, load
 from coil.lowering_ir.ops.common import cast, upcast_compute, value_of
 from coil.lowering_ir.registry import register
-from coil.lowering_ir.values import Constant, Op, Value
+from coil.lowering_ir.values import Constant, IndexValue, Op, Value
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -86,6 +86,64 @@ def amax(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any = (), keepdim: bool
     return _reduce(lw, x, _dims(x, dims), keepdim, rtype, val, val.dtype)
 
 
+@register(aten.argmax, aten.argmin)
+def argmax(lw: Lowerer, node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False) -> TensorRef:
+    if x.layout.dtype == torch.bool or x.layout.dtype.is_complex:
+        raise Unsupported("argmax of bool/complex")
+    rtype = "argmax" if node.target is aten.argmax.default else "argmin"
+    val = lw.out_val()
+    dims = _dims(x, dim)
+    keep = keepdim and dim is not None
+    return _reduce(lw, x, dims, keep, rtype, val, upcast_compute(x.layout.dtype))
+
+
+@register(aten.max.dim, aten.min.dim)
+def max_dim(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, keepdim: bool = False) -> tuple[TensorRef, TensorRef]:
+    """(values, indices): a max/min and an argmax/argmin over the same rows (one kernel)."""
+    if x.layout.dtype == torch.bool:
+        raise Unsupported("max.dim of bool")
+    values_val, indices_val = lw.out_val()
+    is_max = node.target is aten.max.dim
+    dims = _dims(x, dim)
+    values = _reduce(lw, x, dims, keepdim, "max" if is_max else "min", values_val, values_val.dtype)
+    indices = _reduce(lw, x, dims, keepdim, "argmax" if is_max else "argmin", indices_val, upcast_compute(x.layout.dtype))
+    return values, indices
+
+
+@register(aten.max.default, aten.min.default)
+def max_all(lw: Lowerer, node: torch.fx.Node, x: Any) -> TensorRef:
+    if x.layout.dtype == torch.bool:
+        raise Unsupported("max of bool")
+    val = lw.out_val()
+    rtype = "max" if node.target is aten.max.default else "min"
+    return _reduce(lw, x, _dims(x, None), False, rtype, val, val.dtype)
+
+
+@register(aten.cumsum, aten.cumprod)
+def scan(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, *, dtype: Any = None) -> TensorRef:
+    """Inclusive scans along `dim`: a Reduction whose result is stored at every position."""
+    from coil.lowering_ir.lowerer import index_symbols
+    from coil.lowering_ir.nodes import Reduction
+
+    val = lw.out_val()
+    rank = len(x.layout.size)
+    if rank == 0:
+        raise Unsupported("scan of a 0-d tensor")
+    d = dim % rank
+    out = lw.new_buffer(val)
+    p = index_symbols("p", rank - 1)
+    r = index_symbols("r", 1)
+    full = [*p[:d], r[0], *p[d:]]
+    ct = upcast_compute(val.dtype)
+    body = cast(load(x, full), ct)
+    rtype = "cumsum" if node.target is aten.cumsum.default else "cumprod"
+    ranges = tuple(s for i, s in enumerate(out.layout.size) if i != d)
+    op = Reduction(lw.fresh("op"), lw.origins(), out, ranges, (out.layout.size[d],), rtype, body,
+                   out.layout.index(full), ct)
+    lw.operations.append(op)
+    return out
+
+
 @register(aten.any, aten.all)
 def any_all(lw: Lowerer, node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False) -> TensorRef:
     val = lw.out_val()
@@ -101,9 +159,15 @@ def mean(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any = None, keepdim: bo
     d = _dims(x, dims)
     total = _reduce(lw, x, d, keepdim, "sum", val, upcast_compute(val.dtype))
     n = sympy.Mul(*[x.layout.size[i] for i in d]) if d else sympy.Integer(1)
-    if not n.is_Integer:
-        raise Unsupported("mean over a symbolic size")
-    return lw.pointwise(lambda p: cast(Op("truediv", (value_of(total, p, upcast_compute(val.dtype)), Constant(float(n), upcast_compute(val.dtype))), upcast_compute(val.dtype)), val.dtype))
+    ct = upcast_compute(val.dtype)
+    return lw.pointwise(lambda p: cast(Op("truediv", (value_of(total, p, ct), number(n, ct)), ct), val.dtype))
+
+
+def number(n: sympy.Expr, dtype: torch.dtype) -> Value:
+    """A count as a Value: a constant when static, else computed from the size symbols."""
+    if n.is_Integer:
+        return Constant(float(n) if dtype.is_floating_point else int(n), dtype)
+    return cast(IndexValue(n, torch.int64), dtype)
 
 
 def _var_mean(lw: Lowerer, x: Any, dims: Any, correction: Any, keepdim: bool, var_val: torch.Tensor,
@@ -114,22 +178,21 @@ def _var_mean(lw: Lowerer, x: Any, dims: Any, correction: Any, keepdim: bool, va
     ct = upcast_compute(var_val.dtype)
     d = _dims(x, dims)
     n = sympy.Mul(*[x.layout.size[i] for i in d]) if d else sympy.Integer(1)
-    if not n.is_Integer:
-        raise Unsupported("var over a symbolic size")
     c = 1 if correction is None else correction
     mean_val = torch.empty_strided(var_val.shape, var_val.stride(), dtype=ct, device=var_val.device)
     total = _reduce(lw, x, d, keepdim, "sum", mean_val, ct)
-    mean_buf = lw.pointwise(lambda p: Op("truediv", (value_of(total, p, ct), Constant(float(n), ct)), ct), mean_val)
+    mean_buf = lw.pointwise(lambda p: Op("truediv", (value_of(total, p, ct), number(n, ct)), ct), mean_val)
 
     def centred_square(v: Value, p: list[sympy.Symbol]) -> Value:
         diff = Op("sub", (v, load(mean_buf, list(p))), ct)
         return Op("mul", (diff, diff), ct)
 
     sq = _reduce(lw, x, d, keepdim, "sum", mean_val, ct, centred_square)
-    denom = float(max(int(n) - c, 0))
+    denom: Value = Constant(float(max(int(n) - c, 0)), ct) if n.is_Integer else \
+        Op("maximum", (number(n - c, ct), Constant(0.0, ct)), ct)
 
     def finish(p: list[sympy.Symbol]) -> Value:
-        v: Value = Op("truediv", (value_of(sq, p, ct), Constant(denom, ct)), ct)
+        v: Value = Op("truediv", (value_of(sq, p, ct), denom), ct)
         if want_std:
             v = Op("sqrt", (v,), ct)
         return cast(v, var_val.dtype)

@@ -1,4 +1,4 @@
-"""Prints sympy index expressions as Triton (Python) integer arithmetic."""
+"""Prints sympy index and size expressions as integer arithmetic, valid in Python and Triton."""
 
 from __future__ import annotations
 
@@ -30,6 +30,26 @@ def texpr(e: sympy.Expr) -> str:
                 rest = sympy.Mul(*[a for a in inner.args if a is not fr[0]])
                 return f"({texpr(sympy.expand(rest))} // {int(fr[0].q)})"
         raise ValueError(f"cannot print {e}")
+    if isinstance(e, sympy.ceiling):
+        inner = e.args[0]
+        if isinstance(inner, sympy.Mul):
+            fr = [a for a in inner.args if isinstance(a, sympy.Rational) and not isinstance(a, sympy.Integer)]
+            if len(fr) == 1 and fr[0].p == 1:
+                rest = sympy.Mul(*[a for a in inner.args if a is not fr[0]])
+                return f"(-(-{texpr(sympy.expand(rest))} // {int(fr[0].q)}))"
+        raise ValueError(f"cannot print {e}")
+    name = type(e).__name__
+    if name == "ToFloat" and len(e.args) == 1:
+        return f"({texpr(e.args[0])} * 1.0)"
+    if name in ("FloorDiv", "CleanDiv", "IntTrueDiv") and len(e.args) == 2:
+        return f"({texpr(e.args[0])} // {texpr(e.args[1])})"
+    if name in ("ModularIndexing",) and len(e.args) == 3:
+        return f"(({texpr(e.args[0])} // {texpr(e.args[1])}) % {texpr(e.args[2])})"
+    if name in ("PythonMod", "Mod") and len(e.args) == 2:
+        return f"({texpr(e.args[0])} % {texpr(e.args[1])})"
+    if isinstance(e, sympy.Max | sympy.Min):
+        fn = "max" if isinstance(e, sympy.Max) else "min"
+        return f"{fn}({', '.join(texpr(a) for a in e.args)})"
     if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and int(e.exp) > 0:
         return "(" + " * ".join([texpr(e.base)] * int(e.exp)) + ")"
     raise ValueError(f"cannot print index expression {e} ({type(e).__name__})")

@@ -1,0 +1,211 @@
+"""Lowerings that read data-dependent or piecewise positions: cat, constant_pad_nd, gather,
+index_select, index.Tensor (advanced indexing), embedding.
+
+They use masked loads (nothing is read where the mask is false) and indirect loads (an index
+computed from another tensor's values). Indices are wrapped like PyTorch (negative counts from the
+end) where the op allows negatives; out-of-range indices are not checked on the device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+from coil.lowering_ir.errors import Unsupported
+from coil.lowering_ir.layout import Expr
+from coil.lowering_ir.lowerer import Lowerer
+from coil.lowering_ir.nodes import TensorRef, load
+from coil.lowering_ir.ops.common import cast, is_tensor, value_of
+from coil.lowering_ir.registry import register
+from coil.lowering_ir.values import Constant, IndexValue, Load, Op, Value, indirect_symbol
+
+aten = torch.ops.aten
+
+
+def _bool(name: str, *args: Value) -> Value:
+    return Op(name, tuple(args), torch.bool)
+
+
+def _in_range(i: Expr, lo: int, hi: int) -> Value:
+    """lo <= i < hi as a bool Value, for a loop variable i (so i >= 0 needs no test)."""
+    iv = IndexValue(i, torch.int64)
+    upper = _bool("lt", iv, Constant(int(hi), torch.int64))
+    if lo <= 0:
+        return upper
+    return _bool("logical_and", _bool("ge", iv, Constant(int(lo), torch.int64)), upper)
+
+
+def _masked(x: TensorRef, idx: list[Expr], mask: Value, dt: torch.dtype) -> Value:
+    ld = load(x, idx)
+    return cast(Load(ld.buffer, ld.index, ld.dtype, mask), dt)
+
+
+@register(aten.cat.default)
+def cat(lw: Lowerer, node: torch.fx.Node, tensors: Any, dim: int = 0) -> TensorRef:
+    val = lw.out_val()
+    dt = val.dtype
+    rank = val.dim()
+    parts = [t for t in tensors if is_tensor(t) and not (len(t.layout.size) == 1 and t.layout.size[0] == 0 and rank != 1)]
+    if not parts or any(len(t.layout.size) != rank for t in parts):
+        raise Unsupported("cat of tensors of different rank")
+    d = dim % rank
+    if not all(isinstance(t.layout.size[d], sympy.Integer) for t in parts):
+        raise Unsupported("cat along a symbolic size")
+
+    def body(p: list[sympy.Symbol]) -> Value:
+        offsets: list[int] = []
+        acc = 0
+        for t in parts:
+            offsets.append(acc)
+            acc += int(t.layout.size[d])
+        out: Value | None = None
+        for t, off in reversed(list(zip(parts, offsets, strict=True))):
+            n = int(t.layout.size[d])
+            idx = list(p)
+            idx[d] = p[d] - off
+            inside = _in_range(p[d], off, off + n)
+            v = _masked(t, idx, inside, dt)
+            out = v if out is None else Op("where", (inside, v, out), dt)
+        assert out is not None
+        return out
+
+    return lw.pointwise(body)
+
+
+@register(aten.constant_pad_nd.default)
+def constant_pad_nd(lw: Lowerer, node: torch.fx.Node, x: Any, pad: Any, value: Any = 0) -> TensorRef:
+    if not is_tensor(x) or not all(isinstance(v, int) for v in pad):
+        raise Unsupported("symbolic padding")
+    val = lw.out_val()
+    dt = val.dtype
+    rank = len(x.layout.size)
+    lows = [0] * rank
+    for k in range(len(pad) // 2):
+        lows[rank - 1 - k] = pad[2 * k]
+
+    def body(p: list[sympy.Symbol]) -> Value:
+        idx: list[Expr] = [pi - lo for pi, lo in zip(p, lows, strict=True)]
+        mask: Value | None = None
+        for d in range(rank):
+            if lows[d] == 0 and val.shape[d] == x.layout.size[d]:
+                continue
+            c = _in_range(p[d], lows[d], lows[d] + int(x.layout.size[d]))
+            mask = c if mask is None else _bool("logical_and", mask, c)
+        if mask is None:
+            return value_of(x, idx, dt)
+        return Op("where", (mask, _masked(x, idx, mask, dt), cast(Constant(value, torch.float64 if isinstance(value, float) else torch.int64), dt)), dt)
+
+    return lw.pointwise(body)
+
+
+def _index_value(t: TensorRef, idx: list[Expr], size: Expr, wrap: bool) -> Value:
+    """An index tensor's value at idx, as int64, negative values wrapped by `size` if `wrap`."""
+    v = cast(load(t, idx), torch.int64)
+    if not wrap:
+        return v
+    neg = _bool("lt", v, Constant(0, torch.int64))
+    return Op("where", (neg, Op("add", (v, Constant(int(size), torch.int64)), torch.int64), v), torch.int64)
+
+
+def _indirect_load(x: TensorRef, idx: list[Expr | None], values: dict[int, Value], dt: torch.dtype) -> Value:
+    """Load x where dims in `values` take data-dependent indices."""
+    bound: list[tuple[sympy.Symbol, Value]] = []
+    full: list[Expr] = []
+    for d, i in enumerate(idx):
+        if d in values:
+            s = indirect_symbol()
+            bound.append((s, values[d]))
+            full.append(s)
+        else:
+            assert i is not None
+            full.append(i)
+    ld = load(x, full)
+    return cast(Load(ld.buffer, ld.index, ld.dtype, None, tuple(bound)), dt)
+
+
+@register(aten.index_select.default)
+def index_select(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, index: Any) -> TensorRef:
+    if not (is_tensor(x) and is_tensor(index)):
+        raise Unsupported("index_select operands")
+    val = lw.out_val()
+    rank = len(x.layout.size)
+    d = dim % max(rank, 1)
+
+    def body(p: list[sympy.Symbol]) -> Value:
+        if rank == 0:
+            return value_of(x, [], val.dtype)
+        ival = _index_value(index, [p[d]] if index.layout.size else [], x.layout.size[d], True)
+        return _indirect_load(x, list(p), {d: ival}, val.dtype)
+
+    return lw.pointwise(body)
+
+
+@register(aten.gather.default)
+def gather(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, index: Any, sparse_grad: bool = False) -> TensorRef:
+    if not (is_tensor(x) and is_tensor(index)):
+        raise Unsupported("gather operands")
+    val = lw.out_val()
+    rank = len(x.layout.size)
+    if rank == 0:
+        raise Unsupported("gather of a 0-d tensor")
+    d = dim % rank
+
+    def body(p: list[sympy.Symbol]) -> Value:
+        ival = _index_value(index, list(p), x.layout.size[d], True)
+        return _indirect_load(x, list(p), {d: ival}, val.dtype)
+
+    return lw.pointwise(body)
+
+
+@register(aten.index.Tensor)
+def index_tensor(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any) -> TensorRef:
+    """Advanced indexing x[i0, i1, ...] with some indices None (full slices)."""
+    if not is_tensor(x):
+        raise Unsupported("index of a non-tensor")
+    if any(i is not None and not is_tensor(i) for i in indices):
+        raise Unsupported("index with non-tensor indices")
+    if any(i is not None and i.layout.dtype == torch.bool for i in indices):
+        raise Unsupported("boolean mask indexing (data-dependent shape)")
+    val = lw.out_val()
+    rank = len(x.layout.size)
+    idx_list = list(indices) + [None] * (rank - len(indices))
+    pos = [d for d, i in enumerate(idx_list) if i is not None]
+    bshape_rank = max(len(idx_list[d].layout.size) for d in pos)
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    start = pos[0] if adjacent else 0
+
+    def body(p: list[sympy.Symbol]) -> Value:
+        bvars = list(p[start:start + bshape_rank])
+        rest = list(p[:start]) + list(p[start + bshape_rank:])
+        idx: list[Expr | None] = []
+        values: dict[int, Value] = {}
+        r = 0
+        for d, i in enumerate(idx_list):
+            if i is None:
+                idx.append(rest[r])
+                r += 1
+            else:
+                size = i.layout.size
+                tail = bvars[len(bvars) - len(size):]
+                ii = [sympy.Integer(0) if s == 1 else v for s, v in zip(size, tail, strict=True)]
+                values[d] = _index_value(i, ii, x.layout.size[d], True)
+                idx.append(None)
+        return _indirect_load(x, idx, values, val.dtype)
+
+    return lw.pointwise(body)
+
+
+@register(aten.embedding.default)
+def embedding(lw: Lowerer, node: torch.fx.Node, weight: Any, indices: Any, *args: Any) -> TensorRef:
+    if not (is_tensor(weight) and is_tensor(indices)):
+        raise Unsupported("embedding operands")
+    val = lw.out_val()
+    nb = len(indices.layout.size)
+
+    def body(p: list[sympy.Symbol]) -> Value:
+        ival = _index_value(indices, list(p[:nb]), weight.layout.size[0], False)
+        return _indirect_load(weight, [None, p[nb]], {0: ival}, val.dtype)
+
+    return lw.pointwise(body)

@@ -1,0 +1,244 @@
+"""Fusion and scheduling: what fuses, what must not, order, the log, and group legality."""
+
+from __future__ import annotations
+
+import coil.lowering_ir as L
+import coil.scheduler as S
+import pytest
+import sympy
+import torch
+from coil.scheduler import FusionIllegal, KernelGroup, plan
+from coil.scheduler.group import refine, split_sizes
+
+F = torch.nn.functional
+
+
+def test_public_api_snapshot():
+    assert sorted(S.__all__) == [
+        "FusionIllegal",
+        "FusionLog",
+        "KernelGroup",
+        "LoopNest",
+        "Member",
+        "Schedule",
+        "Step",
+        "canonicalize",
+        "fuse",
+        "output_buffers",
+        "plan",
+        "schedule",
+    ]
+    for name in S.__all__:
+        assert hasattr(S, name)
+
+
+def test_pointwise_chain_fuses_into_one_group(sch):
+    s = sch.schedule(lambda x: (((x + 1) * 2).exp() - 3,), torch.randn(3, 5))
+    assert len(s.steps) == 1
+    (k,) = s.kernels()
+    assert [m.kind for m in k.members] == ["x"] * 4
+    assert k.stores == [s.graph.outputs[0].name]
+    assert len(k.internal) == 3
+    assert not k.is_reduction and int(k.xnumel) == 15 and int(k.rnumel) == 1
+    assert k.name == "kernel0"
+    assert all(t for (_, _, t, _) in s.log.attempts if t)
+    sch.check_groups(s)
+    sch.check_topological(s)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, w: (torch.softmax(x, -1),),
+        lambda x, w: (torch.log_softmax(x, -1),),
+        lambda x, w: (F.layer_norm(x, (6,), w, w),),
+        lambda x, w: (F.layer_norm(x, (6,)),),
+        lambda x, w: ((x - x.mean(1, keepdim=True)) * w,),
+        lambda x, w: tuple(torch.var_mean(x * 2, 1)),
+    ],
+    ids=["softmax", "log_softmax", "layer_norm_affine", "layer_norm", "centre_scale", "var_mean_prologue"],
+)
+def test_reduction_fuses_with_producer_and_consumer(sch, fn):
+    x, w = torch.randn(4, 6), torch.randn(6)
+    s = sch.schedule(fn, x, w)
+    assert len(s.steps) == 1, [st.name for st in s.steps]
+    (k,) = s.kernels()
+    assert k.is_reduction
+    assert int(k.xnumel) == 4 and int(k.rnumel) == 6
+    assert {m.kind for m in k.members} >= {"reduce"}
+    outs = S.output_buffers(s.graph.outputs)
+    assert set(k.stores) == outs  # only what the graph returns reaches memory
+    sch.check_groups(s)
+    sch.check_topological(s)
+
+
+def test_transposed_consumer_is_not_fused_and_log_says_why(sch):
+    def fn(x):
+        y = x + 1
+        return (y.t().contiguous() * 2,)
+
+    s = sch.schedule(fn, torch.randn(3, 5))
+    kernels = s.kernels()
+    assert len(kernels) == 2
+    producer, consumer = kernels
+    y = producer.members[0].op.output.name
+    assert producer.stores == [y]  # must reach memory: the consumer reads it from there
+    assert y in consumer.members[0].op.reads()
+    refused = [a for a in s.log.attempts if not a[2]]
+    assert refused
+    assert any(f"reads {y}" in reason for (_, _, _, reason) in refused), refused
+    sch.check_groups(s)
+    sch.check_topological(s)
+
+
+def test_no_cycle_through_an_extern(sch):
+    """A -> mm -> B, and A, B both read x: fusing A with B would need mm inside the kernel."""
+
+    def fn(x, w):
+        a = x + 1
+        e = a @ w
+        return (x * 2 + e,)
+
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    s = sch.schedule(fn, x, w)
+    kinds = ["extern" if isinstance(st, L.ExternKernel) else "kernel" for st in s.steps]
+    assert kinds == ["kernel", "extern", "kernel"]
+    a_group, mm, b_group = s.steps
+    a_origins = {o for m in a_group.members for o in m.op.origins}
+    b_origins = {o for m in b_group.members for o in m.op.origins}
+    assert "add" in a_origins and "add_1" in b_origins  # a = x + 1 before mm, x * 2 + e after it
+    assert mm.outputs[0].name in {r for m in b_group.members for r in m.op.reads()}
+    assert any(not taken and "cycle" in reason for (_, _, taken, reason) in s.log.attempts), s.log.attempts
+    sch.check_topological(s)
+    sch.check_groups(s)
+
+
+def test_no_cycle_through_an_extern_with_chained_producers(sch):
+    def fn(x, w):
+        a = (x + 1).exp()
+        e = a @ w
+        b = (x * 2).sin()
+        return (b + e, a)
+
+    s = sch.schedule(fn, torch.randn(4, 4), torch.randn(4, 4))
+    sch.check_topological(s)
+    sch.check_groups(s)
+    mm_pos = next(i for i, st in enumerate(s.steps) if isinstance(st, L.ExternKernel))
+    # whatever fused with the final add comes after mm, whatever feeds mm comes before it
+    for i, st in enumerate(s.steps):
+        if isinstance(st, KernelGroup):
+            names = {m.op.origins[0] for m in st.members}
+            if "add_1" in names:
+                assert i > mm_pos
+            if "exp" in names:
+                assert i < mm_pos
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: (torch.softmax(x, -1), x.sum(0), torch.cumsum(x, 1) + x),
+        lambda x: ((x @ x.t()).relu() + x.sum(), x.t() * 3),
+        lambda x: (F.gelu(x @ x) + 1, torch.sort(x, 1)[0].amax(1)),
+        lambda x: (x.sum(0), x.sum(1), (x * 2).amax()),
+        lambda x: (x / x.sum(0, keepdim=True),),
+    ],
+)
+def test_schedule_is_topological_and_groups_are_sound(sch, fn):
+    x = torch.randn(5, 5)
+    for fusion in (True, False):
+        s = sch.schedule(fn, x, fusion=fusion)
+        sch.check_topological(s)
+        sch.check_groups(s)
+        names = [st.name for st in s.kernels()]
+        assert len(set(names)) == len(names)
+
+
+def test_fusion_off_gives_one_group_per_op(sch):
+    def fn(x, w):
+        return (torch.softmax(x @ w, -1) * 2,)
+
+    g = sch.lower(fn, torch.randn(3, 4), torch.randn(4, 5))
+    s = S.schedule(g, fusion=False)
+    assert len(s.steps) == len(g.operations)
+    assert all(len(k.members) == 1 for k in s.kernels())
+    assert [st.ops[0] if isinstance(st, KernelGroup) else st for st in s.steps] == g.operations
+    assert s.log.attempts == []
+    assert all(k.internal == [] for k in s.kernels())
+    sch.check_topological(s)
+    sch.check_groups(s)
+
+
+def test_fusion_log_records_taken_attempts(sch):
+    s = sch.schedule(lambda x: (torch.softmax(x, 1),), torch.randn(3, 4))
+    taken = [a for a in s.log.attempts if a[2]]
+    assert taken and all(reason == "fused" for (_, _, _, reason) in taken)
+    assert len(taken) == len(s.graph.operations) - len(s.steps)
+
+
+def test_reductions_of_different_shape_stay_apart(sch):
+    s = sch.schedule(lambda x: (x.sum(1), x.sum(0)), torch.randn(3, 5))
+    assert len(s.kernels()) == 2
+    sch.check_groups(s)
+
+
+# -- plan, refine, split_sizes ---------------------------------------------------------------------
+
+
+def test_plan_rejects_mismatched_iteration_spaces(sch):
+    g = sch.lower(lambda x, y: (x.sum(1), y + 1), torch.randn(3, 4), torch.randn(7))
+    red, pw = g.operations
+    with pytest.raises(FusionIllegal):
+        plan("k", [red, pw], set(), {red.output.name, pw.output.name})
+
+
+def test_plan_rejects_per_x_reader_of_per_r_value(sch):
+    # e = exp(x) is per (x, r); s = e[:, 0] read per x only: not expressible in one kernel
+    g = sch.lower(lambda x: (x.sum(1) + x.exp()[:, 0],), torch.randn(3, 4))
+    ops = [op for op in g.operations if isinstance(op, L.Pointwise | L.Reduction)]
+    with pytest.raises(FusionIllegal):
+        plan("k", ops, set(), {ops[-1].output.name})
+
+
+def _cuts(sizes):
+    acc, out = 1, set()
+    for s in sizes:
+        acc *= int(s)
+        out.add(acc)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [((24,), (2, 12)), ((6, 4), (2, 12)), ((4, 6), (6, 4)), ((2, 3, 4), (6, 4)), ((5,), (5,)), ((3, 4), (4, 3))],
+)
+def test_refine_is_the_coarsest_common_refinement(a, b):
+    a = [sympy.Integer(v) for v in a]
+    b = [sympy.Integer(v) for v in b]
+    got = refine(a, b)
+    ca, cb = _cuts(a), _cuts(b)
+    union = sorted(ca | cb)
+    # a common refinement exists iff each cut divides the next one
+    exists = all(hi % lo == 0 for lo, hi in zip([1, *union], union, strict=False))
+    if not exists:
+        assert got is None
+        return
+    assert got is not None
+    assert _cuts(got) == ca | cb
+    assert sympy.Mul(*got) == sympy.Mul(*a)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "head", "ok"),
+    [((24,), 6, True), ((2, 12), 6, True), ((4, 6), 6, False), ((2, 3, 4), 6, True), ((6, 4), 4, False), ((8,), 8, True)],
+)
+def test_split_sizes_brute_force(sizes, head, ok):
+    sizes = [sympy.Integer(v) for v in sizes]
+    got = split_sizes(sizes, sympy.Integer(head))
+    if not ok:
+        assert got is None
+        return
+    assert got is not None
+    pre, suf, _ = got
+    assert int(sympy.Mul(*pre)) == head
+    assert sympy.Mul(*pre) * sympy.Mul(*suf) == sympy.Mul(*sizes)

@@ -1,0 +1,144 @@
+"""Helpers for the triton-codegen tests: build kernel groups, run generated kernels on the CPU.
+
+Kernels run under Triton's interpreter: TRITON_INTERPRET must be set before triton is imported.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import importlib.util
+import itertools
+import tempfile
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import coil.lowering_ir as L
+import pytest
+import torch
+from coil.scheduler import KernelGroup, Schedule, schedule
+from coil.triton_codegen import KernelSource, generate
+from torch.fx.experimental.proxy_tensor import make_fx
+
+_count = itertools.count()
+_DIR = tempfile.mkdtemp(prefix="coil-tcg-tests-")
+
+
+def _ints(xs: Sequence[Any]) -> list[int]:
+    return [int(x) for x in xs]
+
+
+def load_kernel(ks: KernelSource) -> Any:
+    """Import the generated module from a file (triton needs the source on disk) -> the jit fn."""
+    mod_name = f"coil_tcg_kernel_{next(_count)}"
+    path = os.path.join(_DIR, f"{mod_name}.py")
+    with open(path, "w") as f:
+        f.write(ks.source)
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, ks.name)
+
+
+def launch(ks: KernelSource, env: dict[str, torch.Tensor]) -> None:
+    fn = load_kernel(ks)
+    args = [env[n] for n in ks.pointer_args] + [int(s) for s in ks.size_args]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # masked-off lanes divide by zero on numpy
+        fn[(int(ks.grid),)](*args, **ks.constexprs)
+
+
+def _alloc(buf: L.Buffer) -> torch.Tensor:
+    lay = buf.layout
+    t = torch.empty_strided(_ints(lay.size), _ints(lay.stride), dtype=lay.dtype)
+    if lay.dtype.is_floating_point:
+        t.fill_(float("nan"))  # unwritten elements show up
+    return t
+
+
+def _view(env: dict[str, torch.Tensor], ref: Any) -> torch.Tensor:
+    base = env[ref.storage.name]
+    lay = ref.layout
+    return torch.as_strided(base, _ints(lay.size), _ints(lay.stride), base.storage_offset() + int(lay.offset))
+
+
+class Run:
+    """Trace -> lower -> schedule -> generate -> launch (a fixture: conftest is not importable)."""
+
+    sources: list[KernelSource]
+
+    @staticmethod
+    def schedule(fn: Callable[..., Any], *inputs: Any, fusion: bool = True) -> Schedule:
+        gm = make_fx(fn, decomposition_table=L.decomposition_table(), tracing_mode="fake")(*inputs)
+        return schedule(L.lower(gm), fusion=fusion)
+
+    @staticmethod
+    def execute(s: Schedule, inputs: Sequence[torch.Tensor], strategy: str = "auto",
+                sources: list[KernelSource] | None = None) -> list[Any]:
+        g = s.graph
+        bufs = g.buffers()
+        env: dict[str, torch.Tensor] = {}
+        for b in g.inputs:
+            if isinstance(b, L.InputBuffer):
+                env[b.name] = inputs[b.index]
+        for c in g.constants:
+            assert c.value is not None
+            env[c.name] = c.value
+        for st in s.steps:
+            if isinstance(st, KernelGroup):
+                ks = generate(st, bufs, "interpret", strategy)
+                if sources is not None:
+                    sources.append(ks)
+                assert not set(ks.pointer_args) & set(st.internal)  # internal values never hit memory
+                for w in st.stores:
+                    env[w] = _alloc(bufs[w])
+                launch(ks, env)
+                continue
+
+            def conv(x: Any) -> Any:
+                if isinstance(x, L.Buffer | L.ReinterpretView):
+                    return _view(env, x)
+                if isinstance(x, list | tuple):
+                    return type(x)(conv(y) for y in x)
+                return x
+
+            res = st.kernel(*conv(st.args), **{k: conv(v) for k, v in st.kwargs.items()})
+
+            def put(ref: Any, val: Any) -> None:
+                if isinstance(ref, L.Buffer):
+                    env[ref.name] = _alloc(ref)
+                    env[ref.name].copy_(val)
+                elif isinstance(ref, list | tuple):
+                    for r, v in zip(ref, val, strict=True):
+                        put(r, v)
+
+            if st.results is not None:
+                put(st.results, res)
+        out = []
+        for o in g.outputs:
+            out.append(_view(env, o) if isinstance(o, L.Buffer | L.ReinterpretView) else o)
+        return out
+
+    @staticmethod
+    def run(fn: Callable[..., Any], *inputs: Any, strategy: str = "auto", fusion: bool = True,
+            sources: list[KernelSource] | None = None) -> list[Any]:
+        return Run.execute(Run.schedule(fn, *inputs, fusion=fusion), inputs, strategy, sources)
+
+    @staticmethod
+    def check(fn: Callable[..., Any], *inputs: Any, strategy: str = "auto", fusion: bool = True,
+              rtol: float = 1e-5, atol: float = 1e-5, sources: list[KernelSource] | None = None) -> None:
+        want = fn(*inputs)
+        got = Run.run(fn, *inputs, strategy=strategy, fusion=fusion, sources=sources)
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape and g.stride() == w.stride(), (g, w)
+            torch.testing.assert_close(g, w, rtol=rtol, atol=atol, equal_nan=True)
+
+
+@pytest.fixture(scope="session")
+def tk() -> type[Run]:
+    return Run
