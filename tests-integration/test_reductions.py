@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import pytest
 import torch
-
 from coil.backend import COMPILED, knobs
 
 
