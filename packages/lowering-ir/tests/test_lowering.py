@@ -450,3 +450,12 @@ def test_graph_returning_a_single_tensor(ir):
     gm = ir.trace(lambda x: x + 1, x)
     g = L.lower(gm)
     ir.assert_same(ir.evaluate(g, [x]), [x + 1])
+
+
+def test_scans_and_arg_reductions_match_eager(ir):
+    def fn(x):
+        return (torch.cumsum(x, 1), torch.cumprod(x, 0), x.argmax(1), x.argmin(0), torch.cumsum(x.t(), 1))
+
+    x = torch.tensor([[0.5, -1.0, 2.0, 2.0], [1.5, 3.0, -2.0, 0.25], [-0.5, 3.0, 1.0, -7.0]])
+    g = ir.lower(fn, x)
+    ir.assert_same(ir.evaluate(g, [x]), list(fn(x)))

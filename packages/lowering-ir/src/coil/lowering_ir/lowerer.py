@@ -46,6 +46,8 @@ class Lowerer:
         self.env: dict[torch.fx.Node, Any] = {}
         self.fake_offset: dict[str, int] = {}  # storage buffer -> storage offset of its FakeTensor
         self._count = 0
+        self._seeds: dict[str, ComputedBuffer] = {}
+        self._streams = 0
         self.current: torch.fx.Node | None = None
 
     # -- names and buffers ------------------------------------------------------------------
@@ -97,6 +99,22 @@ class Lowerer:
         )
         self.operations.append(op)
         return out
+
+    def random_seed(self, device: torch.device) -> tuple[ComputedBuffer, int]:
+        """The graph's seed buffer on `device` (drawn from torch's RNG once per call, so
+        torch.manual_seed reproduces results) and a fresh stream number for one random op."""
+        key = str(device)
+        if key not in self._seeds:
+            layout = Layout(device, torch.int64, (sympy.Integer(1),), (sympy.Integer(1),))
+            buf = ComputedBuffer(self.fresh("seed"), layout)
+            self.fake_offset[buf.name] = 0
+            args = (0, 2**31 - 1, [1])
+            op = ExternKernel(self.fresh("op"), self.origins(), torch.ops.aten.randint.low, args,
+                              {"dtype": torch.int64, "device": device}, buf, False)
+            self.operations.append(op)
+            self._seeds[key] = buf
+        self._streams += 1
+        return self._seeds[key], self._streams
 
     def view(self, ref: TensorRef, val: torch.Tensor) -> ReinterpretView:
         """`ref` seen through the layout of FakeTensor `val` (which shares ref's storage)."""

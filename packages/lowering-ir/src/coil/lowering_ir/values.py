@@ -32,6 +32,8 @@ OPS: dict[str, int] = {
     "lshift": 2, "rshift": 2,
     # selection and conversion
     "where": 3, "cast": 1,
+    # counter-based random numbers: (seed, offset) -> uniform [0, 1) / standard normal, float32
+    "rand": 2, "randn": 2,
 }
 
 

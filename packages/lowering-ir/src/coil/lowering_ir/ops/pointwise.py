@@ -238,3 +238,26 @@ def arange(lw: LowererLike, node: torch.fx.Node, *args: Any, **kw: Any) -> Tenso
         raise Unsupported("float or symbolic arange")
     dt = out_dtype(lw)
     return lw.pointwise(lambda p: cast(IndexValue(start + step * p[0], torch.int64), dt))
+
+
+def _fill(lw: LowererLike, value: Any) -> TensorRef:
+    if not isinstance(value, bool | int | float):
+        raise Unsupported("non-constant fill value")
+    dt = out_dtype(lw)
+    return lw.pointwise(lambda p: cast(Constant(value, torch.float64 if isinstance(value, float) else torch.int64), dt))
+
+
+@register(aten.full_like, aten.new_full)
+def full_like(lw: LowererLike, node: torch.fx.Node, x: Any, *args: Any, **kw: Any) -> TensorRef:
+    value = args[-1] if node.target is aten.new_full.default else args[0]
+    return _fill(lw, value)
+
+
+@register(aten.zeros_like, aten.new_zeros, aten.zeros)
+def zeros_like(lw: LowererLike, node: torch.fx.Node, *args: Any, **kw: Any) -> TensorRef:
+    return _fill(lw, 0)
+
+
+@register(aten.ones_like, aten.new_ones, aten.ones)
+def ones_like(lw: LowererLike, node: torch.fx.Node, *args: Any, **kw: Any) -> TensorRef:
+    return _fill(lw, 1)
