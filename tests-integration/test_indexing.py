@@ -23,7 +23,28 @@ CASES: dict[str, tuple[Callable[..., torch.Tensor], Callable[[torch.device], tup
                   lambda d: (torch.randn(4, 6, device=d), torch.tensor([1, 3], device=d), torch.tensor([0, 5], device=d))),
     "embedding": (lambda w, ids: torch.nn.functional.embedding(ids, w) * 3,
                   lambda d: (torch.randn(10, 5, device=d), torch.tensor([[1, 2, 9], [0, 0, 3]], device=d))),
+    "index_put_accumulate": (lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True) * 2,
+                             lambda d: (torch.randn(6, 5, device=d), torch.tensor([0, 2, 2, 5], device=d),
+                                        torch.randn(4, 5, device=d))),
+    "scatter_add": (lambda x, i: torch.zeros(3, 5, device=x.device).scatter_add(0, i, x),
+                    lambda d: (torch.randn(2, 5, device=d), torch.tensor([[0, 1, 2, 0, 0], [2, 2, 1, 0, 1]], device=d))),
+    "scatter_value": (lambda x, i: x.scatter(1, i, 7.0),
+                      lambda d: (torch.randn(2, 5, device=d), torch.tensor([[1], [3]], device=d))),
 }
+
+
+def test_embedding_backward_is_native(device: torch.device) -> None:
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 4).to(device)
+    ids = torch.tensor([[1, 2, 1], [9, 0, 1]], device=device)  # repeated ids accumulate
+    with knobs.override(fallback_on_error=False):
+        torch.compile(emb, backend="coil")(ids).square().sum().backward()
+    assert emb.weight.grad is not None
+    got = emb.weight.grad.clone()
+    emb.weight.grad = None
+    emb(ids).square().sum().backward()
+    torch.testing.assert_close(got, emb.weight.grad)
+    assert [f for s in COMPILED for f in s.fallbacks] == []
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -69,10 +69,9 @@ def _pipeline(g: torch.fx.GraphModule, bw: bool) -> torch.fx.GraphModule:
 
 
 def test_rules_are_listed_data() -> None:
-    assert len(ATTENTION_RULES) == 6
-    assert set(ATTENTION_RULES.names()) == {
-        "sdpa_div_mask", "sdpa_mul_mask", "sdpa_mask", "sdpa_div", "sdpa_mul", "sdpa",
-    }  # fmt: skip
+    assert len(ATTENTION_RULES) == 12
+    base = {"sdpa_div_mask", "sdpa_mul_mask", "sdpa_mask", "sdpa_div", "sdpa_mul", "sdpa"}
+    assert set(ATTENTION_RULES.names()) == base | {f"{n}_decomposed" for n in base}
 
 
 def test_gpt2_style_attention_fuses(aot, op_names) -> None:
@@ -154,3 +153,39 @@ def test_identity_clone_inside_attention_is_absorbed(trace) -> None:
     assert PassManager([fuse_attention], stage=Stage.POST_GRAD).run(gm).modified
     assert _sdpa_nodes(gm)
     torch.testing.assert_close(gm(q, q, q), f(q, q, q), atol=1e-5, rtol=1e-5)
+
+
+def test_required_ops_occur_in_each_traced_pattern() -> None:
+    for rule in ATTENTION_RULES:
+        targets = {n.target for n in rule.traced_pattern().graph.nodes}
+        assert rule.required_ops and rule.required_ops <= targets, rule.name
+
+
+def test_decomposed_form_fuses_and_traces_are_cached_per_signature(trace) -> None:
+    """A decomposition table (as in coil's backend) leaves kᵀ as permute and softmax as
+    amax/sub/exp/sum/div; the ``*_decomposed`` rules match that, and layers with equal shapes
+    reuse one traced pattern and replacement."""
+    from coil.fx_passes import PassManager, Stage, fuse_attention
+    from torch._decomp import get_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    aten = torch.ops.aten
+
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        for _ in range(2):  # two "layers" of HF eager attention
+            w = torch.softmax(torch.matmul(q, k.transpose(2, 3)) * 0.25 + m, dim=-1)
+            q = torch.matmul(w, v)
+        return q
+
+    decomp = get_decompositions([aten._softmax.default, aten.transpose.int])
+    q, k, v = (torch.randn(2, 2, 4, 8) for _ in range(3))
+    m = torch.zeros(2, 1, 4, 4)
+    gm = make_fx(f, decomposition_table=decomp, tracing_mode="fake")(q, k, v, m)
+    assert not any(n.target is aten._softmax.default for n in gm.graph.nodes)
+    rule = ATTENTION_RULES["sdpa_mul_mask_decomposed"]
+    rule._cache.clear()
+    assert PassManager([fuse_attention], stage=Stage.POST_GRAD, verify=True).run(gm).modified
+    assert len(_sdpa_nodes(gm)) == 2
+    assert not any(n.target is aten.bmm.default for n in gm.graph.nodes)
+    assert sorted(k[0] for k in rule._cache if isinstance(k, tuple)) == ["pattern", "replacement"]
+    torch.testing.assert_close(gm(q, k, v, m), f(q, k, v, m), atol=1e-5, rtol=1e-5)

@@ -31,6 +31,7 @@ def test_public_api_snapshot():
         "REDUCTION_TYPES",
         "Reduction",
         "ReinterpretView",
+        "Scatter",
         "SymbolInput",
         "TensorRef",
         "Unsupported",

@@ -10,11 +10,13 @@ import sys
 import coil.runtime as runtime
 
 EXPECTED_ALL = [
+    "CudaGraphRunner",
     "Kernel",
     "KernelCompileError",
     "KernelSpec",
     "TensorArg",
     "compile_kernels",
+    "cudagraphify",
     "interpreter_enabled",
 ]
 
@@ -22,6 +24,18 @@ EXPECTED_SIGNATURES = {
     "compile_kernels": "(specs: 'Sequence[KernelSpec]', device: 'torch.device') -> 'dict[str, Kernel]'",
     "interpreter_enabled": "(device: 'torch.device') -> 'bool'",
     "Kernel.__call__": "(self, grid: 'tuple[int, ...]', *args: 'object') -> 'None'",
+    "CudaGraphRunner.__init__": (
+        "(self, call: 'BoxedCall', example_inputs: 'Sequence[Any]', "
+        "static_input_indices: 'Iterable[int] | None' = None, *, "
+        "mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
+        "pool: 'Any' = None) -> 'None'"
+    ),
+    "CudaGraphRunner.__call__": "(self, inputs: 'list[Any]') -> 'tuple[Any, ...]'",
+    "cudagraphify": (
+        "(call: 'BoxedCall', static_input_indices: 'Iterable[int] | None' = None, *, "
+        "mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
+        "pool: 'Any' = None) -> 'Callable[[list[Any]], tuple[Any, ...]]'"
+    ),
 }
 
 EXPECTED_FIELDS = {
@@ -48,6 +62,9 @@ def test_signatures_snapshot() -> None:
         "compile_kernels": str(inspect.signature(runtime.compile_kernels)),
         "interpreter_enabled": str(inspect.signature(runtime.interpreter_enabled)),
         "Kernel.__call__": str(inspect.signature(runtime.Kernel.__call__)),
+        "CudaGraphRunner.__init__": str(inspect.signature(runtime.CudaGraphRunner.__init__)),
+        "CudaGraphRunner.__call__": str(inspect.signature(runtime.CudaGraphRunner.__call__)),
+        "cudagraphify": str(inspect.signature(runtime.cudagraphify)),
     }
     assert got == EXPECTED_SIGNATURES
 

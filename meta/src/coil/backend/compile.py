@@ -7,6 +7,7 @@ whole pipeline in one readable function, one named call per stage.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -14,16 +15,37 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
+from coil.backend.artefacts import Artefacts
+from coil.backend.checks import (
+    TRACKER,
+    LifetimeTracker,
+    add_bounds_asserts,
+    check_outputs,
+    debug_launchers,
+    instrument_wrapper,
+    returned_storage,
+)
+from coil.backend.dump import spans
 from coil.backend.errors import CoilCompileError
 from coil.backend.knobs import knobs
+from coil.backend.progress import compile_with_progress
 from coil.backend.stats import COMPILED, GraphStats
-from coil.fx_passes import run_post_grad_passes, run_pre_grad_passes
+from coil.fx_passes import (
+    GraphPass,
+    PassManager,
+    PassResult,
+    Stage,
+    post_grad_passes,
+    run_post_grad_passes,
+    run_pre_grad_passes,
+)
 from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, decomposition_table, lower
-from coil.runtime import KernelSpec, TensorArg, compile_kernels
+from coil.runtime import KernelSpec, TensorArg, interpreter_enabled
 from coil.scheduler import Schedule, schedule
-from coil.triton_codegen import KernelSource, generate
+from coil.triton_codegen import KernelSource, generate_schedule
 from coil.wrapper_codegen import KernelLaunch, WrapperProgram, build, emit_python
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -55,19 +77,25 @@ def _specs(sources: list[KernelSource], graph: LoweredGraph) -> list[KernelSpec]
     specs = []
     for ks in sources:
         args: list[TensorArg | int] = [TensorArg(bufs[b].layout.dtype) for b in ks.pointer_args]
-        args += [int(s) for s in ks.size_args]
+        args += [int(sympy.sympify(s).xreplace(graph.symbol_hints)) for s in ks.size_args]  # example values
         specs.append(KernelSpec(ks.name, ks.source, tuple(args), ks.constexprs, num_warps=ks.num_warps))
     return specs
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, kind: str) -> CompiledFn:
-    """Compile one AOTAutograd graph (kind: forward, backward or inference) to a boxed callable."""
+    """Compile one AOTAutograd graph (kind: forward, backward or inference) to a boxed callable.
+
+    With COIL_DEBUG_DIR set, the graph's artefacts and a repro go to `<dir>/<graph name>/`
+    (the repro first, so a failed compile leaves one; the error goes to error.txt).
+    """
     name = f"{kind}_{next(_counter)}"
     stats = GraphStats(name, fx_nodes=len(gm.graph.nodes))
     COMPILED.append(stats)
+    out = Artefacts.open(gm, name, kind)
     try:
-        return _compile(gm, name, kind, stats)
+        return _compile(gm, name, kind, stats, out)
     except Exception as e:
+        out.failed(e)
         if not knobs.fallback_on_error:
             raise
         warnings.warn(f"{e} -- running this graph eagerly (set COIL_FALLBACK_ON_ERROR=0 to raise)", stacklevel=2)
@@ -75,26 +103,68 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, ki
         return _eager(gm)
 
 
-def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats) -> CompiledFn:
-    gm = _stage("post-grad passes", name, run_post_grad_passes, gm, is_backward=kind == "backward")
+def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, out: Artefacts) -> CompiledFn:
+    gm = _stage("post-grad passes", name, _post_grad_passes, gm, kind, out)
+    out.post_grad(gm)
     lowered: LoweredGraph = _stage("lowering", name, lower, gm, name)
+    out.ir(lowered)
     sched: Schedule = _stage("scheduling", name, schedule, lowered, fusion=knobs.fusion)
+    out.schedule(sched)
     device = _device(lowered)
     target = "cuda" if device.type == "cuda" else "interpret"
     bufs = lowered.buffers()
     sources: list[KernelSource] = _stage(
-        "triton codegen", name, lambda: [generate(k, bufs, target, knobs.reduction_strategy) for k in sched.kernels()])
+        "triton codegen", name, lambda: generate_schedule(sched, bufs, target, knobs.reduction_strategy, lowered.symbol_hints))
+    if knobs.debug_asserts:
+        sources = _stage("debug asserts", name, _with_bounds_asserts, sources, lowered, target)
+    out.kernels(sources)
     launches = {s.name: KernelLaunch(s.name, s.pointer_args, s.size_args, s.grid) for s in sources}
     program: WrapperProgram = _stage("wrapper codegen", name, build, sched, launches, reuse=knobs.reuse)
+    out.memory_plan(sched, program)
     source: str = _stage("wrapper codegen", name, emit_python, program.lines, [s.name for s in sources],
                          sorted(program.constants), name)
-    kernels = _stage("runtime compile", name, compile_kernels, _specs(sources, lowered), device)
     namespace: dict[str, Any] = {}
+    if knobs.check_lifetimes:
+        source = _stage("lifetime tracking", name, instrument_wrapper, source, program.lines)
+        namespace[TRACKER] = LifetimeTracker(
+            name, spans(sched), returned_storage(program.lines), dict(program.reuse.storage) if program.reuse else None)
+    out.wrapper(source)
+    kernels = _stage("runtime compile", name, compile_with_progress, _specs(sources, lowered), device, name)
+    if knobs.debug_asserts and interpreter_enabled(device):
+        kernels = debug_launchers(kernels)
     exec(compile(source, f"<coil wrapper {name}>", "exec"), namespace)
     call = namespace["make"](device, program.constants, kernels)
     _record(stats, lowered, sched, sources, program, source)
     log.info("compiled %s: %d kernels, %d externs, fallbacks %s", name, stats.kernels, stats.externs, stats.fallbacks)
-    return _boxed(call)
+    return _boxed(call, name if knobs.check_nan else None)
+
+
+def _post_grad_passes(gm: torch.fx.GraphModule, kind: str, out: Artefacts) -> torch.fx.GraphModule:
+    """fx_passes.run_post_grad_passes; the same pipeline with each pass reported to `out` when
+    per-pass graphs are wanted (debug dir or COIL_LOGS=graph)."""
+    if not out.wants_passes:
+        return run_post_grad_passes(gm, is_backward=kind == "backward")
+
+    def reported(p: GraphPass) -> GraphPass:
+        def fn(g: torch.fx.GraphModule) -> PassResult:
+            result = p.fn(g)
+            out.after_pass(p.name, result.graph_module, result.modified)
+            return result
+
+        return dataclasses.replace(p, fn=fn)
+
+    passes = [reported(p) for p in post_grad_passes(is_backward=kind == "backward")]
+    return PassManager(passes, stage=Stage.POST_GRAD, fixpoint=True).run(gm).graph_module
+
+
+def _with_bounds_asserts(sources: list[KernelSource], lowered: LoweredGraph, target: str) -> list[KernelSource]:
+    bufs = lowered.buffers()
+    checked = []
+    for s in sources:
+        extents = [int(sympy.sympify(bufs[b].layout.storage_extent())) for b in s.pointer_args]
+        text = add_bounds_asserts(s.source, s.name, extents, s.pointer_args, cuda=target == "cuda")
+        checked.append(dataclasses.replace(s, source=text))
+    return checked
 
 
 def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: list[KernelSource],
@@ -110,9 +180,13 @@ def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: 
         stats.reused_buffers = sum(1 for b, d in program.reuse.storage.items() if b != d)
 
 
-def _boxed(fn: Callable[[list[Any]], Any]) -> CompiledFn:
+def _boxed(fn: Callable[[list[Any]], Any], check_nan: str | None = None) -> CompiledFn:
+    """The boxed callable; with `check_nan` (the graph's name) outputs are checked for NaN/Inf."""
     def call(args: list[Any]) -> Any:
-        return fn(args)
+        result = fn(args)
+        if check_nan is not None:
+            check_outputs(check_nan, result)
+        return result
 
     call._boxed_call = True  # type: ignore[attr-defined]
     return call

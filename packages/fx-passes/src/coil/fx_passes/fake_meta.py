@@ -26,6 +26,7 @@ __all__ = [
     "describe_mismatch",
     "fake_mode_of",
     "refresh_meta",
+    "users_to_refresh",
 ]
 
 
@@ -142,6 +143,31 @@ def alias_signature(node: Node, value: Any) -> frozenset[tuple[int, int]]:
             continue
         pairs.update((i, j) for j, k in enumerate(in_keys) if k is not None and k == key)
     return frozenset(pairs)
+
+
+def _returns_fresh(node: Node) -> bool:
+    """True for an ATen op none of whose results aliases an input (a schema fact)."""
+    op = node.target
+    if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
+        return False
+    schema = op._schema
+    return not any(r.alias_info is not None for r in schema.returns) and not any(
+        a.alias_info is not None for a in schema.arguments
+    )
+
+
+def users_to_refresh(users: Iterable[Node], old: Any, new: Any) -> list[Node]:
+    """The users that need :func:`refresh_meta` after their input ``old`` became ``new``.
+
+    When ``new`` has ``old``'s metadata (shape, stride, offset, dtype, device: only the storage
+    differs), a user whose op returns fresh tensors (its schema has no aliasing) computes the
+    same metadata, so only aliasing users (views, ``getitem``, Python calls) are returned;
+    otherwise every ``call_function`` user is. The verifier checks this by full propagation.
+    """
+    calls = [u for u in users if u.op == "call_function"]
+    if describe_mismatch(old, new) is not None:
+        return calls
+    return [u for u in calls if not _returns_fresh(u)]
 
 
 def refresh_meta(gm: GraphModule, nodes: Iterable[Node]) -> list[Node]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from coil.fx_passes.aliasing import input_storages, output_storages, storages_of
-from coil.fx_passes.fake_meta import describe_mismatch, refresh_meta
+from coil.fx_passes.fake_meta import describe_mismatch, refresh_meta, users_to_refresh
 from torch.fx import GraphModule, Node
 
 __all__ = ["forward_is_safe", "replace_with_existing"]
@@ -36,6 +36,7 @@ def forward_is_safe(gm: GraphModule, node: Node, value: Node) -> bool:
 def replace_with_existing(gm: GraphModule, node: Node, value: Node) -> None:
     """Point every use of ``node`` at ``value``, erase ``node``, refresh the users' meta."""
     users = list(node.users)
+    old, new = node.meta.get("val"), value.meta.get("val")
     node.replace_all_uses_with(value)
     gm.graph.erase_node(node)
-    refresh_meta(gm, [u for u in users if u.op == "call_function"])
+    refresh_meta(gm, users_to_refresh(users, old, new))

@@ -155,6 +155,38 @@ class Reduction(Operation):
 
 
 @dataclass(eq=False)
+class Scatter(Operation):
+    """output = copy of `base` (zeros when None), then for p in product(ranges):
+    output[target] (+)= value(p).
+
+    `target` is a Load of `output` whose index (and indirect bindings, mask) say where point p
+    writes; `accumulate` adds (atomically: duplicates accumulate, as index_put(accumulate=True)
+    and scatter_add do), otherwise stores (duplicates: one of them wins, as in eager).
+    """
+
+    output: ComputedBuffer
+    base: Buffer | ReinterpretView | None
+    ranges: tuple[Expr, ...]
+    target: Load
+    value: Value
+    accumulate: bool
+
+    @property
+    def outputs(self) -> list[Buffer]:
+        return [self.output]
+
+    def reads(self) -> list[str]:
+        names = [self.base.storage.name] if self.base is not None else []
+        for v in (self.value, *[val for _, val in self.target.indirect]):
+            names += [ld.buffer for ld in loads(v)]
+            if isinstance(v, Load):
+                names.append(v.buffer)
+        if self.target.mask is not None:
+            names += [ld.buffer for ld in loads(self.target.mask)]
+        return [n for n in dict.fromkeys(names) if n != self.output.name]
+
+
+@dataclass(eq=False)
 class ExternKernel(Operation):
     """A call of an ATen op (`kernel`) on tensors and constants.
 

@@ -3,22 +3,27 @@
 Generated wrapper code calls `compile_kernels(specs, device)` once per compiled graph, then
 `kernels[name]((g0, g1, g2), *args)` on every run. On a GPU, kernels are compiled ahead of time in
 parallel; on the CPU they run under Triton's interpreter. See the package README for the cache
-layout and the knobs (`coil.runtime.knobs`).
+layout and the knobs (`coil.runtime.knobs`). GPU launches bind Triton's compiled launcher after the
+first launch (`fast_launch`); `CudaGraphRunner`/`cudagraphify` capture a boxed callable into a
+CUDA graph.
 
 Importing this package imports neither torch nor triton: both are imported on first use.
 """
 
 from coil.runtime.compile import compile_kernels
+from coil.runtime.cudagraph import CudaGraphRunner, cudagraphify
 from coil.runtime.errors import KernelCompileError
 from coil.runtime.interpreter import interpreter_enabled
 from coil.runtime.kernel import Kernel
 from coil.runtime.spec import KernelSpec, TensorArg
 
 __all__ = [
+    "CudaGraphRunner",
     "Kernel",
     "KernelCompileError",
     "KernelSpec",
     "TensorArg",
     "compile_kernels",
+    "cudagraphify",
     "interpreter_enabled",
 ]

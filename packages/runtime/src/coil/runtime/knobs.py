@@ -12,6 +12,9 @@ Knobs:
                                                 (default min(32, cpu count); 1 = serial)
   COIL_AOT_COMPILE      aot_compile       bool  compile GPU kernels in compile_kernels rather than
                                                 at their first launch (default on)
+  COIL_FAST_LAUNCH      fast_launch       bool  launch GPU kernels through their bound launcher,
+                                                skipping JITFunction.run (default on; read when
+                                                a Kernel is created)
   TRITON_INTERPRET      triton_interpret  bool  Triton's own switch, read here (not in triton) so
                                                 that asking never imports triton; when set, every
                                                 kernel runs under the interpreter, GPU ones too
@@ -106,6 +109,7 @@ class RuntimeKnobs:
     cache_dir = _EnvKnob("COIL_CACHE_DIR", _parse_path, lambda: Path.home() / ".cache" / "coil")
     compile_threads = _EnvKnob("COIL_COMPILE_THREADS", _parse_positive_int, _default_threads)
     aot_compile = _EnvKnob("COIL_AOT_COMPILE", _parse_bool, lambda: True)
+    fast_launch = _EnvKnob("COIL_FAST_LAUNCH", _parse_bool, lambda: True)
     triton_interpret = _EnvKnob("TRITON_INTERPRET", _parse_bool, lambda: False)
 
     def __init__(self) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import sympy
 from coil.lowering_ir import ExternKernel, Operation, Pointwise, Reduction
-from coil.lowering_ir.nodes import SCAN_TYPES
+from coil.lowering_ir.nodes import SCAN_TYPES, Scatter
 from coil.scheduler.group import FusionIllegal, KernelGroup, plan
 
 
@@ -41,7 +41,7 @@ def _is_scan(op: Operation) -> bool:
 
 
 def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool = True,
-         log: FusionLog | None = None) -> list[KernelGroup | ExternKernel]:
+         log: FusionLog | None = None) -> list[KernelGroup | ExternKernel | Scatter]:
     """Partition `operations` into kernel groups and externs, in a valid execution order."""
     ops = list(operations)
     pos = {id(op): i for i, op in enumerate(ops)}
@@ -172,10 +172,10 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                 heapq.heappush(ready, (min(pos[id(o)] for o in groups[s]), s))
     if len(order) != len(groups):
         raise RuntimeError("scheduler: dependency cycle between kernel groups")
-    result: list[KernelGroup | ExternKernel] = []
+    result: list[KernelGroup | ExternKernel | Scatter] = []
     for g in order:
         members = groups[g]
-        if len(members) == 1 and isinstance(members[0], ExternKernel):
+        if len(members) == 1 and isinstance(members[0], ExternKernel | Scatter):
             result.append(members[0])
             continue
         kg = plans.get(g)

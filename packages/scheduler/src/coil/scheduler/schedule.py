@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from coil.lowering_ir import Buffer, ExternKernel, LoweredGraph, ReinterpretView
+from coil.lowering_ir import Buffer, ExternKernel, LoweredGraph, ReinterpretView, Scatter
 from coil.scheduler.fusion import FusionLog, fuse
 from coil.scheduler.group import KernelGroup
 
-Step = KernelGroup | ExternKernel
+Step = KernelGroup | ExternKernel | Scatter
 
 
 @dataclass
@@ -22,6 +22,9 @@ class Schedule:
 
     def kernels(self) -> list[KernelGroup]:
         return [s for s in self.steps if isinstance(s, KernelGroup)]
+
+    def scatters(self) -> list[Scatter]:
+        return [s for s in self.steps if isinstance(s, Scatter)]
 
     def externs(self) -> list[ExternKernel]:
         return [s for s in self.steps if isinstance(s, ExternKernel)]

@@ -6,5 +6,6 @@ Public API (see README.md): `generate`, `KernelSource`, `KernelConfig`, `choose`
 from coil.lowering_ir.printing import texpr
 from coil.triton_codegen.config import STRATEGIES, KernelConfig, choose
 from coil.triton_codegen.kernel import KernelSource, generate
+from coil.triton_codegen.scatter import generate_scatter, generate_schedule
 
-__all__ = ["STRATEGIES", "KernelConfig", "KernelSource", "choose", "generate", "texpr"]
+__all__ = ["STRATEGIES", "KernelConfig", "KernelSource", "choose", "generate", "generate_scatter", "generate_schedule", "texpr"]

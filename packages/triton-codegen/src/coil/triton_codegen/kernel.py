@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import sympy
 import torch
-from coil.lowering_ir import Buffer, Constant, Expr, IndexValue, Load, Op, Reduction, Value
+from coil.lowering_ir import Buffer, Constant, Expr, IndexValue, Load, Op, Reduction, Scatter, Value
 from coil.lowering_ir.printing import texpr
 from coil.scheduler import KernelGroup, Member
 from coil.triton_codegen.config import KernelConfig, choose
@@ -225,10 +225,27 @@ class KernelWriter:
         name = m.op.output.name
         if name not in self.g.stores:
             return
+        if isinstance(m.op, Scatter):
+            self.scatter_store(m, var, scope)
+            return
         e = m.kernel_expr(m.nest.store_index)
         idx = self.ix(e) if _has_loop_var(e) else f"{self.ix(e)} + {self.zero(scope)}"
         dt = self.buffers[name].layout.dtype
         self.emit(scope, f"tl.store({self.ptr(name)} + {idx}, ({var} + {self.zero(scope)}).to({tl_dtype(dt)}), {self.mask(scope)})")
+
+    def scatter_store(self, m: Member, var: str, scope: _Scope) -> None:
+        """Write one scattered value: its target index comes from loaded indices."""
+        op = m.op
+        assert isinstance(op, Scatter)
+        bound = {s: sympy.Symbol(self.value(v, m, scope), integer=True) for s, v in op.target.indirect}
+        e = m.kernel_expr(op.target.index).xreplace(bound)
+        idx = self.ix(e) if e.free_symbols else f"{self.ix(e)} + {self.zero(scope)}"
+        mask = self.mask(scope)
+        if op.target.mask is not None:
+            mask = f"{mask} & {self.value(op.target.mask, m, scope)}"
+        dt = tl_dtype(self.buffers[op.output.name].layout.dtype)
+        fn = "tl.atomic_add" if op.accumulate else "tl.store"
+        self.emit(scope, f"{fn}({self.ptr(op.output.name)} + {idx}, ({var} + {self.zero(scope)}).to({dt}), {mask})")
 
     # -- structure ---------------------------------------------------------------------------
     def segments(self) -> tuple[dict[int, int], dict[int, int]]:

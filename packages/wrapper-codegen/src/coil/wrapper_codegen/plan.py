@@ -14,6 +14,7 @@ from coil.lowering_ir import (
     ExternKernel,
     InputBuffer,
     ReinterpretView,
+    Scatter,
     SymbolInput,
 )
 from coil.memory_planner import BufferLifetime, ReusePlan, plan_reuse
@@ -130,6 +131,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     # only kernel stores are allocated by the wrapper, so only they can take a donor's storage;
     # a donor assigned to an extern result (which ATen allocates) is simply freed as usual
     kernel_stores = {w for st in steps if isinstance(st, KernelGroup) for w in st.stores}
+    kernel_stores |= {st.output.name for st in steps if isinstance(st, Scatter)}
     taken: set[str] = set()
     if plan is not None:
         taken = {d for b, d in plan.storage.items() if d != b and b in kernel_stores}
@@ -175,6 +177,19 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
                     live_storage[w] = w
             ln = launches[st.name]
             lines.append(KernelCall(st.name, (*ints([ln.grid]), 1, 1), ln.pointer_args, ints(ln.size_args)))
+        elif isinstance(st, Scatter):
+            buf = st.output
+            size, stride = ints(buf.layout.size), ints(buf.layout.stride)
+            donor = plan.storage.get(buf.name, buf.name) if plan is not None else buf.name
+            if donor != buf.name and donor in live_storage:
+                lines.append(Reuse(buf.name, donor, size, stride))
+                live_storage[buf.name] = live_storage.pop(donor)
+            else:
+                lines.append(Allocate(buf.name, size, stride, buf.layout.dtype, buf.layout.device))
+                live_storage[buf.name] = buf.name
+            for part in ("init", "scatter"):
+                ln = launches[f"{st.name}_{part}"]
+                lines.append(KernelCall(ln.name, (*ints([ln.grid]), 1, 1), ln.pointer_args, ints(ln.size_args)))
         else:
             if st.fallback:
                 fallback_ops.append(str(st.kernel))
@@ -200,13 +215,15 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     return WrapperProgram(lines, constants, plan, fallback_ops)
 
 
-def _reads(st: KernelGroup | ExternKernel) -> list[str]:
+def _reads(st: KernelGroup | ExternKernel | Scatter) -> list[str]:
     if isinstance(st, KernelGroup):
         return list(dict.fromkeys(r for m in st.members for r in m.op.reads() if r not in st.internal))
     return st.reads()
 
 
-def _writes(st: KernelGroup | ExternKernel) -> list[str]:
+def _writes(st: KernelGroup | ExternKernel | Scatter) -> list[str]:
     if isinstance(st, KernelGroup):
         return list(st.stores)
+    if isinstance(st, Scatter):
+        return [st.output.name]
     return [b.name for b in st.outputs]

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import torch
-from coil.fx_passes.fake_meta import compute_val, describe_mismatch, fake_mode_of, refresh_meta
+from coil.fx_passes.fake_meta import (
+    compute_val,
+    describe_mismatch,
+    fake_mode_of,
+    refresh_meta,
+    users_to_refresh,
+)
 from coil.fx_passes.infra import PassResult, Stage, graph_pass
 from coil.fx_passes.ops import is_pointwise, overload_of
 from torch.fx import GraphModule, Node
@@ -36,9 +42,10 @@ def _replace(gm: GraphModule, old: Node, new_nodes: list[Node], result: Node) ->
     for n in new_nodes:
         n.meta["val"] = compute_val(n, fake_mode)
     users = list(old.users)
+    old_val = old.meta.get("val")
     old.replace_all_uses_with(result)
     gm.graph.erase_node(old)
-    refresh_meta(gm, users)
+    refresh_meta(gm, users_to_refresh(users, old_val, result.meta["val"]))
 
 
 def _try_fold(gm: GraphModule, add: Node) -> bool:
@@ -154,8 +161,9 @@ def unfold_addmm(gm: GraphModule) -> PassResult:
             gm.graph.erase_node(mm)
             continue
         users = list(node.users)
+        old_val = node.meta["val"]
         node.replace_all_uses_with(add)
         gm.graph.erase_node(node)
-        refresh_meta(gm, users)
+        refresh_meta(gm, users_to_refresh(users, old_val, add.meta["val"]))
         modified = True
     return PassResult(gm, modified)

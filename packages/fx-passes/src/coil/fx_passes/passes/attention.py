@@ -1,8 +1,9 @@
 """Attention fusion: eager attention (matmul, scale, mask, softmax, matmul) into SDPA.
 
 The rules are data: :data:`ATTENTION_RULES` holds one rule per variant (scale by division, by
-multiplication or none; with or without an additive mask), each a plain pattern function and
-its replacement by ``torch.nn.functional.scaled_dot_product_attention``. The replacement is
+multiplication or none; with or without an additive mask) and form (as torch code traces, or
+as a decomposition table leaves it: ``permute`` for kᵀ, softmax as amax/sub/exp/sum/div), each
+a plain pattern function and its replacement by ``torch.nn.functional.scaled_dot_product_attention``. The replacement is
 traced at the graph's own FakeTensors, so it becomes the ATen kernel that SDPA dispatches to
 for that device and those inputs (``aten._scaled_dot_product_flash_attention_for_cpu`` on CPU,
 the flash / efficient / cuDNN kernels on CUDA, or the math decomposition where no fused kernel
@@ -23,58 +24,93 @@ from coil.fx_passes.patterns.rule import Match, Rule
 __all__ = ["ATTENTION_RULES", "fuse_attention"]
 
 Tensor = torch.Tensor
+aten = torch.ops.aten
 
 
-def _scores(q: Tensor, k: Tensor) -> Tensor:
-    return torch.matmul(q, k.transpose(-2, -1))
+_Softmax = Callable[[Tensor], Tensor]
+_KeyT = Callable[[Tensor], Tensor]
 
 
-def _p_div(q: Tensor, k: Tensor, v: Tensor, s: float) -> Tensor:
-    return torch.matmul(torch.softmax(_scores(q, k) / s, dim=-1), v)
+def _transpose_k(k: Tensor) -> Tensor:
+    return k.transpose(-2, -1)
 
 
-def _p_mul(q: Tensor, k: Tensor, v: Tensor, s: float) -> Tensor:
-    return torch.matmul(torch.softmax(_scores(q, k) * s, dim=-1), v)
+def _permute_k(k: Tensor) -> Tensor:
+    """kᵀ as a decomposition table writes it (``transpose`` -> ``permute``)."""
+    dims = list(range(k.dim()))
+    dims[-2], dims[-1] = dims[-1], dims[-2]
+    return k.permute(dims)
 
 
-def _p_none(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    return torch.matmul(torch.softmax(_scores(q, k), dim=-1), v)
+def _softmax(x: Tensor) -> Tensor:
+    return torch.softmax(x, dim=-1)
 
 
-def _p_div_mask(q: Tensor, k: Tensor, v: Tensor, m: Tensor, s: float) -> Tensor:
-    return torch.matmul(torch.softmax(_scores(q, k) / s + m, dim=-1), v)
+def _softmax_decomposed(x: Tensor) -> Tensor:
+    """Softmax as ATen's decomposition of ``_softmax`` writes it (coil's table uses it)."""
+    e = torch.exp(x - torch.amax(x, -1, keepdim=True))
+    return e / torch.sum(e, -1, keepdim=True)
 
 
-def _p_mul_mask(q: Tensor, k: Tensor, v: Tensor, m: Tensor, s: float) -> Tensor:
-    return torch.matmul(torch.softmax(_scores(q, k) * s + m, dim=-1), v)
+def _attention(
+    q: Tensor, k: Tensor, v: Tensor, m: Tensor | None, s: float | None, how: str,
+    key_t: _KeyT, softmax: _Softmax,
+) -> Tensor:  # fmt: skip
+    w = torch.matmul(q, key_t(k))
+    if s is not None and how == "div":
+        w = w / s
+    elif s is not None and how == "mul":
+        w = w * s
+    if m is not None:
+        w = w + m
+    return torch.matmul(softmax(w), v)
 
 
-def _p_none_mask(q: Tensor, k: Tensor, v: Tensor, m: Tensor) -> Tensor:
-    return torch.matmul(torch.softmax(_scores(q, k) + m, dim=-1), v)
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, m: Tensor | None, s: float | None, how: str) -> Tensor:
+    scale = 1.0 if s is None else (1.0 / s if how == "div" else s)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=scale)
 
 
-def _r_div(q: Tensor, k: Tensor, v: Tensor, s: float) -> Tensor:
-    return F.scaled_dot_product_attention(q, k, v, scale=1.0 / s)
+def _functions(
+    how: str, mask: bool, key_t: _KeyT, softmax: _Softmax
+) -> tuple[Callable[..., Tensor], Callable[..., Tensor]]:
+    """The pattern and replacement of one variant, with the arity make_fx traces at:
+    ``(q, k, v[, mask][, scale])``."""
+    if mask and how != "none":
 
+        def p4s(q: Tensor, k: Tensor, v: Tensor, m: Tensor, s: float) -> Tensor:
+            return _attention(q, k, v, m, s, how, key_t, softmax)
 
-def _r_mul(q: Tensor, k: Tensor, v: Tensor, s: float) -> Tensor:
-    return F.scaled_dot_product_attention(q, k, v, scale=s)
+        def r4s(q: Tensor, k: Tensor, v: Tensor, m: Tensor, s: float) -> Tensor:
+            return _sdpa(q, k, v, m, s, how)
 
+        return p4s, r4s
+    if mask:
 
-def _r_none(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    return F.scaled_dot_product_attention(q, k, v, scale=1.0)
+        def p4(q: Tensor, k: Tensor, v: Tensor, m: Tensor) -> Tensor:
+            return _attention(q, k, v, m, None, how, key_t, softmax)
 
+        def r4(q: Tensor, k: Tensor, v: Tensor, m: Tensor) -> Tensor:
+            return _sdpa(q, k, v, m, None, how)
 
-def _r_div_mask(q: Tensor, k: Tensor, v: Tensor, m: Tensor, s: float) -> Tensor:
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=1.0 / s)
+        return p4, r4
+    if how != "none":
 
+        def p3s(q: Tensor, k: Tensor, v: Tensor, s: float) -> Tensor:
+            return _attention(q, k, v, None, s, how, key_t, softmax)
 
-def _r_mul_mask(q: Tensor, k: Tensor, v: Tensor, m: Tensor, s: float) -> Tensor:
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=s)
+        def r3s(q: Tensor, k: Tensor, v: Tensor, s: float) -> Tensor:
+            return _sdpa(q, k, v, None, s, how)
 
+        return p3s, r3s
 
-def _r_none_mask(q: Tensor, k: Tensor, v: Tensor, m: Tensor) -> Tensor:
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=1.0)
+    def p3(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return _attention(q, k, v, None, None, how, key_t, softmax)
+
+    def r3(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return _sdpa(q, k, v, None, None, how)
+
+    return p3, r3
 
 
 def _check(match: Match) -> bool:
@@ -121,16 +157,43 @@ def _examples(mask: bool, scale: bool) -> Callable[[], tuple[object, ...]]:
     return make
 
 
-ATTENTION_RULES = PatternRegistry(
-    [
-        Rule("sdpa_div_mask", _p_div_mask, _r_div_mask, _examples(True, True), _check),
-        Rule("sdpa_mul_mask", _p_mul_mask, _r_mul_mask, _examples(True, True), _check),
-        Rule("sdpa_mask", _p_none_mask, _r_none_mask, _examples(True, False), _check),
-        Rule("sdpa_div", _p_div, _r_div, _examples(False, True), _check),
-        Rule("sdpa_mul", _p_mul, _r_mul, _examples(False, True), _check),
-        Rule("sdpa", _p_none, _r_none, _examples(False, False), _check),
-    ]
+# (suffix, kᵀ form, softmax form): the graph as make_fx traces torch code, and as AOTAutograd
+# leaves it after a decomposition table such as coil's (transpose -> permute, _softmax ->
+# amax/sub/exp/sum/div: what HF GPT-2 and BERT eager attention become in coil's backend).
+_FORMS: tuple[tuple[str, _KeyT, _Softmax, frozenset[object]], ...] = (
+    ("", _transpose_k, _softmax, frozenset({aten.bmm.default, aten._softmax.default})),
+    (
+        "_decomposed", _permute_k, _softmax_decomposed,
+        frozenset({aten.bmm.default, aten.amax.default, aten.exp.default, aten.permute.default}),
+    ),
+)  # fmt: skip
+# (name, scale, mask): masked variants first (a mask rule never matches an unmasked graph, but
+# keeping the order fixed keeps the pass deterministic).
+_VARIANTS = (
+    ("sdpa_div_mask", "div", True),
+    ("sdpa_mul_mask", "mul", True),
+    ("sdpa_mask", "none", True),
+    ("sdpa_div", "div", False),
+    ("sdpa_mul", "mul", False),
+    ("sdpa", "none", False),
 )
+
+
+def _rules() -> list[Rule]:
+    rules = []
+    for suffix, key_t, softmax, needs in _FORMS:
+        for name, how, mask in _VARIANTS:
+            pattern, replacement = _functions(how, mask, key_t, softmax)
+            examples = _examples(mask, how != "none")
+            rules.append(Rule(name + suffix, pattern, replacement, examples, _check, needs))
+    return rules
+
+
+ATTENTION_RULES = PatternRegistry(_rules())
+"""The 12 attention rules: 6 variants (scale by ``/``, ``*`` or none; with or without an
+additive mask) in 2 forms (``sdpa_*``: ``transpose`` and ``_softmax`` as traced from torch;
+``sdpa_*_decomposed``: ``permute`` and the amax/sub/exp/sum/div softmax a decomposition table
+leaves, e.g. coil's backend on HF GPT-2/BERT eager attention)."""
 
 fuse_attention = pattern_pass(
     "fuse_attention",

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import torch
-from coil.fx_passes.fake_meta import compute_val, describe_mismatch, fake_mode_of, refresh_meta
+from coil.fx_passes.fake_meta import (
+    compute_val,
+    describe_mismatch,
+    fake_mode_of,
+    refresh_meta,
+    users_to_refresh,
+)
 from coil.fx_passes.infra import PassResult, Stage, graph_pass
 from coil.fx_passes.ops import overload_of
 from coil.fx_passes.rewrite import forward_is_safe, replace_with_existing
@@ -74,9 +80,10 @@ def _rewrite(gm: GraphModule, node: Node) -> bool:
         gm.graph.erase_node(new)
         return False
     users = list(node.users)
+    old_val = node.meta["val"]
     node.replace_all_uses_with(new)
     gm.graph.erase_node(node)
-    refresh_meta(gm, users)
+    refresh_meta(gm, users_to_refresh(users, old_val, new.meta["val"]))
     return True
 
 

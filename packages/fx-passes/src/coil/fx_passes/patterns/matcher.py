@@ -16,12 +16,14 @@ from typing import Any
 
 import torch
 from coil.fx_passes.aliasing import input_storages, storages_of
-from coil.fx_passes.fake_meta import compute_val, describe_mismatch, refresh_meta
+from coil.fx_passes.fake_meta import compute_val, describe_mismatch, refresh_meta, users_to_refresh
 from coil.fx_passes.infra import GraphPass, PassResult, Stage
 from coil.fx_passes.ops import is_impure
 from coil.fx_passes.patterns.registry import PatternRegistry
-from coil.fx_passes.patterns.rule import Match, Rule, sentinel, trace_function
+from coil.fx_passes.patterns.rule import Match, Rule, sentinel
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx import GraphModule, Node
+from torch.utils._pytree import tree_map_only
 
 __all__ = ["apply_rule", "match_rule", "pattern_pass"]
 
@@ -165,6 +167,21 @@ def _values(args: list[object]) -> list[object]:
     return [a.meta["val"] if isinstance(a, Node) else a for a in args]
 
 
+def _propagate(gm: GraphModule, values: list[object], fake_mode: FakeTensorMode) -> dict[Node, Any]:
+    """``meta["val"]`` of every node of a traced function, recomputed at ``values`` in
+    ``fake_mode`` (traces are cached across graphs, so their own vals may belong to another)."""
+    vals: dict[Node, Any] = {}
+    placeholders = iter(values)
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            vals[n] = next(placeholders)
+        elif n.op == "call_function":
+            args, kwargs = tree_map_only(Node, lambda a: vals[a], (n.args, n.kwargs))
+            with fake_mode:
+                vals[n] = n.target(*args, **kwargs)
+    return vals
+
+
 def match_rule(rule: Rule, node: Node) -> tuple[Match, list[Node]] | None:
     """Match ``rule`` with ``node`` as the pattern's output.
 
@@ -178,7 +195,7 @@ def match_rule(rule: Rule, node: Node) -> tuple[Match, list[Node]] | None:
     relaxed = _Relaxed(rule, pattern)
     if not relaxed.node(anchor_p, node):
         return None
-    n_args = len(rule.example_inputs())
+    n_args = rule.arity()
     if set(relaxed.binds) != set(range(n_args)):
         return None
     args = [relaxed.binds[i] for i in range(n_args)]
@@ -188,7 +205,7 @@ def match_rule(rule: Rule, node: Node) -> tuple[Match, list[Node]] | None:
     if not rule.check(match):
         return None
     try:
-        exact_pattern = trace_function(rule.pattern, _values(args))
+        exact_pattern = rule.traced_at("pattern", _values(args))
     except Exception:  # the pattern does not apply at these shapes
         return None
     exact = _Exact(exact_pattern, relaxed.binds)
@@ -210,12 +227,17 @@ def apply_rule(gm: GraphModule, rule: Rule, node: Node) -> bool:
     if found is None:
         return False
     match, covered = found
+    values = _values(match.args)
+    fake_mode = next((v.fake_mode for v in values if isinstance(v, FakeTensor)), None)
+    if fake_mode is None:
+        return False
     try:
-        rep = trace_function(rule.replacement, _values(match.args))
+        rep = rule.traced_at("replacement", values)
+        rep_vals = _propagate(rep, values, fake_mode)
     except Exception:
         return False
     rep_out = _output_node(rep)
-    old_val, new_val = node.meta["val"], rep_out.meta.get("val")
+    old_val, new_val = node.meta["val"], rep_vals.get(rep_out)
     if not isinstance(new_val, torch.Tensor):
         return False
     why = describe_mismatch(old_val, new_val)
@@ -241,19 +263,20 @@ def apply_rule(gm: GraphModule, rule: Rule, node: Node) -> bool:
         for rn in rep.graph.nodes:
             if rn.op == "call_function":
                 env[rn] = graph.node_copy(rn, lambda a: env[a])
+                env[rn].meta["val"] = rep_vals[rn]  # this graph's fake mode, not the trace's
         result = env[rep_out]
         if needs_contiguous:
             result = graph.call_function(
                 _CLONE, (result,), {"memory_format": torch.contiguous_format}
             )
-            result.meta["val"] = compute_val(result, result.args[0].meta["val"].fake_mode)  # type: ignore[union-attr]
+            result.meta["val"] = compute_val(result, fake_mode)
     users = list(node.users)
     node.replace_all_uses_with(result)
     position = {n: i for i, n in enumerate(graph.nodes)}
     for g in sorted(covered, key=lambda n: -position[n]):
         if not g.users:
             graph.erase_node(g)
-    refresh_meta(gm, [u for u in users if u.op == "call_function"])
+    refresh_meta(gm, users_to_refresh(users, old_val, result.meta["val"]))
     return True
 
 
@@ -262,9 +285,17 @@ def pattern_pass(name: str, registry: PatternRegistry, *, doc: str = "") -> Grap
 
     def run(gm: GraphModule) -> PassResult:
         modified = False
+        present = {n.target for n in gm.graph.nodes if n.op == "call_function"}
         for rule in registry:
-            live = set(gm.graph.nodes)
-            for node in list(gm.graph.nodes):
+            if not rule.required_ops <= present:
+                continue  # cannot match: no tracing, no walk
+            anchor = _output_node(rule.traced_pattern()).target
+            targets = _VIEWS if anchor in _VIEWS else frozenset({anchor})
+            candidates = [
+                n for n in gm.graph.nodes if n.op == "call_function" and n.target in targets
+            ]
+            live = set(candidates)
+            for node in candidates:
                 if node in live and apply_rule(gm, rule, node):
                     modified = True
                     live = set(gm.graph.nodes)

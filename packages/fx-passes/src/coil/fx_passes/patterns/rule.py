@@ -10,7 +10,9 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.experimental.proxy_tensor import make_fx
 
-__all__ = ["Match", "Rule", "sentinel", "trace_function"]
+__all__ = ["Match", "Rule", "sentinel", "signature", "trace_function"]
+
+_CACHE_LIMIT = 256  # traced graphs kept per rule (pattern and replacement, per signature)
 
 
 def sentinel(index: int) -> float:
@@ -27,6 +29,27 @@ def trace_function(fn: Callable[..., Any], inputs: Sequence[object]) -> GraphMod
     if any(isinstance(x, torch._subclasses.fake_tensor.FakeTensor) for x in inputs):
         return make_fx(fn)(*inputs)
     return make_fx(fn, tracing_mode="fake")(*inputs)
+
+
+def signature(values: Sequence[object]) -> tuple[object, ...] | None:
+    """A hashable key of bound pattern arguments: what tracing a rule at them depends on.
+
+    Tensors contribute shape, stride, storage offset, dtype, device and ``requires_grad``;
+    scalars their type and value. ``None`` when a size is symbolic (no caching then).
+    """
+    key: list[object] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            dims = (*v.shape, *v.stride(), v.storage_offset())
+            if not all(type(d) is int for d in dims):
+                return None
+            key.append((tuple(v.shape), v.stride(), v.storage_offset(), v.dtype, str(v.device),
+                        v.requires_grad))  # fmt: skip
+        elif isinstance(v, (bool, int, float)):
+            key.append((type(v), v))
+        else:
+            return None
+    return tuple(key)
 
 
 @dataclass
@@ -65,6 +88,10 @@ class Rule:
             typical; the match is re-traced at the graph's real values anyway) and floats
             (scalar wildcards: any number in that position of the graph matches).
         check: constraints on a candidate (shapes, dtypes); the rule fires only if it is True.
+        required_ops: ops (``OpOverload``) every match contains; a pass skips the rule, without
+            tracing or walking, on a graph that lacks one. A prefilter only: leave it empty
+            when unsure (a wrong entry only stops the rule from firing; tests check that each
+            entry occurs in the traced pattern).
     """
 
     name: str
@@ -72,17 +99,64 @@ class Rule:
     replacement: Callable[..., Any]
     example_inputs: Callable[[], tuple[object, ...]]
     check: Callable[[Match], bool] = _always
-    _cache: dict[str, GraphModule] = field(default_factory=dict, compare=False, repr=False)
+    required_ops: frozenset[object] = frozenset()
+    _cache: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
+
+    def _examples(self) -> tuple[object, ...]:
+        """The example inputs, made once per rule (calling ``example_inputs`` allocates)."""
+        if "examples" not in self._cache:
+            self._cache["examples"] = tuple(self.example_inputs())
+        ex = self._cache["examples"]
+        assert isinstance(ex, tuple)
+        return ex
+
+    def arity(self) -> int:
+        """The number of pattern arguments."""
+        return len(self._examples())
 
     def scalar_positions(self) -> list[int]:
-        return [i for i, x in enumerate(self.example_inputs()) if isinstance(x, float)]
+        """Positions of the scalar wildcards (float example inputs)."""
+        return [i for i, x in enumerate(self._examples()) if isinstance(x, float)]
 
     def traced_pattern(self) -> GraphModule:
         """The pattern traced at the example inputs (scalars replaced by sentinels); cached."""
         if "pattern" not in self._cache:
             ex = [
-                sentinel(i) if isinstance(x, float) else x
-                for i, x in enumerate(self.example_inputs())
+                sentinel(i) if isinstance(x, float) else x for i, x in enumerate(self._examples())
             ]
             self._cache["pattern"] = trace_function(self.pattern, ex)
-        return self._cache["pattern"]
+        gm = self._cache["pattern"]
+        assert isinstance(gm, GraphModule)
+        return gm
+
+    def traced_at(self, which: str, values: Sequence[object]) -> GraphModule:
+        """``pattern`` or ``replacement`` (``which``) traced at ``values``, cached per signature.
+
+        ``values`` are the bound arguments (the graph's FakeTensors and scalars). Tracing is
+        keyed by :func:`signature` (shape, stride, offset, dtype, device of every tensor and the
+        scalars), so a model whose layers share shapes traces each function once. The cached
+        graph is used for its structure only; callers re-derive ``meta["val"]`` in their own
+        fake mode. Symbolic shapes are not cached (traced every time).
+
+        Raises:
+            Exception: whatever tracing raises (the function does not apply at these values).
+        """
+        fn = self.pattern if which == "pattern" else self.replacement
+        key = signature(values)
+        if key is None:
+            return trace_function(fn, values)
+        cache_key = (which, key)
+        if cache_key not in self._cache:
+            if len(self._cache) > _CACHE_LIMIT:
+                for k in [k for k in self._cache if isinstance(k, tuple)]:
+                    del self._cache[k]
+            try:
+                self._cache[cache_key] = trace_function(fn, values)
+            except Exception:
+                self._cache[cache_key] = None  # remembered: no traceback keeping fakes alive
+                raise
+        cached = self._cache[cache_key]
+        if cached is None:
+            raise ValueError(f"rule {self.name!r}: {which} does not trace at these inputs")
+        assert isinstance(cached, GraphModule)
+        return cached

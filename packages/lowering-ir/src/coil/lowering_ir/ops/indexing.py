@@ -209,3 +209,99 @@ def embedding(lw: Lowerer, node: torch.fx.Node, weight: Any, indices: Any, *args
         return _indirect_load(weight, [None, p[nb]], {0: ival}, val.dtype)
 
     return lw.pointwise(body)
+
+
+def _scatter_op(lw: Lowerer, base: TensorRef | None, ranges: list[Expr], target_idx: Any,
+                values: dict[int, Value], value_fn: Any, accumulate: bool) -> TensorRef:
+    """A Scatter writing a copy of `base`; target_idx(p) -> (index per dim or None, loaded
+    indices by dim) locates each source point's target."""
+    from coil.lowering_ir.lowerer import index_symbols
+    from coil.lowering_ir.nodes import Scatter
+
+    val = lw.out_val()
+    if accumulate and val.dtype in (torch.float16, torch.bfloat16):
+        raise Unsupported("atomic accumulation in half precision")
+    out = lw.new_buffer(val)
+    p = index_symbols("p", len(ranges))
+    idx, vals = target_idx(p) if callable(target_idx) else (target_idx, values)
+    bound: list[tuple[sympy.Symbol, Value]] = []
+    full: list[Expr] = []
+    for d, i in enumerate(idx):
+        if d in vals:
+            s = indirect_symbol()
+            bound.append((s, vals[d]))
+            full.append(s)
+        else:
+            full.append(i)
+    ld = load(out, full)
+    target = Load(ld.buffer, ld.index, ld.dtype, None, tuple(bound))
+    op = Scatter(lw.fresh("op"), lw.origins(), out, base, tuple(ranges), target, cast(value_fn(p), val.dtype), accumulate)
+    lw.operations.append(op)
+    return out
+
+
+@register(aten.index_put.default)
+def index_put(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any, values: Any, accumulate: bool = False) -> TensorRef:
+    """x[indices] = values (or += with accumulate); indices as in index.Tensor."""
+    if not is_tensor(x) or any(i is not None and (not is_tensor(i) or i.layout.dtype == torch.bool) for i in indices):
+        raise Unsupported("index_put with boolean or non-tensor indices")
+    rank = len(x.layout.size)
+    idx_list = list(indices) + [None] * (rank - len(indices))
+    pos = [d for d, i in enumerate(idx_list) if i is not None]
+    if not pos:
+        raise Unsupported("index_put without indices")
+    bsize = _broadcast([idx_list[d].layout.size for d in pos])
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    start = pos[0] if adjacent else 0
+    rest_sizes = [x.layout.size[d] for d, i in enumerate(idx_list) if i is None]
+    ranges = [*rest_sizes[:start], *bsize, *rest_sizes[start:]]
+    dt = lw.out_val().dtype
+
+    def target(p: list[sympy.Symbol]) -> tuple[list[Expr | None], dict[int, Value]]:
+        bvars = list(p[start:start + len(bsize)])
+        rest = list(p[:start]) + list(p[start + len(bsize):])
+        idx: list[Expr | None] = []
+        vals: dict[int, Value] = {}
+        r = 0
+        for d, i in enumerate(idx_list):
+            if i is None:
+                idx.append(rest[r])
+                r += 1
+            else:
+                size = i.layout.size
+                tail = bvars[len(bvars) - len(size):]
+                ii = [sympy.Integer(0) if s == 1 else v for s, v in zip(size, tail, strict=True)]
+                vals[d] = _index_value(i, ii, x.layout.size[d], True)
+                idx.append(None)
+        return idx, vals
+
+    return _scatter_op(lw, x, ranges, target, {}, lambda p: value_of(values, list(p), dt), accumulate)
+
+
+def _broadcast(shapes: list[tuple[Expr, ...]]) -> list[Expr]:
+    rank = max(len(s) for s in shapes)
+    out: list[Expr] = []
+    for k in range(rank):
+        sizes = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]
+        big = [s for s in sizes if s != 1]
+        out.append(big[0] if big else sympy.Integer(1))
+    return out
+
+
+@register(aten.scatter.src, aten.scatter.value, aten.scatter_add.default)
+def scatter(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, index: Any, src: Any, **kw: Any) -> TensorRef:
+    """out = x; out[..., index[p], ...] (+)= src[p] along `dim`, for p over index's shape."""
+    if kw or not (is_tensor(x) and is_tensor(index)) or len(index.layout.size) != len(x.layout.size):
+        raise Unsupported("scatter variant")
+    rank = len(x.layout.size)
+    if rank == 0:
+        raise Unsupported("scatter into a 0-d tensor")
+    d = dim % rank
+    dt = lw.out_val().dtype
+
+    def target(p: list[sympy.Symbol]) -> tuple[list[Expr | None], dict[int, Value]]:
+        idx: list[Expr | None] = [pi if k != d else None for k, pi in enumerate(p)]
+        return idx, {d: _index_value(index, list(p), x.layout.size[d], True)}
+
+    accumulate = node.target is aten.scatter_add.default
+    return _scatter_op(lw, x, list(index.layout.size), target, {}, lambda p: value_of(src, list(p), dt), accumulate)

@@ -14,7 +14,6 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-
 from coil.lowering_ir.errors import Unsupported
 from coil.lowering_ir.layout import contiguous_strides
 from coil.lowering_ir.lowerer import Lowerer

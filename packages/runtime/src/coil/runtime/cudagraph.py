@@ -1,0 +1,248 @@
+"""CUDA graphs for a boxed callable: capture once, replay with static input buffers.
+
+`CudaGraphRunner(call, example_inputs, static_input_indices)`:
+
+1. **Warm-up.** `call(list(example_inputs))` runs once, eagerly, on a side stream, on the example
+   inputs themselves: it compiles/binds every kernel, initialises cuBLAS, and its mutations of the
+   inputs happen exactly once, as for a normal call. Its result is kept in `first_outputs` (the
+   right answer for the example inputs: a caller that built the runner from a real call returns it).
+   Inputs whose `Tensor._version` moved during the warm-up are recorded as mutated.
+2. **Static inputs.** Each tensor input is either *static* (its storage is used by the graph in
+   place: parameters and buffers) or *copied* (a static buffer with the same size, stride and dtype
+   is allocated; every replay copies the caller's tensor into it, unless the caller passes that
+   very buffer). Static inputs are the `static_input_indices`, or, when None, every input that is
+   an `nn.Parameter`. Non-tensor inputs (ints, floats, None) are baked into the graph.
+3. **Capture.** If no static input was mutated by the warm-up, `call` runs once more on the static
+   buffers (so kernels specialise on their alignment before capture); then it is captured into a
+   `torch.cuda.CUDAGraph` (on torch's capture side stream, in a private memory pool or `pool`).
+4. **Replay** (`runner(inputs)`): checks, copies the copied inputs in, `graph.replay()` on the
+   current stream, copies mutated copied inputs back into the caller's tensors, returns outputs.
+
+Checks per replay: the number of inputs; each copied input's shape and dtype (a mismatch raises
+`ValueError`: the graph is specialised to shapes); each baked non-tensor input's value
+(`ValueError` when it differs); each static input's `data_ptr()`: when a static input moved (a
+new parameter tensor), the graph is re-captured for the new address (`recaptures` counts them; no
+warm-up is run again, so mutations are not repeated).
+
+**Aliasing rule (outputs).** With `clone_outputs=True` (the default) every tensor output is a fresh
+clone of the graph's static output (`Tensor.clone()`, strides preserved for dense tensors): what a
+call returns is never overwritten by a later replay, never aliases an input, and outputs never
+alias each other (an output that was a view of an input or of another output is a copy). This is
+the safe rule, at the cost of one copy of the outputs per call. With `clone_outputs=False` the
+graph's own output tensors are returned: they are overwritten by the next replay (consume or copy
+them first) and they may alias static inputs; use it only where the caller controls that.
+
+Mutated inputs: mutations of static inputs happen in place at replay; mutations of copied inputs
+are detected through `Tensor._version` during the warm-up (ATen in-place ops, coil's `copy_`
+externs) and copied back after each replay. A Triton kernel writing into an input does not move
+`_version`: list such inputs in `mutated_input_indices`.
+
+The boxed calling convention is kept: `runner(inputs)` clears the `inputs` list once it has
+copied them in (like coil's compiled callables, which free inputs early), and `call` receives a
+new list each time.
+
+`cudagraphify(call, static_input_indices)` wraps this into a boxed callable that builds the runner
+at its first call (returning the warm-up result) and replays afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger("coil.runtime")
+
+BoxedCall = Callable[[list[Any]], Sequence[Any]]
+
+
+class CudaGraphRunner:
+    """A boxed callable captured into a CUDA graph (see the module docstring for the rules).
+
+    Args:
+        call: `call(args: list) -> tuple/list` of outputs; it may clear `args`.
+        example_inputs: the inputs of the warm-up call (and the layout of the static buffers);
+            every tensor among them must be on one CUDA device.
+        static_input_indices: inputs used in place by the graph (parameters, buffers); None
+            means every `nn.Parameter` among the inputs.
+        mutated_input_indices: inputs `call` writes into without moving `Tensor._version`.
+        clone_outputs: return clones of the graph's outputs (True) or the graph's own tensors.
+        pool: a memory pool handle (`torch.cuda.graph_pool_handle()`) to share with other graphs.
+
+    Attributes: `first_outputs` (the warm-up result), `static_indices`, `mutated_indices`,
+    `recaptures`, `graph`.
+    """
+
+    def __init__(
+        self,
+        call: BoxedCall,
+        example_inputs: Sequence[Any],
+        static_input_indices: Iterable[int] | None = None,
+        *,
+        mutated_input_indices: Iterable[int] = (),
+        clone_outputs: bool = True,
+        pool: Any = None,
+    ) -> None:
+        import torch
+
+        self._call = call
+        self.clone_outputs = clone_outputs
+        inputs = list(example_inputs)
+        self._n = len(inputs)
+        self.device = _one_cuda_device(inputs)
+        tensor_idx = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+        if static_input_indices is None:
+            static = {i for i in tensor_idx if isinstance(inputs[i], torch.nn.Parameter)}
+        else:
+            static = set(static_input_indices)
+            bad = sorted(i for i in static if i not in tensor_idx)
+            if bad:
+                raise ValueError(f"static_input_indices {bad} are not tensor inputs")
+        self.static_indices: tuple[int, ...] = tuple(sorted(static))
+        self._copy_idx: tuple[int, ...] = tuple(i for i in tensor_idx if i not in static)
+        self._scalars: dict[int, Any] = {
+            i: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)
+        }
+        self._pool = pool if pool is not None else torch.cuda.graph_pool_handle()
+        self.recaptures = 0
+
+        # 1. warm-up, eagerly, on a side stream, on the example inputs themselves
+        versions = {i: inputs[i]._version for i in tensor_idx}
+        current = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
+        side.wait_stream(current)
+        with torch.cuda.device(self.device), torch.cuda.stream(side):
+            first = tuple(call(list(inputs)))
+        current.wait_stream(side)
+        for out in first:
+            if isinstance(out, torch.Tensor) and out.is_cuda:
+                out.record_stream(current)  # allocated on `side`, used on `current`
+        self.first_outputs: tuple[Any, ...] | None = first
+        mutated = {i for i in tensor_idx if inputs[i]._version != versions[i]}
+        mutated |= set(mutated_input_indices)
+        self.mutated_indices: tuple[int, ...] = tuple(sorted(mutated))
+        self._copy_back: tuple[int, ...] = tuple(i for i in self._copy_idx if i in mutated)
+
+        # 2. static buffers for the copied inputs
+        self._static_inputs: list[Any] = list(inputs)
+        with torch.no_grad():
+            for i in self._copy_idx:
+                x = inputs[i]
+                buf = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
+                buf.copy_(x)
+                self._static_inputs[i] = buf
+        self._static_ptrs = {i: inputs[i].data_ptr() for i in self.static_indices}
+
+        # 3. a second warm-up on the static buffers (alignment), unless it would repeat mutations
+        if not (mutated & static):
+            side.wait_stream(current)
+            with torch.cuda.device(self.device), torch.cuda.stream(side):
+                call(list(self._static_inputs))
+            current.wait_stream(side)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self._static_outputs: tuple[Any, ...] = ()
+        self._capture()
+
+    def _capture(self) -> None:
+        import torch
+
+        self.graph = None
+        self._static_outputs = ()
+        torch.cuda.synchronize(self.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.device(self.device), torch.cuda.graph(graph, pool=self._pool):
+            outputs = tuple(self._call(list(self._static_inputs)))
+        self.graph = graph
+        self._static_outputs = outputs
+
+    def __call__(self, inputs: list[Any]) -> tuple[Any, ...]:
+        """Replay on `inputs` (same count, shapes and dtypes as the example); clears `inputs`."""
+        import torch
+
+        if len(inputs) != self._n:
+            raise ValueError(f"CudaGraphRunner: expected {self._n} inputs, got {len(inputs)}")
+        static_inputs = self._static_inputs
+        moved = [i for i in self.static_indices if inputs[i].data_ptr() != self._static_ptrs[i]]
+        for i in self._copy_idx:
+            src, dst = inputs[i], static_inputs[i]
+            if src.data_ptr() == dst.data_ptr() and src.stride() == dst.stride():
+                continue
+            if src.shape != dst.shape or src.dtype != dst.dtype:
+                raise ValueError(
+                    f"CudaGraphRunner: input {i} is {tuple(src.shape)} {src.dtype}, the graph was "
+                    f"captured for {tuple(dst.shape)} {dst.dtype}"
+                )
+            dst.copy_(src)
+        for i, value in self._scalars.items():
+            if inputs[i] is not value and inputs[i] != value:
+                raise ValueError(
+                    f"CudaGraphRunner: input {i} is {inputs[i]!r}, the graph was captured with "
+                    f"{value!r}"
+                )
+        if moved:
+            for i in moved:
+                static_inputs[i] = inputs[i]
+                self._static_ptrs[i] = inputs[i].data_ptr()
+            self.recaptures += 1
+            log.warning("CudaGraphRunner: static inputs %s moved; re-capturing", moved)
+            self._capture()
+        keep = [inputs[i] for i in self._copy_back]
+        inputs.clear()
+        graph = self.graph
+        assert graph is not None
+        graph.replay()
+        for i, dst in zip(self._copy_back, keep, strict=True):
+            dst.copy_(static_inputs[i])
+        if not self.clone_outputs:
+            return self._static_outputs
+        return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in self._static_outputs)
+
+
+def cudagraphify(
+    call: BoxedCall,
+    static_input_indices: Iterable[int] | None = None,
+    *,
+    mutated_input_indices: Iterable[int] = (),
+    clone_outputs: bool = True,
+    pool: Any = None,
+) -> Callable[[list[Any]], tuple[Any, ...]]:
+    """A boxed callable running `call` through a `CudaGraphRunner` built at its first call.
+
+    The first call warms up on its inputs and returns that (eager) result, then captures; later
+    calls replay. Arguments as for `CudaGraphRunner`.
+    """
+    static = None if static_input_indices is None else tuple(static_input_indices)
+    mutated = tuple(mutated_input_indices)
+    runner: CudaGraphRunner | None = None
+
+    def run(args: list[Any]) -> tuple[Any, ...]:
+        nonlocal runner
+        if runner is None:
+            runner = CudaGraphRunner(call, args, static, mutated_input_indices=mutated,
+                                     clone_outputs=clone_outputs, pool=pool)
+            first = runner.first_outputs
+            runner.first_outputs = None
+            args.clear()
+            assert first is not None
+            return first
+        return runner(args)
+
+    return run
+
+
+def _one_cuda_device(inputs: list[Any]) -> torch.device:
+    import torch
+
+    devices = {x.device for x in inputs if isinstance(x, torch.Tensor)}
+    if len(devices) != 1 or next(iter(devices)).type != "cuda":
+        raise ValueError(
+            "CudaGraphRunner needs every tensor input on one CUDA device, got "
+            f"{sorted(str(d) for d in devices) or 'no tensors'}"
+        )
+    device = next(iter(devices))
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device

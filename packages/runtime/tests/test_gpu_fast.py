@@ -1,0 +1,149 @@
+"""GPU tests of the fast launch path and the CUDA-graph runner (run on the H200: `pytest -m gpu`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from coil.runtime import CudaGraphRunner, compile_kernels, cudagraphify
+from coil.runtime.knobs import override
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none found)"),
+]
+
+
+def _counting(kernel: Any) -> list[int]:
+    """Count the launches that go through JITFunction.run."""
+    calls: list[int] = []
+    run = kernel._run
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return run(*args, **kwargs)
+
+    kernel._run = counted
+    return calls
+
+
+def test_fast_path_results_and_fallbacks(cache_dir: Path, specs: Any) -> None:
+    kernel = compile_kernels([specs.add(128)], torch.device("cuda"))["add_kernel"]
+    slow_calls = _counting(kernel)
+    base = torch.randn(4096 + 64, device="cuda")
+    y = torch.randn(4096 + 64, device="cuda")
+    cases = [  # (x, y, n): the key changes with alignment, n == 1, n % 16
+        (base[:4096], y[:4096], 4096),
+        (base[:4096], y[:4096], 4096),
+        (base[1:4097], y[:4096], 4096),
+        (base[1:4097], y[:4096], 4096),
+        (base[:4096], y[:4096], 1),
+        (base[:4096], y[:4096], 4001),
+        (base[:4096], y[:4096], 4001),
+        (base[:4096], y[:4096], 4096),
+    ]
+    for x_, y_, n in cases:
+        out = torch.zeros(4096, device="cuda")
+        kernel(((n + 127) // 128,), x_, y_, out, n)
+        assert torch.equal(out[:n], x_[:n] + y_[:n]) and not out[n:].any()
+    assert kernel.fast
+    assert len(slow_calls) == 4  # first launch, unaligned, n == 1, n = 4001
+    assert len(kernel.bound_keys) == 4
+
+
+def test_fast_path_2d_grid_and_knob_off_agree(cache_dir: Path, specs: Any) -> None:
+    x = torch.randn(64, 1000, device="cuda")
+    out_fast, out_slow = torch.empty(64, device="cuda"), torch.empty(64, device="cuda")
+    kernel = compile_kernels([specs.rowsum_dynamic()], torch.device("cuda"))["rowsum_dynamic"]
+    for _ in range(3):
+        kernel((64, 1), x, out_fast, 1000)
+    with override(fast_launch=False):
+        from coil.runtime.compile import clear_memo
+
+        clear_memo()
+        slow = compile_kernels([specs.rowsum_dynamic()], torch.device("cuda"))["rowsum_dynamic"]
+    slow((64,), x, out_slow, 1000)
+    assert kernel.fast and not slow.fast
+    assert torch.equal(out_fast, out_slow)
+
+
+def test_fast_path_on_a_side_stream(cache_dir: Path, specs: Any) -> None:
+    kernel = compile_kernels([specs.add(256)], torch.device("cuda"))["add_kernel"]
+    x = torch.randn(1 << 20, device="cuda")
+    kernel((4096,), x, x, torch.empty_like(x), 1 << 20)
+    stream = torch.cuda.Stream()
+    out = torch.empty_like(x)
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(10_000_000)  # the launch must queue behind this, on this stream
+        kernel((4096,), x, x, out, 1 << 20)
+    stream.synchronize()
+    assert torch.equal(out, 2 * x)
+
+
+def _chain(kernel: Any, n: int = 1024) -> Any:
+    def call(args: list[Any]) -> tuple[Any, ...]:
+        a, w = args
+        args.clear()
+        buf = a
+        for _ in range(4):
+            nxt = torch.empty_like(buf)
+            kernel(((n + 127) // 128,), buf, w, nxt, n)
+            buf = nxt
+        return (buf, buf.sum())
+
+    return call
+
+
+def test_cuda_graph_runner_replays_with_new_inputs(cache_dir: Path, specs: Any) -> None:
+    kernel = compile_kernels([specs.add(128)], torch.device("cuda"))["add_kernel"]
+    w = torch.nn.Parameter(torch.randn(1024, device="cuda"), requires_grad=False)
+    a0 = torch.randn(1024, device="cuda")
+    runner = CudaGraphRunner(_chain(kernel), [a0, w])  # w: static (a Parameter)
+    assert runner.static_indices == (1,) and runner.first_outputs is not None
+    assert torch.allclose(runner.first_outputs[0], a0 + 4 * w)
+    results = []
+    for _ in range(3):
+        a = torch.randn(1024, device="cuda")
+        args = [a, w]
+        out, total = runner(args)
+        assert args == []  # boxed: the list is cleared
+        results.append(out)
+        assert torch.allclose(out, a + 4 * w)
+        assert torch.allclose(total, out.sum(), rtol=0, atol=1e-3)
+    assert results[0].data_ptr() != results[1].data_ptr()  # clones: not overwritten
+    w2 = torch.nn.Parameter(torch.randn(1024, device="cuda"), requires_grad=False)
+    a = torch.randn(1024, device="cuda")
+    out, _ = runner([a, w2])  # the static input moved: re-captured
+    assert runner.recaptures == 1 and torch.allclose(out, a + 4 * w2)
+    with pytest.raises(ValueError, match="captured for"):
+        runner([torch.randn(512, device="cuda"), w2])
+
+
+def test_cuda_graph_runner_mutated_inputs_and_extern_ops(cache_dir: Path) -> None:
+    def call(args: list[Any]) -> tuple[Any, ...]:
+        x, counter, m = args
+        counter.add_(1)  # an input mutation (ATen in place: _version moves)
+        return (x @ m, counter * 2)
+
+    x, m = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
+    counter = torch.zeros(4, device="cuda")
+    run = cudagraphify(call, static_input_indices=[2])
+    first = run([x, counter, m])
+    assert torch.equal(counter, torch.ones(4, device="cuda"))  # mutated once by the warm-up
+    assert torch.allclose(first[0], x @ m)
+    for step in range(2, 5):
+        x = torch.randn(64, 64, device="cuda")
+        out, twice = run([x, counter, m])
+        assert torch.equal(counter, torch.full((4,), float(step), device="cuda"))
+        assert torch.equal(twice, 2 * counter)
+        assert torch.allclose(out, x @ m, rtol=1e-3, atol=1e-3)
+
+
+def test_cuda_graph_runner_without_clones_aliases_static_outputs(cache_dir: Path) -> None:
+    runner = CudaGraphRunner(lambda args: (args[0] * 2,), [torch.ones(8, device="cuda")],
+                             clone_outputs=False)
+    first = runner([torch.ones(8, device="cuda")])[0]
+    second = runner([torch.full((8,), 3.0, device="cuda")])[0]
+    assert first is second and torch.equal(first, torch.full((8,), 6.0, device="cuda"))
