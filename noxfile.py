@@ -5,6 +5,8 @@ Sessions:
                       its declared dependencies (so an undeclared sibling import fails)
   integration         tests-integration/: end to end through torch.compile(backend="coil");
                       on the GPU when torch.cuda is available, else the Triton interpreter on CPU
+  opinfo              the OpInfo sweep over all of op_db (long; not run by CI, which runs a fixed
+                      sample in integration): results in tests-integration/opinfo/results/
   typecheck           mypy --strict over every package
   lint                ruff, and the import rule of docs/architecture.md
 """
@@ -68,6 +70,17 @@ def integration(session: nox.Session) -> None:
     """End to end: real models compiled with backend="coil" against eager PyTorch."""
     session.install(*_paths(*PACKAGES["meta"], "meta"), *TEST_TOOLS)
     session.run("pytest", "-q", "tests-integration", *session.posargs)
+
+
+@nox.session
+def opinfo(session: nox.Session) -> None:
+    """The OpInfo conformance sweep (CPU interpreter unless CUDA is present); not in CI's sessions.
+
+    Arguments after `--` go to the sweep, e.g. `nox -s opinfo -- --ops '^add$' --max-samples 0`.
+    """
+    session.install(*_paths(*PACKAGES["meta"], "meta"), *TEST_TOOLS, "expecttest")
+    session.chdir("tests-integration")
+    session.run("python", "-m", "opinfo.sweep", *session.posargs)
 
 
 @nox.session

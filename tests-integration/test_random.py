@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from coil.backend import COMPILED, knobs
 
 
@@ -30,7 +29,7 @@ def test_same_seed_same_mask_and_distributions(device: torch.device) -> None:
     kept = (drop != 0).double().mean().item()
     assert abs(kept - 0.7) < 4 * (0.21 / n) ** 0.5  # binomial: within 4 sigma
     torch.testing.assert_close(drop[drop != 0], torch.full_like(drop[drop != 0], 2 / 0.7))
-    assert 0 <= uni.min().item() and uni.max().item() < 1
+    assert uni.min().item() >= 0 and uni.max().item() < 1
     assert abs(uni.mean().item() - 0.5) < 4 * (1 / 12 / n) ** 0.5
     assert abs(nrm.mean().item()) < 4 / nrm.numel() ** 0.5 and abs(nrm.std().item() - 1) < 0.05
     assert abs(ber.mean().item() - 0.25) < 4 * (0.1875 / n) ** 0.5

@@ -33,7 +33,8 @@ def test_override_is_scoped(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_unknown_knob_is_an_error() -> None:
     with pytest.raises(AttributeError, match="no knob"):
         _ = knobs.nonexistent
-    assert set(KNOBS) == {"fallback_on_error", "fusion", "reuse", "reduction_strategy", "verify"}
+    assert set(KNOBS) == {"fallback_on_error", "fusion", "reuse", "reduction_strategy", "verify", "logs", "debug_dir",
+                          "progress", "check_nan", "check_lifetimes", "debug_asserts"}
 
 
 def test_cli_requires_a_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -56,5 +57,5 @@ def test_stats_count_fused_ops() -> None:
 
 def test_public_api_snapshot() -> None:
     assert sorted(coil.backend.__all__) == [
-        "COMPILED", "CoilCompileError", "GraphStats", "KNOBS", "coil_backend", "compile_graph", "knobs", "reset",
+        "COMPILED", "CoilCheckError", "CoilCompileError", "GraphStats", "KNOBS", "coil_backend", "compile_graph", "knobs", "reset",
     ]

@@ -181,12 +181,6 @@ def test_fusion_off_matches_too(tk):
 # -- bugs ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="optable: maximum/minimum use tl.maximum/tl.minimum without propagate_nan, so "
-    "torch.maximum(nan, 0) (and clamp, which lowers to maximum/minimum) gives 0 instead of nan",
-)
 def test_maximum_minimum_clamp_propagate_nan(tk):
     def fn(x, y):
         return (torch.maximum(x, y), torch.minimum(x, y), x.clamp(0, 0.5))
@@ -196,36 +190,17 @@ def test_maximum_minimum_clamp_propagate_nan(tk):
     tk.check(fn, x, y)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="kernel.py: max/min reductions combine with tl.maximum/tl.minimum and finish with "
-    "tl.max/tl.min, which drop NaN: amax([nan, 1, -1]) gives 1 instead of nan",
-)
 @pytest.mark.parametrize("strategy", ["persistent", "looped"])
 def test_amax_amin_propagate_nan(tk, strategy):
     x = torch.tensor([[float("nan"), 1.0, -1.0], [2.0, 3.0, 1.0]])
     tk.check(lambda x: (x.amax(1), x.amin(1)), x, strategy=strategy)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="optable INTERPRET['pow'] = exp(b*log|a|) * sign fix-up: a negative base with a "
-    "non-integer exponent gives a finite value instead of nan (pow(-8, 1.5) -> 22.6 instead of nan)",
-)
 def test_pow_negative_base_fractional_exponent_is_nan(tk):
     x = torch.tensor([-8.0, -2.0, 2.0, 0.5])
     tk.check(lambda x: (torch.pow(x, 1.5),), x)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="optable INTERPRET['pow']: the odd-exponent test ({1} % 2.0 == 1.0) is false for "
-    "negative odd exponents under Triton's fmod semantics (-5 % 2.0 == -1), so "
-    "pow(-2, -5) gives +0.03125 instead of -0.03125",
-)
 def test_pow_negative_base_negative_odd_exponent(tk):
     x = torch.tensor([-2.0, -3.0, 2.0, 0.5])
     tk.check(lambda x: (torch.pow(x, -5.0),), x)

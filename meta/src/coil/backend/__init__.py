@@ -1,12 +1,13 @@
 """coil.backend: the torch.compile backend that wires coil's packages together.
 
 Public API: `coil_backend` (also registered as backend="coil"), `compile_graph`, `knobs`,
-`CoilCompileError`, `GraphStats`, `COMPILED`.
+`CoilCompileError`, `CoilCheckError`, `GraphStats`, `COMPILED`.
+Debugging (knobs COIL_LOGS, COIL_DEBUG_DIR, COIL_CHECK_*): docs/debugging.md.
 """
 
 from coil.backend.compile import coil_backend, compile_graph
-from coil.backend.errors import CoilCompileError
+from coil.backend.errors import CoilCheckError, CoilCompileError
 from coil.backend.knobs import KNOBS, knobs
 from coil.backend.stats import COMPILED, GraphStats, reset
 
-__all__ = ["COMPILED", "KNOBS", "CoilCompileError", "GraphStats", "coil_backend", "compile_graph", "knobs", "reset"]
+__all__ = ["COMPILED", "KNOBS", "CoilCheckError", "CoilCompileError", "GraphStats", "coil_backend", "compile_graph", "knobs", "reset"]

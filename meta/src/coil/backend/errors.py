@@ -13,3 +13,11 @@ class CoilCompileError(RuntimeError):
         self.stage = stage
         self.graph = graph
         self.node = node
+
+
+class CoilCheckError(RuntimeError):
+    """A runtime self-check failed (COIL_CHECK_NAN, COIL_CHECK_LIFETIMES): names graph and culprit."""
+
+    def __init__(self, graph: str, message: str) -> None:
+        super().__init__(f"coil check failed in {graph}: {message}")
+        self.graph = graph

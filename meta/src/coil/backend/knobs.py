@@ -43,6 +43,18 @@ KNOBS: dict[str, Knob] = {
     "reduction_strategy": Knob("COIL_REDUCTION_STRATEGY", "auto", str,
                                "auto | persistent | looped: how reductions are generated"),
     "verify": Knob("COIL_VERIFY", False, bool, "check graph and IR invariants after every stage"),
+    # debugging (docs/debugging.md)
+    "logs": Knob("COIL_LOGS", "", str,
+                 "comma list of artefacts to log at INFO on logger coil.<artefact>: "
+                 "graph, fusion, kernels, wrapper, memory_plan (or all)"),
+    "debug_dir": Knob("COIL_DEBUG_DIR", "", str,
+                      "write every compiled graph's artefacts and a repro.py to <dir>/<graph name>/"),
+    "progress": Knob("COIL_PROGRESS", True, bool, "progress bar while kernels compile (TTY and tqdm only)"),
+    "check_nan": Knob("COIL_CHECK_NAN", False, bool, "raise when a graph output holds NaN or Inf"),
+    "check_lifetimes": Knob("COIL_CHECK_LIFETIMES", False, bool,
+                            "track every allocation at run time and check it against the memory plan"),
+    "debug_asserts": Knob("COIL_DEBUG_ASSERTS", False, bool,
+                          "bounds-check every load and store inside kernels (Triton device_assert)"),
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -26,6 +27,44 @@ from coil.lowering_ir.nodes import (
 )
 from coil.lowering_ir.registry import lowering_for
 from coil.lowering_ir.values import Value
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Shape, strides, dtype and device of an intermediate no FX node describes (a FakeTensor
+    stand-in: buffers read only these)."""
+
+    shape: tuple[Any, ...]
+    strides: tuple[Any, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    @staticmethod
+    def contiguous(shape: Sequence[Any], dtype: torch.dtype, device: torch.device) -> TensorMeta:
+        strides: list[Any] = []
+        acc: Any = 1
+        for s in reversed(list(shape)):
+            strides.append(acc)
+            acc = acc * s
+        return TensorMeta(tuple(shape), tuple(reversed(strides)), dtype, device)
+
+    def stride(self) -> tuple[Any, ...]:
+        return self.strides
+
+    def storage_offset(self) -> int:
+        return 0
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+
+def _complex(node: torch.fx.Node) -> bool:
+    """Does the node produce or read a complex tensor?"""
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    flat: list[Any] = []
+    for v in vals:
+        flat.extend(v if isinstance(v, list | tuple) else [v])
+    return any(isinstance(v, torch.Tensor) and v.dtype.is_complex for v in flat)
 
 
 def index_symbols(prefix: str, n: int) -> list[sympy.Symbol]:
@@ -58,7 +97,7 @@ class Lowerer:
     def origins(self) -> tuple[str, ...]:
         return (self.current.name,) if self.current is not None else ()
 
-    def new_buffer(self, val: torch.Tensor) -> ComputedBuffer:
+    def new_buffer(self, val: Any) -> ComputedBuffer:
         """A buffer laid out exactly as the FakeTensor `val` (offset folded into its pointer)."""
         buf = ComputedBuffer(self.fresh("buf"), Layout.from_tensor(val, int(val.storage_offset())))
         self.fake_offset[buf.name] = int(val.storage_offset())
@@ -69,10 +108,10 @@ class Lowerer:
         return self.current.meta["val"]
 
     # -- building operations -----------------------------------------------------------------
-    def pointwise(self, fn: Callable[[list[sympy.Symbol]], Value], val: torch.Tensor | None = None) -> ComputedBuffer:
+    def pointwise(self, fn: Callable[[list[sympy.Symbol]], Value], val: Any = None) -> ComputedBuffer:
         """A Pointwise node over the output of the current FX node; fn(p_vars) -> Value."""
         val = self.out_val() if val is None else val
-        assert isinstance(val, torch.Tensor)
+        assert isinstance(val, torch.Tensor | TensorMeta)
         out = self.new_buffer(val)
         p = index_symbols("p", val.dim())
         body = fn(p)
@@ -82,7 +121,7 @@ class Lowerer:
 
     def reduction(
         self,
-        val: torch.Tensor,
+        val: Any,
         reduction_ranges: Sequence[Expr],
         reduction_type: str,
         fn: Callable[[list[sympy.Symbol], list[sympy.Symbol]], Value],
@@ -152,6 +191,9 @@ class Lowerer:
             elif node.op == "call_function":
                 self.env[node] = self._call(node)
             elif node.op == "output":
+                if not isinstance(node.args[0], list | tuple):
+                    raise LoweringError(node.name, "output", "the graph must return a tuple or list "
+                                        "(as AOTAutograd graphs do), not a bare value")
                 outputs = list(torch.fx.node.map_arg(node.args[0], lambda n: self.env[n]))
             else:
                 raise LoweringError(node.name, str(node.target), f"unsupported FX node kind {node.op}")
@@ -210,6 +252,8 @@ class Lowerer:
                 return as_expr(val)
             return val
         fn = lowering_for(node.target)
+        if fn is not None and _complex(node):
+            fn = None  # Triton has no complex types: such ops run through ATen
         if fn is not None:
             try:
                 return fn(self, node, *args, **kwargs)
@@ -219,6 +263,6 @@ class Lowerer:
                 raise
             except Exception as e:
                 raise LoweringError(node.name, str(node.target), f"{type(e).__name__}: {e}") from e
-        if not isinstance(node.target, torch._ops.OpOverload):
+        if not isinstance(node.target, torch._ops.OpOverload | torch._ops.HigherOrderOperator):
             raise LoweringError(node.name, str(node.target), "not an ATen op; cannot fall back")
         return self.extern(node.target, tuple(args), dict(kwargs), fallback=True)

@@ -23,12 +23,10 @@ def texpr(e: sympy.Expr) -> str:
     if isinstance(e, sympy.Mod):
         return f"({texpr(e.args[0])} % {texpr(e.args[1])})"
     if isinstance(e, sympy.floor):
-        inner = e.args[0]
-        if isinstance(inner, sympy.Mul):
-            fr = [a for a in inner.args if isinstance(a, sympy.Rational) and not isinstance(a, sympy.Integer)]
-            if len(fr) == 1 and fr[0].p == 1:
-                rest = sympy.Mul(*[a for a in inner.args if a is not fr[0]])
-                return f"({texpr(sympy.expand(rest))} // {int(fr[0].q)})"
+        # floor(N / D) for an integer expression N and integer D (indices are non-negative)
+        num, den = sympy.fraction(sympy.together(e.args[0]))
+        if isinstance(den, sympy.Integer):
+            return f"({texpr(sympy.expand(num))} // {int(den)})"
         raise ValueError(f"cannot print {e}")
     if isinstance(e, sympy.ceiling):
         inner = e.args[0]

@@ -422,15 +422,20 @@ class KernelWriter:
         return IDENTITY[op.reduction_type]
 
     def combine(self, rtype: str, a: str, v: str) -> str:
+        nan = f"({a} != {a}) | ({v} != {v})"  # false for integers
         return {
-            "sum": f"{a} + {v}", "prod": f"{a} * {v}", "max": f"tl.maximum({a}, {v})",
-            "min": f"tl.minimum({a}, {v})", "any": f"{a} | ({v} != 0)", "all": f"{a} & ({v} != 0)",
+            "sum": f"{a} + {v}", "prod": f"{a} * {v}",
+            "max": f"tl.where({nan}, {a} + {v}, tl.maximum({a}, {v}))",
+            "min": f"tl.where({nan}, {a} + {v}, tl.minimum({a}, {v}))",
+            "any": f"{a} | ({v} != 0)", "all": f"{a} & ({v} != 0)",
         }[rtype]
 
     def final(self, rtype: str, a: str) -> str:
+        has_nan = f"(tl.max(({a} != {a}).to(tl.int8), 1)[:, None] > 0)"
         return {
             "sum": f"tl.sum({a}, 1)[:, None]", "prod": f"tl.reduce({a}, 1, _coil_mul)[:, None]",
-            "max": f"tl.max({a}, 1)[:, None]", "min": f"tl.min({a}, 1)[:, None]",
+            "max": f"tl.where({has_nan}, float('nan'), tl.max({a}, 1)[:, None])",
+            "min": f"tl.where({has_nan}, float('nan'), tl.min({a}, 1)[:, None])",
             "any": f"(tl.max({a}.to(tl.int8), 1) != 0)[:, None]",
             "all": f"(tl.min({a}.to(tl.int8), 1) != 0)[:, None]",
         }[rtype]

@@ -69,7 +69,8 @@ INTERPRET: dict[str, str] = {
     "asinh": "tl.log({0} + tl.sqrt({0} * {0} + 1.0))", "acosh": "tl.log({0} + tl.sqrt({0} * {0} - 1.0))",
     "atanh": "(0.5 * tl.log((1.0 + {0}) / (1.0 - {0})))",
     "pow": "tl.where({0} == 0, tl.where({1} == 0, 1.0, tl.where({1} < 0, float('inf'), 0.0)), "
-           "tl.exp({1} * tl.log(tl.abs({0}))) * tl.where(({0} < 0) & (({1} % 2.0) == 1.0), -1.0, 1.0))",
+           "tl.where(({0} < 0) & (tl.floor({1}) != {1}), float('nan'), "
+           "tl.exp({1} * tl.log(tl.abs({0}))) * tl.where(({0} < 0) & (({1} - 2.0 * tl.floor({1} * 0.5)) == 1.0), -1.0, 1.0)))",
     "round": "(tl.floor({0} + 0.5) - ((({0} + 0.5) == tl.floor({0} + 0.5)) & ((tl.floor({0} + 0.5) % 2.0) != 0)).to({T}))",
     "fmod": "({0} - {1} * tl.where({0} / {1} < 0, tl.ceil({0} / {1}), tl.floor({0} / {1})))",
 }
@@ -82,6 +83,9 @@ INT: dict[str, str] = {
     "abs": "tl.where({0} < 0, -{0}, {0})",
 }
 FLOAT: dict[str, str] = {
+    # NaN propagates, as in eager (tl.maximum/minimum alone return the other operand)
+    "maximum": "tl.where(({0} != {0}) | ({1} != {1}), {0} + {1}, tl.maximum({0}, {1}))",
+    "minimum": "tl.where(({0} != {0}) | ({1} != {1}), {0} + {1}, tl.minimum({0}, {1}))",
     "floordiv": "tl.floor({0} / {1})",
     "truncdiv": "tl.where({0} / {1} < 0, tl.ceil({0} / {1}), tl.floor({0} / {1}))",
     "remainder": "({0} - {1} * tl.floor({0} / {1}))",

@@ -35,6 +35,10 @@ def pyrepr(x: Any) -> str:
         return texpr(sympy.sympify(x))
     if isinstance(x, torch.dtype):
         return str(x)
+    if isinstance(x, torch._ops.OpOverload | torch._ops.HigherOrderOperator):
+        from coil.wrapper_codegen.plan import op_name
+
+        return op_name(x)
     if isinstance(x, torch.device):
         return f"torch.device({str(x)!r})"
     if isinstance(x, torch.memory_format | torch.layout):

@@ -48,7 +48,10 @@ def ints(xs: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def op_name(op: Any) -> str:
-    """Qualified name of an OpOverload, e.g. 'torch.ops.aten.mm.default'."""
+    """Qualified name of an OpOverload, e.g. 'torch.ops.aten.mm.default' (or of a
+    higher-order op, e.g. 'torch.ops.higher_order.with_effects')."""
+    if isinstance(op, torch._ops.HigherOrderOperator):
+        return f"torch.ops.higher_order.{op.name()}"  # type: ignore[no-untyped-call]
     ns = op.namespace
     packet = op._schema.name.split("::")[1]
     return f"torch.ops.{ns}.{packet}.{op._overloadname}"
@@ -103,6 +106,9 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
             last[r] = i
         for w in _writes(st):
             first.setdefault(w, i)
+    for i, st in enumerate(steps):  # a result nobody reads dies right after the step making it
+        for w in _writes(st):
+            last.setdefault(w, i)
     out_storage = {o.storage.name for o in g.outputs if isinstance(o, Buffer | ReinterpretView)}
     for o in out_storage:
         last[o] = n

@@ -9,12 +9,13 @@ import sympy
 import torch
 import torch.fx
 from coil.lowering_ir.errors import Unsupported
+from coil.lowering_ir.knobs import SPLIT_MAX_ROWS, split_reduction_min
 from coil.lowering_ir.layout import Expr
-from coil.lowering_ir.lowerer import Lowerer
+from coil.lowering_ir.lowerer import Lowerer, TensorMeta
 from coil.lowering_ir.nodes import TensorRef, load
 from coil.lowering_ir.ops.common import cast, upcast_compute, value_of
 from coil.lowering_ir.registry import register
-from coil.lowering_ir.values import Constant, IndexValue, Op, Value
+from coil.lowering_ir.values import Constant, IndexValue, Load, Op, Value
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -22,6 +23,8 @@ prims = torch.ops.prims
 
 def _dims(x: TensorRef, dims: Any) -> list[int]:
     rank = len(x.layout.size)
+    if rank == 0:
+        return []  # a 0-d tensor has no dims: the reduction reads its one element
     if dims is None or (isinstance(dims, list | tuple) and len(dims) == 0):
         return list(range(rank))
     if isinstance(dims, int):
@@ -52,16 +55,61 @@ def _split(x: TensorRef, dims: list[int], keepdim: bool) -> tuple[list[Expr], An
     return rranges, index
 
 
-def _reduce(lw: Lowerer, x: TensorRef, dims: list[int], keepdim: bool, rtype: str, val: torch.Tensor,
+SPLITTABLE = {"sum": "0", "prod": "1", "max": "-inf", "min": "inf", "any": "0", "all": "1"}
+
+
+def _reduce(lw: Lowerer, x: TensorRef, dims: list[int], keepdim: bool, rtype: str, val: torch.Tensor | TensorMeta,
             body_dtype: torch.dtype, transform: Any = None) -> TensorRef:
     rranges, index = _split(x, dims, keepdim)
     acc = upcast_compute(body_dtype) if rtype in ("sum", "prod") else body_dtype
+    rnumel = sympy.Mul(*rranges) if rranges else sympy.Integer(1)
+    xnumel = sympy.Mul(*[sympy.sympify(s) for s in val.shape]) if val.dim() else sympy.Integer(1)
+    if (rtype in SPLITTABLE and rnumel.is_Integer and xnumel.is_Integer and int(rnumel) >= split_reduction_min()
+            and int(xnumel) <= SPLIT_MAX_ROWS and int(rnumel) >= 4):
+        return _split_reduce(lw, x, rranges, index, rtype, val, body_dtype, acc, transform)
 
     def body(p: list[sympy.Symbol], r: list[sympy.Symbol]) -> Value:
         v = cast(load(x, index(p, r)), body_dtype)
         return transform(v, p) if transform is not None else v
 
     return lw.reduction(val, rranges, rtype, body, acc)
+
+
+def _split_reduce(lw: Lowerer, x: TensorRef, rranges: list[Expr], index: Any, rtype: str, val: torch.Tensor | TensorMeta,
+                  body_dtype: torch.dtype, acc: torch.dtype, transform: Any) -> TensorRef:
+    """Two kernels: partial reductions over S chunks of each row, then a reduction of the chunks."""
+    total = int(sympy.Mul(*rranges))
+    chunks = 1
+    while chunks * chunks < total and chunks < 1024:
+        chunks *= 2
+    width = -(-total // chunks)
+    strides = [int(sympy.Mul(*rranges[k + 1:])) if k + 1 < len(rranges) else 1 for k in range(len(rranges))]
+    ident = SPLITTABLE[rtype]
+    ident_value: float | int | bool = (float(ident) if body_dtype.is_floating_point else
+                                       (torch.iinfo(body_dtype).min if ident == "-inf" else
+                                        torch.iinfo(body_dtype).max if ident == "inf" else int(ident))) \
+        if body_dtype != torch.bool else bool(int(ident) if ident.lstrip("-").isdigit() else 0)
+    part_dtype = acc
+    partial_val = TensorMeta.contiguous([*val.shape, chunks], part_dtype, val.device)
+    nout = val.dim()
+
+    def body1(p: list[sympy.Symbol], r: list[sympy.Symbol]) -> Value:
+        flat = p[nout] * width + r[0]
+        inside = Op("lt", (IndexValue(flat, torch.int64), Constant(total, torch.int64)), torch.bool)
+        rvars = [sympy.Mod(sympy.floor(flat / st), n) if st != 1 else sympy.Mod(flat, n)
+                 for st, n in zip(strides, rranges, strict=True)]
+        ld = load(x, index(p[:nout], rvars))
+        v = cast(Load(ld.buffer, ld.index, ld.dtype, inside), body_dtype)
+        if transform is not None:
+            v = transform(v, p[:nout])
+        return Op("where", (inside, v, Constant(ident_value, v.dtype)), v.dtype)
+
+    partial = lw.reduction(partial_val, [sympy.Integer(width)], rtype, body1, acc)
+
+    def body2(p: list[sympy.Symbol], r: list[sympy.Symbol]) -> Value:
+        return load(partial, [*p, r[0]])
+
+    return lw.reduction(val, [sympy.Integer(chunks)], rtype, body2, acc)
 
 
 @register(aten.sum.dim_IntList, aten.sum.default, prims.sum.default)
@@ -157,10 +205,15 @@ def any_all(lw: Lowerer, node: torch.fx.Node, x: Any, dim: Any = None, keepdim: 
 def mean(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any = None, keepdim: bool = False, *, dtype: Any = None) -> TensorRef:
     val = lw.out_val()
     d = _dims(x, dims)
-    total = _reduce(lw, x, d, keepdim, "sum", val, upcast_compute(val.dtype))
+    total = _reduce(lw, x, d, keepdim, "sum", _sum_meta(val), upcast_compute(val.dtype))
     n = sympy.Mul(*[x.layout.size[i] for i in d]) if d else sympy.Integer(1)
     ct = upcast_compute(val.dtype)
     return lw.pointwise(lambda p: cast(Op("truediv", (value_of(total, p, ct), number(n, ct)), ct), val.dtype))
+
+
+def _sum_meta(val: torch.Tensor) -> TensorMeta:
+    """The accumulator buffer of a mean: val's shape in the compute dtype (no fp16 overflow)."""
+    return TensorMeta(tuple(val.shape), tuple(val.stride()), upcast_compute(val.dtype), val.device)
 
 
 def number(n: sympy.Expr, dtype: torch.dtype) -> Value:
@@ -179,7 +232,7 @@ def _var_mean(lw: Lowerer, x: Any, dims: Any, correction: Any, keepdim: bool, va
     d = _dims(x, dims)
     n = sympy.Mul(*[x.layout.size[i] for i in d]) if d else sympy.Integer(1)
     c = 1 if correction is None else correction
-    mean_val = torch.empty_strided(var_val.shape, var_val.stride(), dtype=ct, device=var_val.device)
+    mean_val = TensorMeta(tuple(var_val.shape), tuple(var_val.stride()), ct, var_val.device)
     total = _reduce(lw, x, d, keepdim, "sum", mean_val, ct)
     mean_buf = lw.pointwise(lambda p: Op("truediv", (value_of(total, p, ct), number(n, ct)), ct), mean_val)
 

@@ -1,0 +1,292 @@
+"""Runtime self-checks behind knobs (docs/debugging.md).
+
+- COIL_CHECK_NAN: `check_outputs` raises when a graph output holds NaN or Inf.
+- COIL_CHECK_LIFETIMES: `instrument_wrapper` emits the wrapper with calls into a
+  `LifetimeTracker`, which checks every Allocate/Reuse/Free against the buffer lifetimes derived
+  from the schedule (independently of the wrapper builder) and, before the wrapper returns, that
+  every allocated buffer was freed or is returned.
+- COIL_DEBUG_ASSERTS: `add_bounds_asserts` rewrites a generated kernel's source so that every
+  `tl.load`/`tl.store` is preceded by a `tl.device_assert` that its index lies inside the buffer
+  (static extents, since shapes are static); `debug_launchers` turns Triton's interpreter's
+  debug mode on around interpreted launches (device_assert is a no-op otherwise).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import logging
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from coil.backend.dump import Span
+from coil.backend.errors import CoilCheckError
+from coil.wrapper_codegen import (
+    Allocate,
+    ExternCall,
+    Free,
+    KernelCall,
+    Line,
+    Ref,
+    Return,
+    Reuse,
+    Unpack,
+    View,
+    emit_line,
+)
+
+log = logging.getLogger("coil.backend")
+
+# -- NaN / Inf ------------------------------------------------------------------------------
+
+
+def check_outputs(graph: str, outputs: Sequence[Any]) -> None:
+    """Raise CoilCheckError naming `graph` and the first output index holding NaN or Inf."""
+    for i, t in enumerate(outputs):
+        if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
+            continue
+        finite = torch.isfinite(t)
+        if bool(finite.all()):
+            continue
+        nan = int(torch.isnan(t).sum())
+        inf = int(torch.isinf(t).sum())
+        raise CoilCheckError(graph, f"output {i} (shape {tuple(t.shape)}, {t.dtype}) holds {nan} NaN and "
+                                    f"{inf} Inf values (COIL_CHECK_NAN)")
+
+
+# -- memory lifecycle -----------------------------------------------------------------------
+
+
+class LifetimeTracker:
+    """Checks, while the wrapper runs, that buffers live exactly as the plan says.
+
+    Step `i` is the i-th kernel/extern call. A buffer the wrapper allocates (Allocate, or Reuse of
+    a dead buffer's storage) must appear just before its writer step `first` (an extern's result:
+    when its step runs) and, unless it is
+    returned, be freed (Free, or handed on by Reuse) right after its last reader step `last`.
+    """
+
+    def __init__(self, graph: str, spans: Sequence[Span], returned: set[str],
+                 storage: dict[str, str] | None = None) -> None:
+        self.graph = graph
+        self.spans = {s.name: s for s in spans}
+        self.returned = returned
+        # donor -> the buffer the reuse plan hands its storage to
+        self.taker = {d: b for b, d in (storage or {}).items() if d != b}
+        self.step = 0
+        self.live: set[str] = set()
+
+    def _fail(self, message: str) -> None:
+        raise CoilCheckError(self.graph, f"memory lifecycle: {message} (COIL_CHECK_LIFETIMES)")
+
+    def begin(self) -> None:
+        self.step = 0
+        self.live = set()
+
+    def _born(self, name: str) -> None:
+        span = self.spans.get(name)
+        if span is None:
+            self._fail(f"{name} is allocated but the plan has no such buffer")
+        elif span.first != self.step:
+            self._fail(f"{name} allocated before step {self.step}, the plan says before step {span.first}")
+        self.live.add(name)
+
+    def alloc(self, name: str) -> None:
+        if name in self.spans:  # an extern's unused results are not planned
+            self._born(name)
+
+    def reuse(self, name: str, donor: str) -> None:
+        span = self.spans.get(donor)
+        if donor not in self.live or span is None:
+            self._fail(f"{name} reuses {donor}, which is not live")
+        elif span.output or span.last >= self.step:
+            self._fail(f"{name} takes the storage of {donor} before step {self.step}, "
+                       f"but {donor} is needed until step {span.last}")
+        self.live.discard(donor)
+        self._born(name)
+
+    def free(self, name: str) -> None:
+        span = self.spans.get(name)
+        if span is None:
+            return  # graph inputs and extern results: not allocated by the wrapper
+        if name not in self.live:
+            self._fail(f"{name} freed but it is not live")
+        elif span.output:
+            self._fail(f"{name} freed but it is a graph output")
+        elif span.last != self.step - 1:
+            self._fail(f"{name} freed after step {self.step - 1}, the plan frees it after step {span.last}")
+        self.live.discard(name)
+
+    def _why(self, name: str) -> str:
+        if name in self.taker:
+            return f"; the plan hands its storage to {self.taker[name]}, which never took it"
+        if self.spans[name].last == self.spans[name].first:
+            return "; no step reads it"
+        return ""
+
+    def stepped(self) -> None:
+        self.step += 1
+
+    def returning(self) -> None:
+        leaked = sorted(self.live - self.returned)
+        if leaked:
+            detail = ", ".join(f"{b} (last needed at step {self.spans[b].last}{self._why(b)})" for b in leaked)
+            self._fail(f"allocated but never freed nor returned: {detail}")
+
+
+def _refs(x: Any) -> set[str]:
+    if isinstance(x, Ref):
+        return {x.name}
+    if isinstance(x, list | tuple):
+        return set().union(*(_refs(y) for y in x))
+    return set()
+
+
+def returned_storage(lines: Sequence[Line]) -> set[str]:
+    """Buffers whose storage the wrapper returns (directly or through views)."""
+    base = {ln.name: ln.base for ln in lines if isinstance(ln, View)}
+    out: set[str] = set()
+    for ln in lines:
+        if isinstance(ln, Return):
+            for name in _refs(ln.values):
+                while name in base:
+                    name = base[name]
+                out.add(name)
+    return out
+
+
+TRACKER = "_coil_track"
+
+
+def _tracked(line: Line) -> list[str]:
+    before: list[str] = []
+    after: list[str] = []
+    if isinstance(line, Unpack):
+        after.append(f"{TRACKER}.begin()")
+    elif isinstance(line, Allocate):
+        after.append(f"{TRACKER}.alloc({line.name!r})")
+    elif isinstance(line, Reuse):
+        after.append(f"{TRACKER}.reuse({line.name!r}, {line.donor!r})")
+    elif isinstance(line, Free):
+        before.append(f"{TRACKER}.free({line.name!r})")
+    elif isinstance(line, ExternCall):
+        made = sorted(_refs(line.results))
+        after += [f"{TRACKER}.alloc({n!r})" for n in made] + [f"{TRACKER}.stepped()"]
+    elif isinstance(line, KernelCall):
+        after.append(f"{TRACKER}.stepped()")
+    elif isinstance(line, Return):
+        before.append(f"{TRACKER}.returning()")
+    return [*before, *emit_line(line), *after]
+
+
+def instrument_wrapper(source: str, lines: Sequence[Line]) -> str:
+    """`source` (emit_python's output for `lines`) with tracker calls around every line.
+
+    The tracker is the module global `_coil_track`; set it in the namespace before `make`.
+    """
+    indent = " " * 8
+    plain = "\n".join(indent + s for ln in lines for s in emit_line(ln)) + "\n"
+    if source.count(plain) != 1:
+        raise RuntimeError("COIL_CHECK_LIFETIMES: the wrapper's body is not where emit_python puts it")
+    tracked = "\n".join(indent + s for ln in lines for s in _tracked(ln)) + "\n"
+    return source.replace(plain, tracked)
+
+
+# -- bounds asserts inside kernels ----------------------------------------------------------
+
+_PTR = re.compile(r"ptr\d+$")
+
+
+def _terms(e: ast.expr) -> list[ast.expr]:
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
+        return _terms(e.left) + _terms(e.right)
+    return [e]
+
+
+def _access(call: ast.Call, pointers: set[str]) -> tuple[str, str, str | None] | None:
+    """(pointer, index source, mask source or None) of a tl.load/tl.store call, if recognised."""
+    if not call.args:
+        return None
+    terms = _terms(call.args[0])
+    ptrs = [t for t in terms if isinstance(t, ast.Name) and t.id in pointers]
+    if len(ptrs) != 1:
+        return None
+    rest = [ast.unparse(t) for t in terms if t is not ptrs[0]]
+    index = " + ".join(f"({r})" for r in rest) or "0"
+    position = 1 if isinstance(call.func, ast.Attribute) and call.func.attr == "load" else 2
+    mask: ast.expr | None = call.args[position] if len(call.args) > position else None
+    for kw in call.keywords:
+        if kw.arg == "mask":
+            mask = kw.value
+    return ptrs[0].id, index, None if mask is None else ast.unparse(mask)
+
+
+def add_bounds_asserts(source: str, kernel: str, extents: Sequence[int], buffers: Sequence[str],
+                       *, cuda: bool) -> str:
+    """`source` with a `tl.device_assert` before each load/store of kernel `kernel`.
+
+    `extents[i]` is the number of elements pointer argument i (buffer `buffers[i]`) may index.
+    Masked-off lanes are exempt. On CUDA the kernel is decorated `@triton.jit(debug=True)`
+    (device_assert is compiled out otherwise). Accesses the rewrite does not recognise are left
+    unchecked and logged.
+    """
+    tree = ast.parse(source)
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
+    if fn is None:
+        raise ValueError(f"no kernel {kernel!r} in its source")
+    params = [a.arg for a in fn.args.args]
+    extent = {p: (n, b) for p, n, b in zip(params, extents, buffers, strict=False) if _PTR.match(p)}
+    out: list[str] = []
+    unchecked = 0
+    start, end = fn.body[0].lineno, fn.end_lineno or fn.body[-1].lineno
+    for no, text in enumerate(source.splitlines(), start=1):
+        if start <= no <= end and ("tl.load(" in text or "tl.store(" in text):
+            indent = text[: len(text) - len(text.lstrip())]
+            calls = [c for c in ast.walk(ast.parse(text.strip())) if isinstance(c, ast.Call)
+                     and isinstance(c.func, ast.Attribute) and c.func.attr in ("load", "store")]
+            for call in calls:
+                got = _access(call, set(extent))
+                if got is None:
+                    unchecked += 1
+                    continue
+                ptr, index, mask = got
+                n, buf = extent[ptr]
+                what = "load" if isinstance(call.func, ast.Attribute) and call.func.attr == "load" else "store"
+                cond = f"(({index}) >= 0) & (({index}) < {n})"
+                if mask is not None:
+                    cond = f"({cond}) | ~({mask})"
+                msg = f"coil bounds: {kernel} {what} of {buf} ({ptr}) outside [0, {n})"
+                out.append(f"{indent}tl.device_assert({cond}, {msg!r})")
+        out.append(text)
+    if unchecked:
+        log.warning("COIL_DEBUG_ASSERTS: %d loads/stores of %s not recognised, left unchecked", unchecked, kernel)
+    text = "\n".join(out) + ("\n" if source.endswith("\n") else "")
+    if cuda:
+        text = text.replace(f"@triton.jit\ndef {kernel}(", f"@triton.jit(debug=True)\ndef {kernel}(")
+    return text
+
+
+def debug_launchers(kernels: dict[str, Any]) -> dict[str, Callable[..., Any]]:
+    """Launchers that run interpreted kernels with Triton's interpreter in debug mode.
+
+    The interpreter's builder is process-global: debug mode is switched on around each launch
+    and back off after it (another thread's interpreted launch meanwhile also runs checked).
+    """
+    from triton.runtime import interpreter
+
+    builder: Any = interpreter.interpreter_builder
+
+    def wrap(kernel: Any) -> Callable[..., Any]:
+        def launch(grid: Any, *args: Any) -> Any:
+            old = builder.options
+            builder.options = dataclasses.replace(old, debug=True)
+            try:
+                return kernel(grid, *args)
+            finally:
+                builder.options = old
+
+        return launch
+
+    return {name: wrap(k) for name, k in kernels.items()}
