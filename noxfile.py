@@ -68,7 +68,7 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session
 def integration(session: nox.Session) -> None:
     """End to end: real models compiled with backend="coil" against eager PyTorch."""
-    session.install(*_paths(*PACKAGES["meta"], "meta"), *TEST_TOOLS)
+    session.install(*_paths(*PACKAGES["meta"], "meta"), "transformers>=4.45", *TEST_TOOLS)
     session.run("pytest", "-q", "tests-integration", *session.posargs)
 
 

@@ -44,6 +44,19 @@ def test_auto_picks_looped_for_long_rows(device: torch.device) -> None:
     assert _strategies() == ["looped"]
 
 
+def test_split_reduction_makes_two_kernels(monkeypatch: pytest.MonkeyPatch, device: torch.device) -> None:
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "1000")
+    _run(lambda x: x.sum(1), torch.randn(3, 5000, device=device))
+    # the sum's FX node is computed by two kernels: partials over chunks of each row, then their sum
+    origins = COMPILED[0].kernel_origins
+    assert len(origins) == 2 and all(any(o.startswith("sum") for o in k) for k in origins), origins
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", str(1 << 30))
+    torch._dynamo.reset()
+    COMPILED.clear()
+    _run(lambda x: x.sum(1), torch.randn(3, 5000, device=device))
+    assert len(COMPILED[0].kernel_origins) == 1  # the same reduction, unsplit
+
+
 def test_several_reductions_share_one_kernel(device: torch.device) -> None:
     # softmax: max and sum over the same rows, and the normalisation, in one kernel
     _run(lambda x: x.softmax(-1), torch.randn(4, 50, device=device))

@@ -136,6 +136,11 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     call = namespace["make"](device, program.constants, kernels)
     _record(stats, lowered, sched, sources, program, source)
     log.info("compiled %s: %d kernels, %d externs, fallbacks %s", name, stats.kernels, stats.externs, stats.fallbacks)
+    if knobs.cuda_graphs and device.type == "cuda" and not lowered.symbol_hints and kind == "inference":
+        # replay the whole graph as one CUDA graph (static shapes; parameters stay in place)
+        from coil.runtime import cudagraphify
+
+        call = cudagraphify(call)
     return _boxed(call, name if knobs.check_nan else None)
 
 

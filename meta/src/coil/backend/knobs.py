@@ -43,6 +43,8 @@ KNOBS: dict[str, Knob] = {
     "reduction_strategy": Knob("COIL_REDUCTION_STRATEGY", "auto", str,
                                "auto | persistent | looped: how reductions are generated"),
     "verify": Knob("COIL_VERIFY", False, bool, "check graph and IR invariants after every stage"),
+    "cuda_graphs": Knob("COIL_CUDA_GRAPHS", False, bool,
+                        "replay forward/inference graphs as CUDA graphs (static shapes only)"),
     # debugging (docs/debugging.md)
     "logs": Knob("COIL_LOGS", "", str,
                  "comma list of artefacts to log at INFO on logger coil.<artefact>: "
