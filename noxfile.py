@@ -46,7 +46,7 @@ PACKAGES: dict[str, list[str]] = {
         "packages/wrapper-codegen",
     ],
 }
-TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100"]
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "numpy>=1.26", "expecttest"]
 
 
 def _paths(*folders: str) -> list[str]:

@@ -62,10 +62,11 @@ MODELS: dict[str, Callable[[], torch.nn.Module]] = {
     "bert_padded": _bert,
 }
 # which rule must fire on each (the masked form where an additive mask reaches attention)
-EXPECTED_RULE = {
-    "gpt2": "sdpa_mul_mask_decomposed",  # causal mask added to scores * scaling
-    "bert": "sdpa_mul_decomposed",  # no mask: BERT passes None without padding
-    "bert_padded": "sdpa_mul_mask_decomposed",
+EXPECTED_RULE: dict[str, set[str]] = {
+    "gpt2": {"sdpa_mul_mask_decomposed"},  # causal mask added to scores * scaling
+    # without padding, transformers 5.23 passes no mask, 5.17 an all-zero additive one
+    "bert": {"sdpa_mul_decomposed", "sdpa_mul_mask_decomposed"},
+    "bert_padded": {"sdpa_mul_mask_decomposed"},
 }
 
 
@@ -146,7 +147,7 @@ def test_attention_fuses_on_captured_post_grad_graphs(name: str, fired: list[str
     assert before.get("aten.amax.default") == LAYERS and "aten._softmax.default" not in before
     assert _count(after, "scaled_dot_product") == LAYERS, after.code
     assert _count(after, "aten.bmm") == 0 and _count(after, "aten.amax") == 0
-    assert fired == [EXPECTED_RULE[name]] * LAYERS
+    assert len(fired) == LAYERS and set(fired) <= EXPECTED_RULE[name], fired
     torch.testing.assert_close(out, ref, atol=ATOL, rtol=ATOL)
 
 
@@ -181,5 +182,5 @@ def test_attention_fuses_in_coil_backend(
     assert len(post_grad_graphs) == 1
     assert _count(post_grad_graphs[0], "scaled_dot_product") == LAYERS
     assert _count(post_grad_graphs[0], "aten.bmm") == 0
-    assert fired == [EXPECTED_RULE[name]] * LAYERS
+    assert len(fired) == LAYERS and set(fired) <= EXPECTED_RULE[name], fired
     torch.testing.assert_close(out, ref, atol=ATOL, rtol=ATOL)
