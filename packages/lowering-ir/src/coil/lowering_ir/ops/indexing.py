@@ -159,6 +159,32 @@ def gather(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, index: Any, spars
     return lw.pointwise(body)
 
 
+def _advanced_positions(x: TensorRef, idx_list: list[Any], p: list[sympy.Symbol], start: int, brank: int
+                        ) -> tuple[list[Expr | None], dict[int, Value]]:
+    """Where output position p of x[idx_list] reads x (the advanced-indexing rule).
+
+    The broadcast index dims sit at `start` (brank of them) in the output; the other dims map to
+    x's unindexed dims in order. Returns the index of each x dim (None where it is loaded from an
+    index tensor) and, for those dims, the loaded index Values (negatives wrapped).
+    """
+    bvars = list(p[start:start + brank])
+    rest = list(p[:start]) + list(p[start + brank:])
+    idx: list[Expr | None] = []
+    values: dict[int, Value] = {}
+    r = 0
+    for d, i in enumerate(idx_list):
+        if i is None:
+            idx.append(rest[r])
+            r += 1
+        else:
+            size = i.layout.size
+            tail = bvars[len(bvars) - len(size):]
+            ii = [sympy.Integer(0) if s == 1 else v for s, v in zip(size, tail, strict=True)]
+            values[d] = _index_value(i, ii, x.layout.size[d], True)
+            idx.append(None)
+    return idx, values
+
+
 @register(aten.index.Tensor)
 def index_tensor(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any) -> TensorRef:
     """Advanced indexing x[i0, i1, ...] with some indices None (full slices)."""
@@ -177,21 +203,7 @@ def index_tensor(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any) -> Tens
     start = pos[0] if adjacent else 0
 
     def body(p: list[sympy.Symbol]) -> Value:
-        bvars = list(p[start:start + bshape_rank])
-        rest = list(p[:start]) + list(p[start + bshape_rank:])
-        idx: list[Expr | None] = []
-        values: dict[int, Value] = {}
-        r = 0
-        for d, i in enumerate(idx_list):
-            if i is None:
-                idx.append(rest[r])
-                r += 1
-            else:
-                size = i.layout.size
-                tail = bvars[len(bvars) - len(size):]
-                ii = [sympy.Integer(0) if s == 1 else v for s, v in zip(size, tail, strict=True)]
-                values[d] = _index_value(i, ii, x.layout.size[d], True)
-                idx.append(None)
+        idx, values = _advanced_positions(x, idx_list, p, start, bshape_rank)
         return _indirect_load(x, idx, values, val.dtype)
 
     return lw.pointwise(body)
@@ -258,22 +270,7 @@ def index_put(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any, values: An
     dt = lw.out_val().dtype
 
     def target(p: list[sympy.Symbol]) -> tuple[list[Expr | None], dict[int, Value]]:
-        bvars = list(p[start:start + len(bsize)])
-        rest = list(p[:start]) + list(p[start + len(bsize):])
-        idx: list[Expr | None] = []
-        vals: dict[int, Value] = {}
-        r = 0
-        for d, i in enumerate(idx_list):
-            if i is None:
-                idx.append(rest[r])
-                r += 1
-            else:
-                size = i.layout.size
-                tail = bvars[len(bvars) - len(size):]
-                ii = [sympy.Integer(0) if s == 1 else v for s, v in zip(size, tail, strict=True)]
-                vals[d] = _index_value(i, ii, x.layout.size[d], True)
-                idx.append(None)
-        return idx, vals
+        return _advanced_positions(x, idx_list, p, start, len(bsize))
 
     return _scatter_op(lw, x, ranges, target, {}, lambda p: value_of(values, list(p), dt), accumulate)
 
