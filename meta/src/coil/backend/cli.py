@@ -7,15 +7,38 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`coil demo`: compile and run a real model with backend="coil" and report."""
+    """`coil demo` / `coil bench`: run a real model with backend="coil", or benchmark it."""
+    from coil.backend.bench import NOT_YET, suite_names
+
     parser = argparse.ArgumentParser(prog="coil", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("demo", help="compile and run GPT-2 with backend='coil' (GPU if present, else CPU interpreter)")
+    names = suite_names()
+    bench = sub.add_parser(
+        "bench", help="eager vs torch.compile (Inductor) vs coil, side by side (needs CUDA)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run eager, torch.compile default (TorchInductor) and coil side by side in one process and "
+                    "write bench.json and bench.md.",
+        epilog="cases: " + " ".join(names) + "\ngroups: all micro models gpt2, or a micro base name "
+               "(e.g. softmax = softmax_bf16 softmax_fp32)\nnot yet implemented: " + " ".join(NOT_YET))
+    bench.add_argument("names", nargs="*", metavar="NAMES", help="cases to run (default: all)")
+    bench.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md (default: bench-out)")
+    bench.add_argument("--budget-s", type=float, default=480.0,
+                       help="skip cases that would not finish within this many seconds (default: 480)")
+    bench.add_argument("--list", action="store_true", help="print the case names and exit")
     args = parser.parse_args(argv)
     if args.cmd == "demo":
         from coil.backend.demo import run_demo
 
         return run_demo()
+    if args.cmd == "bench":
+        if args.list:
+            print("\n".join(names))
+            print("not yet implemented: " + " ".join(NOT_YET))
+            return 0
+        from coil.backend.bench import run
+
+        return run(args.names, args.out, args.budget_s)
     return 2
 
 

@@ -108,7 +108,7 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     out.post_grad(gm)
     lowered: LoweredGraph = _stage("lowering", name, lower, gm, name)
     out.ir(lowered)
-    sched: Schedule = _stage("scheduling", name, schedule, lowered, fusion=knobs.fusion)
+    sched: Schedule = _stage("scheduling", name, schedule, lowered, fusion=knobs.fusion, order_time_limit=knobs.order_time)
     out.schedule(sched)
     device = _device(lowered)
     target = "cuda" if device.type == "cuda" else "interpret"
@@ -183,6 +183,8 @@ def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: 
     stats.wrapper_source = source
     if program.reuse is not None:
         stats.reused_buffers = sum(1 for b, d in program.reuse.storage.items() if b != d)
+    if sched.order is not None:
+        stats.planned_peak = (sched.order.baseline_peak, sched.order.peak)
 
 
 def _boxed(fn: Callable[[list[Any]], Any], check_nan: str | None = None) -> CompiledFn:

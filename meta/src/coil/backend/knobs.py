@@ -43,6 +43,8 @@ KNOBS: dict[str, Knob] = {
     "reduction_strategy": Knob("COIL_REDUCTION_STRATEGY", "auto", str,
                                "auto | persistent | looped: how reductions are generated"),
     "verify": Knob("COIL_VERIFY", False, bool, "check graph and IR invariants after every stage"),
+    "order_time": Knob("COIL_ORDER_TIME", 0.5, float,
+                       "seconds the memory planner may search for a lower-peak order of the fused steps (0: off)"),
     "cuda_graphs": Knob("COIL_CUDA_GRAPHS", False, bool,
                         "replay forward/inference graphs as CUDA graphs (static shapes only)"),
     # debugging (docs/debugging.md)

@@ -19,6 +19,7 @@ class GraphStats:
     kernel_sources: dict[str, str] = field(default_factory=dict)
     wrapper_source: str = ""
     reused_buffers: int = 0
+    planned_peak: tuple[int, int] | None = None  # planner-model peak bytes: fused order, order used
     eager_fallback: str | None = None  # set when the whole graph ran eagerly after an error
 
     @property

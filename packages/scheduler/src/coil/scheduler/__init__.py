@@ -7,6 +7,7 @@ Public API (see README.md): `schedule`, `Schedule`, `KernelGroup`, `Member`, `Fu
 from coil.scheduler.canonical import LoopNest, canonicalize
 from coil.scheduler.fusion import FusionLog, fuse
 from coil.scheduler.group import FusionIllegal, KernelGroup, Member, plan
+from coil.scheduler.ordering import OrderReport, order_steps
 from coil.scheduler.schedule import Schedule, Step, output_buffers, schedule
 
 __all__ = [
@@ -15,10 +16,12 @@ __all__ = [
     "KernelGroup",
     "LoopNest",
     "Member",
+    "OrderReport",
     "Schedule",
     "Step",
     "canonicalize",
     "fuse",
+    "order_steps",
     "output_buffers",
     "plan",
     "schedule",

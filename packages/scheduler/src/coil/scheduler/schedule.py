@@ -8,6 +8,7 @@ from typing import Any
 from coil.lowering_ir import Buffer, ExternKernel, LoweredGraph, ReinterpretView, Scatter
 from coil.scheduler.fusion import FusionLog, fuse
 from coil.scheduler.group import KernelGroup
+from coil.scheduler.ordering import OrderReport, order_steps
 
 Step = KernelGroup | ExternKernel | Scatter
 
@@ -19,6 +20,7 @@ class Schedule:
     graph: LoweredGraph
     steps: list[Step]
     log: FusionLog = field(default_factory=FusionLog)
+    order: OrderReport | None = None  # peaks before/after memory-aware ordering, when it ran
 
     def kernels(self) -> list[KernelGroup]:
         return [s for s in self.steps if isinstance(s, KernelGroup)]
@@ -39,8 +41,14 @@ def output_buffers(outputs: list[Any]) -> set[str]:
     return out
 
 
-def schedule(graph: LoweredGraph, *, fusion: bool = True) -> Schedule:
-    """Fuse and order the graph's operations. With fusion=False each op is its own kernel."""
+def schedule(graph: LoweredGraph, *, fusion: bool = True, order_time_limit: float = 0.0) -> Schedule:
+    """Fuse and order the graph's operations. With fusion=False each op is its own kernel.
+
+    With `order_time_limit` > 0 the fused steps are reordered by the memory planner's search
+    (that many seconds at most) when that lowers the peak of live bytes.
+    """
     log = FusionLog()
-    steps = fuse(graph.operations, output_buffers(graph.outputs), enabled=fusion, log=log)
-    return Schedule(graph, steps, log)
+    outs = output_buffers(graph.outputs)
+    steps = fuse(graph.operations, outs, enabled=fusion, log=log)
+    steps, report = order_steps(steps, graph, outs, order_time_limit)
+    return Schedule(graph, steps, log, report)

@@ -1,0 +1,595 @@
+"""`coil bench`: eager, torch.compile default (TorchInductor) and coil side by side, one process.
+
+For each case, on the same inputs, each mode in turn: `torch._dynamo.reset()`, fresh cache
+folders (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, COIL_CACHE_DIR set to new temp folders before
+the compile, in-memory kernel memos cleared), the first call timed (cold compile + first run),
+then the median of `triton.testing.do_bench` (CUDA events), the peak memory of one warm iteration
+(`torch.cuda.max_memory_allocated` after `reset_peak_memory_stats`, minus what was allocated before
+the call), and accuracy with the PyTorch benchmark harness's rule against an fp64 reference:
+RMSE(mode) <= 3 * RMSE(eager) + tol / 10 (tol 1e-2 for bf16, 1e-4 for fp32). Micro cases also
+report achieved GB/s (bytes of the inputs read + output written / median time) against a
+device-to-device copy of a same-size tensor measured in the same run.
+
+Writes bench.json and bench.md to --out after every case (a run cut short keeps what it measured).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+ROWS, COLS = 16384, 8192
+MODES = ("eager", "inductor", "coil")
+MULTIPLIER = 3.0
+NOT_YET = ("bert_base", "llama_style", "resnet50", "vit_b16")
+
+
+def _tol(dtype: torch.dtype) -> float:
+    import torch
+
+    return 1e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-4
+
+
+# ----------------------------------------------------------------------------------- the suite
+
+
+@dataclass(frozen=True)
+class Micro:
+    """One micro case: fn(*inputs) on inputs made by make(dtype)."""
+
+    base: str
+    fn: Callable[..., torch.Tensor]
+    make: Callable[[torch.dtype], tuple[torch.Tensor, ...]]
+
+
+def _randn(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+    import torch
+
+    return torch.randn(*shape, device="cuda", dtype=dtype)
+
+
+def _bias_gelu(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    import torch.nn.functional as F
+
+    return F.gelu(x + b)
+
+
+def _softmax(x: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return torch.softmax(x, dim=-1)
+
+
+def _layernorm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    import torch.nn.functional as F
+
+    return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+
+def _rmsnorm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    xf = x.float() if x.dtype != torch.float64 else x
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return (y * w.to(y.dtype)).to(x.dtype)
+
+
+def _sum0(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(0)
+
+
+def _sum1(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(1)
+
+
+def _chain(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return torch.sigmoid(x) * y + torch.tanh(z) * 0.5 - (x * z).abs()
+
+
+def _xent(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits, target)
+
+
+def _targets() -> torch.Tensor:
+    import torch
+
+    return torch.randint(0, COLS, (ROWS,), device="cuda")
+
+
+MICRO: tuple[Micro, ...] = (
+    Micro("bias_gelu", _bias_gelu, lambda d: (_randn(ROWS, COLS, dtype=d), _randn(COLS, dtype=d))),
+    Micro("softmax", _softmax, lambda d: (_randn(ROWS, COLS, dtype=d),)),
+    Micro("layernorm", _layernorm, lambda d: (_randn(ROWS, COLS, dtype=d), _randn(COLS, dtype=d), _randn(COLS, dtype=d))),
+    Micro("rmsnorm", _rmsnorm, lambda d: (_randn(ROWS, COLS, dtype=d), _randn(COLS, dtype=d))),
+    Micro("sum_dim0", _sum0, lambda d: (_randn(ROWS, COLS, dtype=d),)),
+    Micro("sum_dim1", _sum1, lambda d: (_randn(ROWS, COLS, dtype=d),)),
+    Micro("pointwise_chain", _chain, lambda d: tuple(_randn(ROWS, COLS, dtype=d) for _ in range(3))),
+    Micro("cross_entropy", _xent, lambda d: (_randn(ROWS, COLS, dtype=d), _targets())),
+)
+DTYPES = ("bf16", "fp32")
+MODELS = ("gpt2_infer_bf16", "gpt2_train_bf16")
+# rough seconds per case on an H200 (all three modes, cold compiles): for --budget-s
+_EST = {"gpt2_infer_bf16": 60.0, "gpt2_train_bf16": 150.0}
+_EST_MICRO = 15.0
+
+
+def suite_names() -> list[str]:
+    """Every case name, in run order."""
+    return [f"{m.base}_{d}" for d in DTYPES for m in MICRO] + list(MODELS)
+
+
+def select(names: Sequence[str]) -> list[str]:
+    """Expand names (exact, a micro base name such as 'softmax', 'micro', 'models', 'all')."""
+    every = suite_names()
+    if not names:
+        return every
+    out: list[str] = []
+    for n in names:
+        if n == "all":
+            hit = every
+        elif n == "micro":
+            hit = [c for c in every if c not in MODELS]
+        elif n in ("models", "gpt2"):
+            hit = list(MODELS)
+        else:
+            hit = [c for c in every if c == n or c.rsplit("_", 1)[0] == n]
+        if not hit:
+            if n in NOT_YET:
+                raise ValueError(f"case {n!r} is not yet implemented")
+            raise ValueError(f"unknown case {n!r}; known: {', '.join(every)}")
+        out += [c for c in hit if c not in out]
+    return out
+
+
+# ------------------------------------------------------------------------------- measuring
+
+
+def _rmse(a: torch.Tensor, ref: torch.Tensor) -> float:
+    import torch
+
+    return float(torch.sqrt(torch.mean((a.detach().double() - ref.double()) ** 2)))
+
+
+@contextlib.contextmanager
+def _cold(root: Path, tag: str) -> Iterator[None]:
+    """Fresh, empty caches for Inductor, Triton and coil: env set before the compile, memos cleared."""
+    import torch
+
+    d = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=root))
+    for k, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"), ("COIL_CACHE_DIR", "coil")):
+        os.environ[k] = str(d / sub)
+    torch._dynamo.reset()
+    with contextlib.suppress(Exception):
+        from coil.runtime.compile import clear_memo
+
+        clear_memo()
+    import torch._inductor.utils as iu
+
+    fresh = getattr(iu, "fresh_cache", None) or getattr(iu, "fresh_inductor_cache", None)
+    cm: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if fresh is not None:
+        try:
+            cm = fresh(dir=str(d), delete=False)
+        except TypeError:
+            cm = contextlib.nullcontext()
+    with cm:
+        yield
+
+
+def _compile(fn: Any, mode: str) -> Any:
+    import torch
+
+    if mode == "eager":
+        return fn
+    if mode == "inductor":
+        return torch.compile(fn)
+    return torch.compile(fn, backend="coil")
+
+
+def _bench(fn: Callable[[], object], warmup: int, rep: int) -> float:
+    import triton
+
+    return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def _warm_peak(fn: Callable[[], object]) -> float:
+    """MiB allocated at the peak of one warm call, above what was allocated before it."""
+    import torch
+
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    r = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    del r
+    return (peak - base) / 2**20
+
+
+def _coil_graphs() -> list[dict[str, Any]]:
+    import coil.backend as cb
+
+    return [{"name": s.name, "kernels": s.kernels, "ir_ops": s.ir_ops, "externs": s.externs,
+             "fallbacks": s.fallbacks, "eager_fallback": s.eager_fallback} for s in cb.COMPILED]
+
+
+class Ctx:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.copy_gbs: dict[str, float] = {}
+
+    def copy_bw(self, dtype_name: str) -> float:
+        """GB/s of a device-to-device copy of a ROWS x COLS tensor of this dtype (read + write)."""
+        import torch
+
+        if dtype_name not in self.copy_gbs:
+            dt = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+            src = _randn(ROWS, COLS, dtype=dt)
+            dst = torch.empty_like(src)
+            ms = _bench(lambda: dst.copy_(src), 25, 200)
+            self.copy_gbs[dtype_name] = 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
+            del src, dst
+        return self.copy_gbs[dtype_name]
+
+
+def run_micro(name: str, ctx: Ctx) -> dict[str, Any]:
+    import torch
+
+    base, dname = name.rsplit("_", 1)
+    spec = next(m for m in MICRO if m.base == base)
+    dtype = torch.bfloat16 if dname == "bf16" else torch.float32
+    tol = _tol(dtype)
+    copy_gbs = ctx.copy_bw(dname)
+    torch.manual_seed(0)
+    inputs = spec.make(dtype)
+    with torch.no_grad():
+        ref = spec.fn(*[t.double() if t.is_floating_point() else t for t in inputs])
+        eager_out = spec.fn(*inputs)
+    nbytes = sum(t.numel() * t.element_size() for t in inputs) + eager_out.numel() * eager_out.element_size()
+    e_rmse = _rmse(eager_out, ref)
+    del eager_out
+    res: dict[str, Any] = {"kind": "micro", "dtype": dname, "shape": [ROWS, COLS], "bytes": nbytes,
+                           "copy_gbs": copy_gbs, "rmse_eager": e_rmse, "tol": tol}
+    for mode in MODES:
+        r: dict[str, Any] = {}
+        try:
+            if mode == "coil":
+                import coil.backend as cb
+
+                cb.reset()
+            with torch.no_grad(), _cold(ctx.root, f"{name}-{mode}"):
+                f = _compile(spec.fn, mode)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                out = f(*inputs)
+                torch.cuda.synchronize()
+                r["first_call_s"] = time.perf_counter() - t0
+            with torch.no_grad():
+                rm = _rmse(out, ref)
+                del out
+                r["rmse"] = rm
+                r["accuracy_ok"] = rm <= MULTIPLIER * e_rmse + tol / 10
+                r["ms"] = _bench(functools.partial(f, *inputs), 25, 100)
+                r["peak_mib"] = _warm_peak(functools.partial(f, *inputs))
+            r["gbs"] = nbytes / (r["ms"] * 1e-3) / 1e9
+            r["pct_copy"] = 100 * r["gbs"] / copy_gbs
+            if mode == "coil":
+                r["graphs"] = _coil_graphs()
+        except Exception as exc:
+            r["error"] = f"{type(exc).__name__}: {exc}"[:800]
+            traceback.print_exc()
+            torch.cuda.empty_cache()
+        res[mode] = r
+    torch.cuda.empty_cache()
+    return res
+
+
+def _gpt2(dtype: torch.dtype) -> Any:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg: Any = GPT2Config(attn_implementation="eager")  # type: ignore[call-arg]
+    model: Any = GPT2LMHeadModel(cfg)
+    return model.to("cuda").to(dtype), cfg
+
+
+def run_gpt2_infer(ctx: Ctx) -> dict[str, Any]:
+    import copy
+
+    import torch
+
+    m16, cfg = _gpt2(torch.bfloat16)
+    m16.eval()
+    batch, seq = 4, 512
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
+    tol = 1e-2
+    with torch.no_grad():
+        m64 = copy.deepcopy(m16).to(torch.float64)
+        ref = m64(ids).logits
+        del m64
+        e_rmse = _rmse(m16(ids).logits, ref)
+    res: dict[str, Any] = {"kind": "model", "model": "GPT2LMHeadModel(GPT2Config()), random weights, eager attention",
+                           "dtype": "bf16", "batch": batch, "seq": seq, "rmse_eager": e_rmse, "tol": tol}
+    for mode in MODES:
+        r: dict[str, Any] = {}
+        try:
+            if mode == "coil":
+                import coil.backend as cb
+
+                cb.reset()
+            with torch.no_grad(), _cold(ctx.root, f"gpt2-infer-{mode}"):
+                f = _compile(m16, mode)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                out = f(ids).logits
+                torch.cuda.synchronize()
+                r["first_call_s"] = time.perf_counter() - t0
+            with torch.no_grad():
+                r["rmse"] = _rmse(out, ref)
+                del out
+                r["accuracy_ok"] = r["rmse"] <= MULTIPLIER * e_rmse + tol / 10
+                r["ms"] = _bench(functools.partial(f, ids), 50, 200)
+                r["peak_mib"] = _warm_peak(functools.partial(f, ids))
+            if mode == "coil":
+                r["graphs"] = _coil_graphs()
+        except Exception as exc:
+            r["error"] = f"{type(exc).__name__}: {exc}"[:800]
+            traceback.print_exc()
+            torch.cuda.empty_cache()
+        res[mode] = r
+    del m16, ref
+    torch.cuda.empty_cache()
+    return res
+
+
+def run_gpt2_train(ctx: Ctx) -> dict[str, Any]:
+    """One training step (forward, loss, backward; no optimizer), bf16 weights, dropout 0."""
+    import copy
+
+    import torch
+
+    base, cfg = _gpt2(torch.bfloat16)
+    base.train()
+    for mod in base.modules():
+        if isinstance(mod, torch.nn.Dropout):
+            mod.p = 0.0
+    batch, seq = 4, 512
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
+    tol = 1e-2
+
+    def step(model: Any) -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        return loss.detach()  # type: ignore[no-any-return]
+
+    def grads(model: Any) -> list[torch.Tensor]:
+        return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+
+    m64 = copy.deepcopy(base).to(torch.float64)
+    ref = [step(m64), *grads(m64)]
+    del m64
+    torch.cuda.empty_cache()
+    e16 = copy.deepcopy(base)
+    eag = [step(e16), *grads(e16)]
+    del e16
+    e_rmse = [_rmse(a, b) for a, b in zip(eag, ref, strict=True)]
+    del eag
+    res: dict[str, Any] = {"kind": "model", "model": "GPT2LMHeadModel(GPT2Config()), random weights, eager attention",
+                           "dtype": "bf16 weights", "batch": batch, "seq": seq, "tensors_checked": len(ref), "tol": tol,
+                           "step": "zero_grad + forward + loss + backward (no optimizer)"}
+    for mode in MODES:
+        r: dict[str, Any] = {}
+        try:
+            m = copy.deepcopy(base)
+            if mode == "coil":
+                import coil.backend as cb
+
+                cb.reset()
+            with _cold(ctx.root, f"gpt2-train-{mode}"):
+                f = _compile(m, mode)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                loss = step(f)
+                torch.cuda.synchronize()
+                r["first_call_s"] = time.perf_counter() - t0
+            got = [loss, *grads(m)]
+            ratios = [_rmse(a, b) / (MULTIPLIER * e + tol / 10) for a, b, e in zip(got, ref, e_rmse, strict=True)]
+            del got
+            r["worst_ratio"] = max(ratios)
+            r["failed_checks"] = [i for i, x in enumerate(ratios) if x > 1]
+            r["accuracy_ok"] = not r["failed_checks"]
+            r["ms"] = _bench(functools.partial(step, f), 20, 200)
+            r["peak_mib"] = _warm_peak(functools.partial(step, f))
+            if mode == "coil":
+                r["graphs"] = _coil_graphs()
+            del f, m
+        except Exception as exc:
+            r["error"] = f"{type(exc).__name__}: {exc}"[:800]
+            traceback.print_exc()
+        torch.cuda.empty_cache()
+        res[mode] = r
+    return res
+
+
+# -------------------------------------------------------------------------------- reporting
+
+
+def _f(v: object, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, int | float) else "—"
+
+
+def _acc(r: dict[str, Any]) -> str:
+    if "error" in r:
+        return "ERROR"
+    if "accuracy_ok" not in r:
+        return "—"
+    return "pass" if r["accuracy_ok"] else "FAIL"
+
+
+def _speed(res: dict[str, Any], mode: str) -> float | None:
+    e, m = res.get("eager", {}).get("ms"), res.get(mode, {}).get("ms")
+    return e / m if isinstance(e, float) and isinstance(m, float) and m > 0 else None
+
+
+def render(report: dict[str, Any]) -> str:
+    cases: dict[str, dict[str, Any]] = report["cases"]
+    lines = [f"coil bench — {report['date']}, {report['gpu']}, torch {report['torch']}, Triton {report['triton']}"
+             + (f", transformers {report['transformers']}" if report.get("transformers") else ""), ""]
+    if report["copy_gbs"]:
+        lines.append("Device-to-device copy of a 16384x8192 tensor (read + write), same run: "
+                     + ", ".join(f"{k} {v:.0f} GB/s" for k, v in report["copy_gbs"].items()) + ".")
+        lines.append("")
+    lines += ["| case | eager ms | inductor ms | coil ms | inductor x eager | coil x eager | coil / inductor time "
+              "| first call s (ind / coil) | warm peak MiB (eager / ind / coil) | GB/s ind / coil | % of copy ind / coil "
+              "| accuracy ind / coil |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, res in cases.items():
+        if "skipped" in res:
+            lines.append(f"| {name} | skipped: {res['skipped']} |||||||||||")
+            continue
+        e, i, c = (res.get(m, {}) for m in ("eager", "inductor", "coil"))
+        si, sc = _speed(res, "inductor"), _speed(res, "coil")
+        ratio = c["ms"] / i["ms"] if isinstance(c.get("ms"), float) and isinstance(i.get("ms"), float) else None
+        micro = res.get("kind") == "micro"
+        lines.append(
+            f"| {name} | {_f(e.get('ms'), '.3f')} | {_f(i.get('ms'), '.3f')} | {_f(c.get('ms'), '.3f')} "
+            f"| {_f(si, '.2f')}x | {_f(sc, '.2f')}x | {_f(ratio, '.2f')} "
+            f"| {_f(i.get('first_call_s'), '.1f')} / {_f(c.get('first_call_s'), '.1f')} "
+            f"| {_f(e.get('peak_mib'), '.0f')} / {_f(i.get('peak_mib'), '.0f')} / {_f(c.get('peak_mib'), '.0f')} "
+            f"| {(_f(i.get('gbs'), '.0f') + ' / ' + _f(c.get('gbs'), '.0f')) if micro else '—'} "
+            f"| {(_f(i.get('pct_copy'), '.0f') + ' / ' + _f(c.get('pct_copy'), '.0f')) if micro else '—'} "
+            f"| {_acc(i)} / {_acc(c)} |")
+    lines += ["", "Not yet implemented: " + ", ".join(NOT_YET) + ".", ""]
+    lines += ["Issue-5 targets (from this run):"] + [f"- {t}" for t in targets(report)]
+    errors = [f"{n} {m}: {r[m]['error']}" for n, r in cases.items() for m in MODES if "error" in r.get(m, {})]
+    if errors:
+        lines += ["", "Errors:"] + [f"- {x[:300]}" for x in errors]
+    return "\n".join(lines) + "\n"
+
+
+def targets(report: dict[str, Any]) -> list[str]:
+    cases: dict[str, dict[str, Any]] = report["cases"]
+    done = {n: r for n, r in cases.items() if "skipped" not in r}
+    micro = {n: r for n, r in done.items() if r.get("kind") == "micro"}
+    models = {n: r for n, r in done.items() if r.get("kind") == "model"}
+    out: list[str] = []
+
+    def ms(r: dict[str, Any], m: str) -> float | None:
+        v = r.get(m, {}).get("ms")
+        return v if isinstance(v, float) else None
+
+    if micro:
+        beat = [n for n, r in micro.items() if (a := ms(r, "coil")) is not None and (b := ms(r, "inductor")) is not None and a <= b]
+        out.append(f"coil >= Inductor on micro cases: {len(beat)}/{len(micro)}"
+                   + (f" (met: {', '.join(beat)})" if beat and len(beat) < len(micro) else ""))
+        bw = [n for n, r in micro.items() if r.get("coil", {}).get("pct_copy", 0) >= 85]
+        out.append(f"coil >= 85 % of copy bandwidth: {len(bw)}/{len(micro)}"
+                   + (f" (met: {', '.join(bw)})" if bw and len(bw) < len(micro) else ""))
+    if models:
+        faster = [n for n, r in models.items() if (s := _speed(r, "coil")) is not None and s > 1]
+        out.append(f"coil faster than eager on models: {len(faster)}/{len(models)}")
+        gi = [s for r in models.values() if (s := _speed(r, "inductor")) is not None]
+        gc = [s for r in models.values() if (s := _speed(r, "coil")) is not None]
+        if gi and gc and len(gi) == len(gc):
+            gmi = math.exp(sum(map(math.log, gi)) / len(gi))
+            gmc = math.exp(sum(map(math.log, gc)) / len(gc))
+            out.append(f"model geomean speedup over eager: coil {gmc:.2f}x vs Inductor {gmi:.2f}x "
+                       f"({'met' if gmc >= gmi else 'not met'})")
+    comp = [n for n, r in done.items()
+            if isinstance(a := r.get("coil", {}).get("first_call_s"), float)
+            and isinstance(b := r.get("inductor", {}).get("first_call_s"), float) and a <= b]
+    out.append(f"cold first call (compile) coil <= Inductor: {len(comp)}/{len(done)} cases"
+               + (f"; models: {', '.join(n for n in models if n in comp) or 'none'}" if models else ""))
+    out.append("warm-cache compile time: not measured by this first cut (needs a second process)")
+    trains = {n: r for n, r in models.items() if "train" in n}
+    if trains:
+        pm = [n for n, r in trains.items() if isinstance(a := r.get("coil", {}).get("peak_mib"), float)
+              and isinstance(b := r.get("inductor", {}).get("peak_mib"), float) and a <= b]
+        out.append(f"training-step peak memory coil <= Inductor: {len(pm)}/{len(trains)}")
+    acc = [f"{n} {m}" for n, r in done.items() for m in ("inductor", "coil") if r.get(m, {}).get("accuracy_ok") is not True]
+    out.append("accuracy: all pass" if not acc else f"accuracy failures or errors: {', '.join(acc)}")
+    return out
+
+
+def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0) -> int:
+    """Run the selected cases; write bench.json and bench.md to out_dir after each. Exit code."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print("coil bench: needs a CUDA GPU (torch.cuda.is_available() is False); nothing was measured.",
+              file=sys.stderr)
+        return 2
+    try:
+        cases = select(names)
+    except ValueError as exc:
+        print(f"coil bench: {exc}", file=sys.stderr)
+        return 2
+    import coil.backend  # noqa: F401  (registers backend="coil")
+    import triton
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tv = None
+    with contextlib.suppress(Exception):
+        import transformers
+
+        tv = transformers.__version__
+    report: dict[str, Any] = {
+        "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "triton": triton.__version__, "transformers": tv, "budget_s": budget_s, "copy_gbs": {},
+        "rule": "RMSE(mode vs fp64) <= 3 * RMSE(eager vs fp64) + tol/10; tol 1e-2 bf16, 1e-4 fp32",
+        "not_yet_implemented": list(NOT_YET), "cases": {},
+    }
+    ctx = Ctx(Path(tempfile.mkdtemp(prefix="coil-bench-")))
+    start = time.perf_counter()
+    ok = True
+    for name in cases:
+        elapsed = time.perf_counter() - start
+        est = _EST.get(name, _EST_MICRO)
+        if elapsed + est > budget_s:
+            report["cases"][name] = {"skipped": f"time budget ({elapsed:.0f} s used of {budget_s:.0f})"}
+            print(f"[bench] {name}: skipped (budget)", flush=True)
+            continue
+        t0 = time.perf_counter()
+        print(f"[bench] {name} ...", flush=True)
+        if name == "gpt2_infer_bf16":
+            res = run_gpt2_infer(ctx)
+        elif name == "gpt2_train_bf16":
+            res = run_gpt2_train(ctx)
+        else:
+            res = run_micro(name, ctx)
+        res["case_s"] = time.perf_counter() - t0
+        report["cases"][name] = res
+        report["copy_gbs"] = ctx.copy_gbs
+        ok &= all(res.get(m, {}).get("accuracy_ok") is True for m in ("inductor", "coil"))
+        brief = {m: {k: res.get(m, {}).get(k) for k in ("ms", "first_call_s", "accuracy_ok", "error")} for m in MODES}
+        print(f"[bench] {name} done in {res['case_s']:.0f} s: {json.dumps(brief, default=str)[:600]}", flush=True)
+        (out / "bench.json").write_text(json.dumps(report, indent=2, default=str))
+        (out / "bench.md").write_text(render(report))
+    report["total_s"] = time.perf_counter() - start
+    (out / "bench.json").write_text(json.dumps(report, indent=2, default=str))
+    md = render(report)
+    (out / "bench.md").write_text(md)
+    print(md, flush=True)
+    return 0 if ok else 1

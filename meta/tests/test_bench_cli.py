@@ -1,0 +1,36 @@
+"""`coil bench` on a machine without CUDA, and its parser."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from coil.backend.bench import select, suite_names
+from coil.backend.cli import main
+
+
+def test_bench_without_cuda_exits_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                    tmp_path: object) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", "softmax", "--out", str(tmp_path)]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_bench_lists_the_suite(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--list"]) == 0
+    out = capsys.readouterr().out
+    for n in ("bias_gelu_bf16", "softmax_fp32", "layernorm_bf16", "rmsnorm_fp32", "sum_dim0_bf16", "sum_dim1_fp32",
+              "pointwise_chain_bf16", "cross_entropy_fp32", "gpt2_infer_bf16", "gpt2_train_bf16", "resnet50"):
+        assert n in out
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert "cross_entropy_bf16" in capsys.readouterr().out
+
+
+def test_bench_selects_subsets() -> None:
+    assert select(["softmax"]) == ["softmax_bf16", "softmax_fp32"]
+    assert select(["gpt2_train_bf16", "sum_dim0_fp32"]) == ["gpt2_train_bf16", "sum_dim0_fp32"]
+    assert select([]) == suite_names() and len(suite_names()) == 18
+    with pytest.raises(ValueError, match="not yet implemented"):
+        select(["resnet50"])
+    with pytest.raises(ValueError, match="unknown case"):
+        select(["nope"])
