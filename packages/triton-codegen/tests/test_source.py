@@ -110,7 +110,7 @@ def test_choose_persistent_for_small_looped_for_large(target):
 
 @pytest.mark.parametrize("target", ["cuda", "interpret"])
 def test_choose_threshold_and_forced_strategies(target):
-    limit = 4096 if target == "cuda" else 1 << 14
+    limit = 1 << 14
     assert choose(8, limit, True, target).strategy == "persistent"
     assert choose(8, limit + 1, True, target).strategy == "looped"
     assert choose(8, 10, True, target, "looped").strategy == "looped"

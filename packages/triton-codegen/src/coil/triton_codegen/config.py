@@ -22,7 +22,11 @@ class KernelConfig:
 
 
 def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: str = "auto") -> KernelConfig:
-    """Pick a configuration. On the interpreter, big blocks (few programs) run fastest."""
+    """Pick a configuration. On the interpreter, big blocks (few programs) run fastest.
+
+    On CUDA, rows of up to 16384 elements are reduced persistently (one read of the input;
+    measured on the H200 to bring 8192-wide layernorm/softmax/RMSNorm to Inductor's speed).
+    """
     if strategy not in STRATEGIES:
         raise ValueError(f"reduction strategy must be one of {STRATEGIES}, not {strategy!r}")
     interp = target != "cuda"
@@ -30,13 +34,13 @@ def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: 
         cap = 1 << 16 if interp else 1024
         x = min(next_pow2(max(xnumel, 1)), cap)
         return KernelConfig("pointwise", max(x, 16 if not interp else 1), 1, 4 if x >= 512 else 2)
-    rmax_persistent = 1 << 14 if interp else 4096
+    rmax_persistent = 1 << 14
     persistent = strategy == "persistent" or (strategy == "auto" and rnumel <= rmax_persistent)
     budget = 1 << 16 if interp else 4096
     if persistent:
         r = next_pow2(max(rnumel, 1))
         x = max(1, min(next_pow2(max(xnumel, 1)), budget // r))
-        warps = 8 if r * x >= 2048 else 4
+        warps = 16 if r * x >= 8192 else 8 if r * x >= 2048 else 4
         return KernelConfig("persistent", x, r, warps)
     r = min(next_pow2(max(rnumel, 1)), 4096 if interp else 1024)
     x = max(1, min(next_pow2(max(xnumel, 1)), budget // r))
