@@ -35,6 +35,11 @@ def _nbytes(op: Operation, name: str) -> int:
     return 0
 
 
+def _empty(op: Operation) -> bool:
+    """An operation over zero elements: nothing to gain from fusing it (and no loops to map)."""
+    return any(b.layout.numel == 0 for b in op.outputs)
+
+
 def _is_scan(op: Operation) -> bool:
     """Scans run in kernels of their own (their running carry does not mix with other loops)."""
     return isinstance(op, Reduction) and op.reduction_type in SCAN_TYPES
@@ -117,15 +122,16 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
             changed = False
             cands: list[tuple[int, int, int]] = []
             for op in ops:
-                if not isinstance(op, Pointwise | Reduction) or _is_scan(op):
+                if not isinstance(op, Pointwise | Reduction) or _is_scan(op) or _empty(op):
                     continue
                 for r in op_reads[id(op)]:
                     w = writer.get(r)
-                    if isinstance(w, Pointwise | Reduction) and not _is_scan(w) and gid[id(w)] != gid[id(op)]:
+                    if isinstance(w, Pointwise | Reduction) and not _is_scan(w) and not _empty(w) \
+                            and gid[id(w)] != gid[id(op)]:
                         cands.append((2 * _nbytes(w, r), gid[id(w)], gid[id(op)]))
                     for other in readers.get(r, []):
                         if other is not op and isinstance(other, Pointwise | Reduction) and not _is_scan(other) \
-                                and gid[id(other)] != gid[id(op)]:
+                                and not _empty(other) and gid[id(other)] != gid[id(op)]:
                             cands.append((_nbytes(writer[r], r) if r in writer else 1, gid[id(other)], gid[id(op)]))
             cands.sort(key=lambda c: -c[0])
             for _, a, b in cands:

@@ -78,8 +78,8 @@ def refine(a: Sequence[Expr], b: Sequence[Expr]) -> list[Expr] | None:
     """The coarsest dims list refining both `a` and `b` (same product), or None."""
     if list(a) == list(b):
         return list(a)
-    if not all(isinstance(s, sympy.Integer) for s in (*a, *b)):
-        return None
+    if not all(isinstance(s, sympy.Integer) for s in (*a, *b)) or any(s == 0 for s in (*a, *b)):
+        return None  # symbolic or empty: only identical loops fuse
     cuts: set[int] = set()
     for lst in (a, b):
         acc = 1

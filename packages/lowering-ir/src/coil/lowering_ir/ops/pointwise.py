@@ -140,6 +140,10 @@ for _op, _name in BOOL_UNARY.items():
 def add_sub(lw: LowererLike, node: torch.fx.Node, a: Any, b: Any, alpha: Any = 1) -> TensorRef:
     dt = out_dtype(lw)
     name = "add" if node.target in (aten.add.Tensor, aten.add.Scalar) else "sub"
+    if dt == torch.bool:  # True + True is True: a logical or, not a 1-bit sum that wraps
+        if name != "add" or alpha != 1:
+            raise Unsupported("bool sub or alpha")
+        return lw.pointwise(lambda p: Op("logical_or", (value_of(a, p, torch.bool), value_of(b, p, torch.bool)), torch.bool))
 
     def body(p: list[sympy.Symbol]) -> Value:
         vb = value_of(b, p, dt)

@@ -1,0 +1,26 @@
+"""Failures the graph fuzzer found, reduced to minimal torch functions.
+
+Each was an xfail(strict=True) until its fix landed; they are plain regression tests now. A new
+finding starts as a strict xfail naming the bug, and loses the marker with the fix.
+"""
+
+from __future__ import annotations
+
+import torch
+from coil.backend import knobs
+
+
+def _compare(fn, *args: torch.Tensor, **tol: float) -> None:  # type: ignore[no-untyped-def]
+    torch._dynamo.reset()
+    expected = fn(*args)
+    with knobs.override(fallback_on_error=False):
+        actual = torch.compile(fn, backend="coil", fullgraph=True)(*args)
+    torch.testing.assert_close(actual, expected, equal_nan=True, **tol)
+
+
+def test_bool_add_is_logical_or() -> None:
+    _compare(lambda x: x + x, torch.tensor([True, False, True]))
+
+
+def test_fused_pointwise_over_zero_size_broadcast() -> None:
+    _compare(lambda a, b: torch.relu(a + b), torch.randn(3, 0), torch.randn(2, 1, 1))
