@@ -178,9 +178,7 @@ class Scatter(Operation):
     def reads(self) -> list[str]:
         names = [self.base.storage.name] if self.base is not None else []
         for v in (self.value, *[val for _, val in self.target.indirect]):
-            names += [ld.buffer for ld in loads(v)]
-            if isinstance(v, Load):
-                names.append(v.buffer)
+            names += [ld.buffer for ld in loads(v)]  # loads(v) includes v itself when v is a Load
         if self.target.mask is not None:
             names += [ld.buffer for ld in loads(self.target.mask)]
         return [n for n in dict.fromkeys(names) if n != self.output.name]

@@ -11,7 +11,6 @@ import torch
 from coil.lowering_ir import (
     Buffer,
     ConstantBuffer,
-    ExternKernel,
     InputBuffer,
     ReinterpretView,
     Scatter,
@@ -19,6 +18,7 @@ from coil.lowering_ir import (
 )
 from coil.memory_planner import BufferLifetime, ReusePlan, plan_reuse
 from coil.scheduler import KernelGroup, Schedule
+from coil.scheduler.ordering import step_reads, step_writes
 from coil.wrapper_codegen.lines import (
     Allocate,
     ExternCall,
@@ -101,23 +101,22 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for i, st in enumerate(steps):
-        reads = _reads(st)
+        reads = step_reads(st)
         for r in reads:
             last[r] = i
-        for w in _writes(st):
+        for w in step_writes(st):
             first.setdefault(w, i)
     for i, st in enumerate(steps):  # a result nobody reads dies right after the step making it
-        for w in _writes(st):
+        for w in step_writes(st):
             last.setdefault(w, i)
     out_storage = {o.storage.name for o in g.outputs if isinstance(o, Buffer | ReinterpretView)}
     for o in out_storage:
         last[o] = n
     inputs = {b.name for b in g.inputs if isinstance(b, InputBuffer)} | set(constants)
-    allocated = [w for st in steps if isinstance(st, KernelGroup) for w in st.stores]
     plan: ReusePlan | None = None
     if reuse:
         lifetimes = []
-        for b in [w for st in steps for w in _writes(st)]:
+        for b in [w for st in steps for w in step_writes(st)]:
             buf = buffers[b]
             extent = sympy.sympify(buf.layout.storage_extent())
             pool = f"{buf.layout.device}/{buf.layout.dtype}"
@@ -163,6 +162,17 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
             return ints([t])[0]
         return t
 
+    def place(buf: Buffer) -> None:
+        """Allocate a kernel-written buffer, or take over its donor's storage per the plan."""
+        size, stride = ints(buf.layout.size), ints(buf.layout.stride)
+        donor = plan.storage.get(buf.name, buf.name) if plan is not None else buf.name
+        if donor != buf.name and donor in live_storage:
+            lines.append(Reuse(buf.name, donor, size, stride))
+            live_storage[buf.name] = live_storage.pop(donor)
+        else:
+            lines.append(Allocate(buf.name, size, stride, buf.layout.dtype, buf.layout.device))
+            live_storage[buf.name] = buf.name
+
     step_views: list[str] = []
     for inp in g.inputs:  # inputs no step reads and nobody returns: drop them at once
         if isinstance(inp, InputBuffer) and inp.name not in last:
@@ -170,31 +180,12 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     for i, st in enumerate(steps):
         views_done.clear()  # a view variable lives for one step only (it would keep its base alive)
         step_views.clear()
-        if isinstance(st, KernelGroup):
-            for w in st.stores:
-                buf = buffers[w]
-                size, stride = ints(buf.layout.size), ints(buf.layout.stride)
-                donor = plan.storage.get(w, w) if plan is not None else w
-                if donor != w and donor in live_storage:
-                    lines.append(Reuse(w, donor, size, stride))
-                    live_storage[w] = live_storage.pop(donor)
-                else:
-                    lines.append(Allocate(w, size, stride, buf.layout.dtype, buf.layout.device))
-                    live_storage[w] = w
-            ln = launches[st.name]
-            lines.append(KernelCall(st.name, (*ints([ln.grid]), 1, 1), ln.pointer_args, ints(ln.size_args)))
-        elif isinstance(st, Scatter):
-            buf = st.output
-            size, stride = ints(buf.layout.size), ints(buf.layout.stride)
-            donor = plan.storage.get(buf.name, buf.name) if plan is not None else buf.name
-            if donor != buf.name and donor in live_storage:
-                lines.append(Reuse(buf.name, donor, size, stride))
-                live_storage[buf.name] = live_storage.pop(donor)
-            else:
-                lines.append(Allocate(buf.name, size, stride, buf.layout.dtype, buf.layout.device))
-                live_storage[buf.name] = buf.name
-            for part in ("init", "scatter"):
-                ln = launches[f"{st.name}_{part}"]
+        if isinstance(st, KernelGroup | Scatter):
+            for w in step_writes(st):
+                place(buffers[w])
+            parts = [st.name] if isinstance(st, KernelGroup) else [f"{st.name}_init", f"{st.name}_scatter"]
+            for kname in parts:
+                ln = launches[kname]
                 lines.append(KernelCall(ln.name, (*ints([ln.grid]), 1, 1), ln.pointer_args, ints(ln.size_args)))
         else:
             if st.fallback:
@@ -203,7 +194,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
             results = ref(st.results) if st.results is not None else None
             lines.append(ExternCall(op_name(st.kernel), ref(st.args), tuple((k, ref(v)) for k, v in st.kwargs.items()),
                                     results, expect if st.fallback else ()))
-            for w in _writes(st):
+            for w in step_writes(st):
                 live_storage[w] = w
         lines.extend(Free(v) for v in step_views)
         for b in freed_by_step.get(i, []):
@@ -217,19 +208,4 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     views_done.clear()
     outs = tuple(ref(o) for o in g.outputs)
     lines.append(Return(outs))
-    _ = allocated
     return WrapperProgram(lines, constants, plan, fallback_ops)
-
-
-def _reads(st: KernelGroup | ExternKernel | Scatter) -> list[str]:
-    if isinstance(st, KernelGroup):
-        return list(dict.fromkeys(r for m in st.members for r in m.op.reads() if r not in st.internal))
-    return st.reads()
-
-
-def _writes(st: KernelGroup | ExternKernel | Scatter) -> list[str]:
-    if isinstance(st, KernelGroup):
-        return list(st.stores)
-    if isinstance(st, Scatter):
-        return [st.output.name]
-    return [b.name for b in st.outputs]

@@ -68,6 +68,8 @@ def value_of(x: Any, p: Sequence[sympy.Expr], dtype: torch.dtype | None = None) 
 
 
 def _meta(x: Any) -> Any:
+    """A tensor operand as a meta tensor of its dtype and rank (sizes 1), scalars as they are:
+    enough for PyTorch's promotion rules, which look at dtype and 0-d-ness only."""
     if is_tensor(x):
         shape = [1] * len(x.layout.size)
         return torch.empty(shape, dtype=x.layout.dtype, device="meta")
@@ -76,14 +78,7 @@ def _meta(x: Any) -> Any:
 
 def promoted(*args: Any) -> torch.dtype:
     """PyTorch's default elementwise type promotion of tensors and scalars (0-dim rules kept)."""
-    metas: list[Any] = []
-    for a in args:
-        if is_tensor(a):
-            m = torch.empty([], dtype=a.layout.dtype, device="meta") if len(a.layout.size) == 0 \
-                else torch.empty([1] * len(a.layout.size), dtype=a.layout.dtype, device="meta")
-            metas.append(m)
-        elif isinstance(a, bool | int | float):
-            metas.append(a)
+    metas: list[Any] = [_meta(a) for a in args if is_tensor(a) or isinstance(a, bool | int | float)]
     _, result = elementwise_dtypes(*metas, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
     return result
 
@@ -92,5 +87,3 @@ def upcast_compute(dtype: torch.dtype) -> torch.dtype:
     """The type arithmetic runs in for values of `dtype` (half types compute in float32)."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
-
-_ = _meta

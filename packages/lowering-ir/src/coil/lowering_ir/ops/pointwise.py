@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import sympy
@@ -208,16 +207,12 @@ def copy_cast(lw: LowererLike, node: torch.fx.Node, x: Any, *args: Any, **kw: An
 
 @register(aten.scalar_tensor)
 def scalar_tensor(lw: LowererLike, node: torch.fx.Node, value: Any, **kw: Any) -> TensorRef:
-    dt = out_dtype(lw)
-    return lw.pointwise(lambda p: cast(Constant(value, torch.float64 if isinstance(value, float) else torch.int64), dt))
+    return _fill(lw, value)
 
 
 @register(aten.full)
 def full(lw: LowererLike, node: torch.fx.Node, size: Any, value: Any, **kw: Any) -> TensorRef:
-    if not isinstance(value, bool | int | float) or (isinstance(value, float) and not math.isfinite(value) and False):
-        raise Unsupported("non-constant fill value")
-    dt = out_dtype(lw)
-    return lw.pointwise(lambda p: cast(Constant(value, torch.float64 if isinstance(value, float) else torch.int64), dt))
+    return _fill(lw, value)
 
 
 @register(prims.iota)
@@ -245,6 +240,7 @@ def arange(lw: LowererLike, node: torch.fx.Node, *args: Any, **kw: Any) -> Tenso
 
 
 def _fill(lw: LowererLike, value: Any) -> TensorRef:
+    """Every element = `value` (a Python number), in the node's dtype."""
     if not isinstance(value, bool | int | float):
         raise Unsupported("non-constant fill value")
     dt = out_dtype(lw)

@@ -75,6 +75,18 @@ def _reduce(lw: Lowerer, x: TensorRef, dims: list[int], keepdim: bool, rtype: st
     return lw.reduction(val, rranges, rtype, body, acc)
 
 
+def _identity(ident: str, dtype: torch.dtype) -> float | int | bool:
+    """The identity element named in SPLITTABLE ("0", "1", "inf", "-inf") as a `dtype` value."""
+    if dtype == torch.bool:
+        return ident == "1"
+    if dtype.is_floating_point:
+        return float(ident)
+    if ident in ("inf", "-inf"):
+        info = torch.iinfo(dtype)
+        return info.max if ident == "inf" else info.min
+    return int(ident)
+
+
 def _split_reduce(lw: Lowerer, x: TensorRef, rranges: list[Expr], index: Any, rtype: str, val: torch.Tensor | TensorMeta,
                   body_dtype: torch.dtype, acc: torch.dtype, transform: Any) -> TensorRef:
     """Two kernels: partial reductions over S chunks of each row, then a reduction of the chunks."""
@@ -85,12 +97,8 @@ def _split_reduce(lw: Lowerer, x: TensorRef, rranges: list[Expr], index: Any, rt
     width = -(-total // chunks)
     strides = [int(sympy.Mul(*rranges[k + 1:])) if k + 1 < len(rranges) else 1 for k in range(len(rranges))]
     ident = SPLITTABLE[rtype]
-    ident_value: float | int | bool = (float(ident) if body_dtype.is_floating_point else
-                                       (torch.iinfo(body_dtype).min if ident == "-inf" else
-                                        torch.iinfo(body_dtype).max if ident == "inf" else int(ident))) \
-        if body_dtype != torch.bool else bool(int(ident) if ident.lstrip("-").isdigit() else 0)
-    part_dtype = acc
-    partial_val = TensorMeta.contiguous([*val.shape, chunks], part_dtype, val.device)
+    ident_value = _identity(ident, body_dtype)
+    partial_val = TensorMeta.contiguous([*val.shape, chunks], acc, val.device)
     nout = val.dim()
 
     def body1(p: list[sympy.Symbol], r: list[sympy.Symbol]) -> Value:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 from coil.lowering_ir.errors import Unsupported
 from coil.lowering_ir.lowerer import Lowerer
-from coil.lowering_ir.nodes import TensorRef
+from coil.lowering_ir.nodes import TensorRef, load
 from coil.lowering_ir.ops.common import is_tensor
 from coil.lowering_ir.registry import register
 
@@ -44,11 +45,9 @@ def view(lw: Lowerer, node: torch.fx.Node, x: Any, *args: Any, **kw: Any) -> Ten
 
 
 def _copy_reshape(lw: Lowerer, x: TensorRef, val: torch.Tensor) -> TensorRef:
-    import sympy
-    from coil.lowering_ir.lowerer import index_symbols  # local: avoid a cycle at import
-    from coil.lowering_ir.nodes import load
-
+    """A reshape that had to copy: each output position's row-major number, re-read in x."""
     in_size = x.layout.size
+
     def body(p: list[sympy.Symbol]) -> Any:
         flat: sympy.Expr = sympy.Integer(0)
         for pi, n in zip(p, val.shape, strict=True):
@@ -59,7 +58,6 @@ def _copy_reshape(lw: Lowerer, x: TensorRef, val: torch.Tensor) -> TensorRef:
             flat = sympy.floor(flat / n)
         return load(x, list(reversed(idx)))
 
-    _ = index_symbols
     return lw.pointwise(body)
 
 
