@@ -320,7 +320,7 @@ def _robust(
         return False
     # exp amplifies its input's rounding error by |x|: past 4, ulp-level differences (coil's
     # interpreter formulas against libm) exceed float32's default rtol after a second exp.
-    if op.name == "exp" and args[0].numel() and args[0].abs().max().item() > 4:
+    if op.name == "exp" and args[0].numel() and args[0].float().abs().max().item() > 4:
         return False
     if op.name == "where" and not (exact[0] and exact[1]):
         a, b = torch.broadcast_tensors(args[0].float(), args[1].float())

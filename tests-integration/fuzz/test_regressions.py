@@ -24,3 +24,15 @@ def test_bool_add_is_logical_or() -> None:
 
 def test_fused_pointwise_over_zero_size_broadcast() -> None:
     _compare(lambda a, b: torch.relu(a + b), torch.randn(3, 0), torch.randn(2, 1, 1))
+
+
+def test_reduction_over_an_empty_expanded_dim_reads_nothing() -> None:
+    """A sum over a 0-size dim whose input index does not move with r loaded element 0 of an
+    empty tensor (a segfault in the interpreter, an out-of-bounds read on a GPU)."""
+    x = torch.rand(1).expand(0)
+
+    def fn(x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        v0 = torch.sum(x0, dim=0, keepdim=True)
+        return torch.amax(v0, dim=-1, keepdim=True), v0
+
+    _compare(fn, x)

@@ -45,7 +45,7 @@ def test_knobs_read_env_and_override(monkeypatch: pytest.MonkeyPatch) -> None:
         _ = k.verify
     with pytest.raises(TypeError), k.override(nope=True):
         pass
-    assert FxPassesKnobs.names() == ("verify", "reinplace")
+    assert FxPassesKnobs.names() == ("verify", "reinplace", "pad_mm")
 
 
 def test_verify_is_on_in_tests() -> None:

@@ -17,6 +17,7 @@ from coil.fx_passes.passes.constant_fold import fold_constants
 from coil.fx_passes.passes.cse import common_subexpression_elimination
 from coil.fx_passes.passes.dce import dead_code_elimination
 from coil.fx_passes.passes.noop import remove_noops
+from coil.fx_passes.passes.pad_mm import pad_matmul_strides, pad_matmul_strides_for
 from coil.fx_passes.passes.reinplace import reinplace
 from coil.fx_passes.passes.topo_sort import stable_topological_sort
 from coil.fx_passes.passes.view_pairs import simplify_view_pairs
@@ -55,6 +56,8 @@ __all__ = [
     "graph_pass",
     "knobs",
     "match_rule",
+    "pad_matmul_strides",
+    "pad_matmul_strides_for",
     "pattern_pass",
     "post_grad_passes",
     "pre_grad_passes",

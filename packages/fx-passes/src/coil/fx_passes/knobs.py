@@ -9,6 +9,8 @@ Knobs:
     verify (``COIL_VERIFY``, default off): run the invariant verifier after every pass.
     reinplace (``COIL_REINPLACE``, default off): let the post-grad pipeline end with the
         reinplacing pass (only when lowering handles mutation).
+    pad_mm (``COIL_PAD_MM``, default on): pad unaligned matmul rows to 16 bytes on CUDA
+        (:mod:`coil.fx_passes.passes.pad_mm`).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class FxPassesKnobs:
 
     verify = _EnvBool[bool]("COIL_VERIFY", default=False)
     reinplace = _EnvBool[bool]("COIL_REINPLACE", default=False)
+    pad_mm = _EnvBool[bool]("COIL_PAD_MM", default=True)
 
     def __init__(self) -> None:
         self._overrides: dict[str, Any] = {}

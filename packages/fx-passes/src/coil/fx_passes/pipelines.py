@@ -13,6 +13,7 @@ from coil.fx_passes.passes.constant_fold import fold_constants
 from coil.fx_passes.passes.cse import common_subexpression_elimination
 from coil.fx_passes.passes.dce import dead_code_elimination
 from coil.fx_passes.passes.noop import remove_noops
+from coil.fx_passes.passes.pad_mm import pad_matmul_strides
 from coil.fx_passes.passes.reinplace import reinplace as reinplace_pass
 from coil.fx_passes.passes.topo_sort import stable_topological_sort
 from coil.fx_passes.passes.view_pairs import simplify_view_pairs
@@ -44,6 +45,7 @@ def post_grad_passes(*, is_backward: bool, reinplace: bool | None = None) -> tup
         dead_code_elimination,
         fold_addmm,
         unfold_addmm,
+        pad_matmul_strides,  # after the addmm rewrites, which decide the products' final form
         dead_code_elimination,
         stable_topological_sort,
     ]

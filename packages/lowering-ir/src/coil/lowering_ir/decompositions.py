@@ -1,8 +1,10 @@
 """coil's decomposition table, handed to AOTAutograd.
 
 Core ATen decompositions, plus the composite ops coil would rather see as pointwise and reduction
-pieces it can fuse (layer norm, softmax, GELU, batch norm, addmm, ...). `var_mean`/`var`/`std`
-stay whole: lowering computes them with a two-pass (centred) formula in one kernel.
+pieces it can fuse (layer norm, softmax, GELU, batch norm, ...). `var_mean`/`var`/`std`
+stay whole: lowering computes them with a two-pass (centred) formula in one kernel. `addmm` stays
+whole too: its decomposition upcasts bf16/fp16 operands to fp32 (`pw_cast_for_opmath`), which
+turned every bf16 linear layer into an fp32 SIMT GEMM (8 of GPT-2's 11 ms on the H200).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ EXTRA = [
     aten._native_batch_norm_legit_no_training,
     aten._native_batch_norm_legit,
     aten.native_batch_norm,
-    aten.addmm,
     aten.mean,
     aten.silu,
     aten.hardtanh,

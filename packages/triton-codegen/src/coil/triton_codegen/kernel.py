@@ -208,6 +208,11 @@ class KernelWriter:
         t = self.tmp()
         uses_r = scope.is_r and (any(s.name.startswith("rd") for s in index.free_symbols) or bool(bound))
         mask = "xmask & rmask" if uses_r else "xmask"
+        rn = sympy.sympify(self.g.rnumel)
+        if scope.is_r and not uses_r and not (rn.is_Integer and int(rn) > 0):
+            # an r-invariant load of a reduction over an empty range: the tensor may be empty
+            # (found by the fuzzer: sum over a 0-size dim of an expanded input read element 0)
+            mask = "xmask & (xindex * 0 < rnumel)"
         if mask_var is not None:
             mask = f"{mask} & {mask_var}"
         cast = ".to(tl.float32)" if ld.dtype in (torch.float16, torch.bfloat16) else ""

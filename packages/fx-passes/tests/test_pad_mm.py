@@ -1,0 +1,125 @@
+"""pad_matmul_strides: unaligned matmul rows padded to 16 bytes; values, shapes, outputs kept."""
+
+from __future__ import annotations
+
+import torch
+from coil.fx_passes import check_graph, pad_matmul_strides, pad_matmul_strides_for
+from torch.fx import GraphModule
+
+aten = torch.ops.aten
+
+
+def _calls(gm: GraphModule, op: object) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.target is op]
+
+
+def _ld(t: torch.Tensor) -> int:
+    return t.stride(0) if t.stride(1) == 1 else t.stride(1)
+
+
+def test_result_with_unaligned_rows_is_a_slice_of_an_aligned_product(trace) -> None:
+    """LM-head shape: y = x @ w.T with N = 37 (37 * 4 bytes is not a multiple of 16)."""
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w.t()) * 2
+
+    x, w = torch.randn(8, 16), torch.randn(37, 16)
+    gm = trace(f, x, w)
+    assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
+    check_graph(gm, pass_name="pad_matmul_strides")
+    mm = _calls(gm, aten.mm.default)[0]
+    assert mm.meta["val"].shape == (8, 40)  # padded to 40 columns (160 bytes)
+    sl = _calls(gm, aten.slice.Tensor)[0]
+    assert sl.meta["val"].stride() == (40, 1)
+    gm.recompile()
+    torch.testing.assert_close(gm(x, w), f(x, w))
+    assert not pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)  # a fixpoint
+
+
+def test_output_keeps_contiguous_strides(trace) -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w.t()).view(2, 4, 37)
+
+    x, w = torch.randn(8, 16), torch.randn(37, 16)
+    gm = trace(f, x, w)
+    assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
+    check_graph(gm, pass_name="pad_matmul_strides")
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    assert out.meta["val"].stride() == (4 * 37, 37, 1)
+    gm.recompile()
+    res = gm(x, w)
+    assert res.is_contiguous()
+    torch.testing.assert_close(res, f(x, w))
+
+
+def test_unaligned_operand_storage_is_padded_once_for_both_products(trace) -> None:
+    """Backward of an LM head: g (rows of 37) feeds g @ w and g.t() @ x."""
+
+    def f(a: torch.Tensor, w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.exp(a).view(8, 37)
+        return g @ w, g.t() @ x
+
+    a, w, x = torch.randn(2, 4, 37), torch.randn(37, 16), torch.randn(8, 16)
+    gm = trace(f, a, w, x)
+    assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
+    check_graph(gm, pass_name="pad_matmul_strides")
+    pads = _calls(gm, aten.constant_pad_nd.default)
+    assert len(pads) == 1 and pads[0].args[0].target is aten.exp.default
+    for mm in _calls(gm, aten.mm.default):
+        for arg in mm.args:
+            v = arg.meta["val"]
+            assert _ld(v) % 4 == 0, (mm, arg, v.stride())
+    gm.recompile()
+    for got, want in zip(gm(a, w, x), f(a, w, x), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_view_that_cannot_take_the_padding_undoes_the_rewrite(trace) -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w.t()).view(-1).cumsum(0)  # flattening padded rows is not a view
+
+    x, w = torch.randn(8, 16), torch.randn(37, 16)
+    gm = trace(f, x, w)
+    before = str(gm.graph)
+    assert not pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
+    assert str(gm.graph) == before
+    check_graph(gm, pass_name="pad_matmul_strides")
+
+
+def test_default_pass_leaves_cpu_and_small_products_alone(trace) -> None:
+    x, w = torch.randn(8, 16), torch.randn(37, 16)
+    gm = trace(lambda x, w: x @ w.t(), x, w)
+    assert not pad_matmul_strides(gm).modified
+
+
+def test_unaligned_graph_input_is_copied_once_unless_an_output_views_it(trace) -> None:
+    """A backward graph's logits gradient arrives as an input: one padded copy serves both."""
+
+    def f(g: torch.Tensor, w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return g @ w, g.t() @ x
+
+    g, w, x = torch.randn(8, 37), torch.randn(37, 16), torch.randn(8, 16)
+    gm = trace(f, g, w, x)
+    assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
+    check_graph(gm, pass_name="pad_matmul_strides")
+    pads = _calls(gm, aten.constant_pad_nd.default)
+    assert len(pads) == 1 and pads[0].args[0].op == "placeholder"
+    placeholders = [n.op == "placeholder" for n in gm.graph.nodes]
+    assert placeholders == sorted(placeholders, reverse=True)  # inputs still come first
+    gm.recompile()
+    for got, want in zip(gm(g, w, x), f(g, w, x), strict=True):
+        torch.testing.assert_close(got, want)
+
+    gm2 = trace(lambda g, w: (g @ w, g.t()), g, w)  # an output views g: g must stay as it is
+    assert not pad_matmul_strides_for(gm2, devices=("cpu",), min_work=0)
+
+
+def test_transposed_weight_is_padded_along_its_rows(trace) -> None:
+    """B = t(W) (a linear layer): the copy pads W's rows, so it reads and writes contiguously."""
+    x, w = torch.randn(8, 16), torch.randn(37, 16)
+    gm = trace(lambda x, w: torch.relu(x @ w.t()), x, w)
+    assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
+    pad = _calls(gm, aten.constant_pad_nd.default)[0]
+    assert pad.args[1] == [0, 0, 0, 3] and pad.meta["val"].shape == (40, 16)
+    gm.recompile()
+    torch.testing.assert_close(gm(x, w), torch.relu(x @ w.t()))
