@@ -5,6 +5,10 @@ Sessions:
                       its declared dependencies (so an undeclared sibling import fails)
   integration         tests-integration/: end to end through torch.compile(backend="coil");
                       on the GPU when torch.cuda is available, else the Triton interpreter on CPU
+                      (with matplotlib, through coil-memory-planner[plot]: debug dirs hold a PNG)
+  fuzz                the graph fuzzer's long run in chunks of separate processes (not run by CI):
+                      `nox -s fuzz -- 10000` runs 20 chunks of 500 programs (see
+                      tests-integration/fuzz/README.md)
   opinfo              the OpInfo sweep over all of op_db (long; not run by CI, which runs a fixed
                       sample in integration): results in tests-integration/opinfo/results/
   typecheck           mypy --strict over every package
@@ -54,6 +58,11 @@ def _paths(*folders: str) -> list[str]:
     return [f"./{f}" for f in folders]
 
 
+def _integration_env() -> list[str]:
+    """The whole of coil, with the memory planner's `plot` extra (matplotlib: timeline PNGs)."""
+    return [p + "[plot]" if p == "./packages/memory-planner" else p for p in _paths(*PACKAGES["meta"], "meta")]
+
+
 @nox.session
 @nox.parametrize("package", list(PACKAGES))
 def tests(session: nox.Session, package: str) -> None:
@@ -68,8 +77,21 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session
 def integration(session: nox.Session) -> None:
     """End to end: real models compiled with backend="coil" against eager PyTorch."""
-    session.install(*_paths(*PACKAGES["meta"], "meta"), "transformers>=4.45", *TEST_TOOLS)
+    session.install(*_integration_env(), "transformers>=4.45", *TEST_TOOLS)
     session.run("pytest", "-q", "tests-integration", *session.posargs)
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """The graph fuzzer's long run (not in the default sessions): N programs in chunks, each chunk
+    a separate process, so a crash is reported with its chunk's seed and the run goes on.
+
+    `nox -s fuzz -- 10000` runs 20 chunks of 500 (seeds BASE..BASE+19; BASE random unless
+    `--seed`); fails if any chunk failed. Other options (`--chunk`, `--seed`, `--jobs`,
+    `--timeout`, `--max-ops`, `--out`): tests-integration/fuzz/run_chunks.py.
+    """
+    session.install(*_integration_env(), *TEST_TOOLS)
+    session.run("python", "tests-integration/fuzz/run_chunks.py", *(session.posargs or ["10000"]))
 
 
 @nox.session

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +20,10 @@ from models import TransformerBlock
 
 aten = torch.ops.aten
 ARTEFACTS = ["README.txt", "00_input_graph.txt", "01_post_grad/index.txt", "02_post_grad_graph.txt",
-             "03_lowered_ir.txt", "04_schedule.txt", "05_memory_plan.txt", "07_wrapper.py", "repro.py",
-             "repro_graph.py", "repro_inputs.json"]
+             "03_lowered_ir.txt", "04_schedule.txt", "05_memory_plan.txt", "07_wrapper.py", "08_wrapper_fx.txt",
+             "repro.py", "repro_graph.py", "repro_inputs.json"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 
 def test_transformer_block_debug_dir_holds_every_artefact_and_reproduces(tmp_path: Path, device: torch.device) -> None:
@@ -30,30 +33,52 @@ def test_transformer_block_debug_dir_holds_every_artefact_and_reproduces(tmp_pat
     with knobs.override(debug_dir=str(tmp_path), fallback_on_error=False), torch.no_grad():
         out = torch.compile(model, backend="coil")(x)
         torch.testing.assert_close(out, model(x), atol=1e-4, rtol=1e-4)
-    name = COMPILED[-1].name
-    folder = tmp_path / name
+    stats = COMPILED[-1]
+    folder = tmp_path / stats.name
     for rel in ARTEFACTS:
         assert (folder / rel).is_file(), rel
     assert not (folder / "error.txt").exists()
+    # the input FX graph, then the graph after each post-grad pass that changed it
+    assert "def forward(self" in (folder / "00_input_graph.txt").read_text()
     assert len(list((folder / "01_post_grad").glob("[0-9][0-9]_*.txt"))) >= 1
-    assert (folder / "06_memory_timeline.png").is_file() or (folder / "06_memory_timeline.csv").is_file()
+    assert "modified" in (folder / "01_post_grad/index.txt").read_text()
+    # the memory timeline: a real PNG when matplotlib is there (the integration env has it)
+    png, csv = folder / "06_memory_timeline.png", folder / "06_memory_timeline.csv"
+    if HAS_MATPLOTLIB:
+        assert png.read_bytes().startswith(PNG_MAGIC) and png.stat().st_size > 1000
+    else:
+        assert csv.is_file() and "matplotlib is not installed" in (folder / "README.txt").read_text()
+    # kernels, each with its provenance comment
     kernels = sorted((folder / "kernels").glob("kernel*.py"))
-    assert len(kernels) == COMPILED[-1].kernels
+    assert len(kernels) == stats.kernels > 0
     for k in kernels:
         assert f"# kernel {k.stem}: " in k.read_text() and "fused FX nodes:" in k.read_text()
     ir = (folder / "03_lowered_ir.txt").read_text()
     assert "computed buffers:" in ir and "stride [" in ir and "store buf" in ir
+    # the schedule with its fusion groups and decisions
     sched = (folder / "04_schedule.txt").read_text()
     assert "fusion log" in sched and "kept " in sched and "FUSED" in sched
-    assert "def make(device, constants, kernels)" in (folder / "07_wrapper.py").read_text()
+    assert all(k.stem in sched for k in kernels)
+    plan = (folder / "05_memory_plan.txt").read_text()
+    assert "peak bytes with reuse" in plan and re.search(r"^buf\d+ .* (own|reuses buf\d+)", plan, flags=re.M)
+    # the wrapper as Python and as FX: one FX launch node per kernel call of the Python wrapper
+    wrapper = (folder / "07_wrapper.py").read_text()
+    assert "def make(device, constants, kernels)" in wrapper
+    py_launches = re.findall(r"^\s+k_(\w+)\(", wrapper, flags=re.M)
+    fx = (folder / "08_wrapper_fx.txt").read_text()
+    fx_launches = re.findall(r"call_function\[target=coil\.wrapper_codegen\.emit_fx\.launch\]\(args = \(%k_(\w+),", fx)
+    assert len(py_launches) >= stats.kernels and sorted(fx_launches) == sorted(py_launches)
+    assert "torch.ops.aten." in fx and "emit_fx.free" in fx  # extern calls and frees are nodes too
     meta = json.loads((folder / "repro_inputs.json").read_text())
     assert meta["inputs"][0]["shape"] == [2, 8, 32] and meta["kind"] == "inference"
 
+    # the repro recompiles the graph the same way in a fresh process and matches eager
     env = {**os.environ, "COIL_DEBUG_DIR": ""}
     run = subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True, env=env,
                          timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "MATCH" in run.stdout and "MISMATCH" not in run.stdout
+    assert f"compiled to {stats.kernels} kernels and {stats.externs} externs" in run.stdout, run.stdout
 
 
 def _broken(*args: Any, **kwargs: Any) -> Any:

@@ -47,6 +47,7 @@ EXPECTED_FIELDS = {
         ("constexprs", "Mapping[str, int]"),
         ("num_warps", "int"),
         ("num_stages", "int"),
+        ("debug", "bool"),
     ],
 }
 

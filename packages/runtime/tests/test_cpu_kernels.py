@@ -103,3 +103,45 @@ def test_launch_leaves_triton_in_compiled_mode(cache_dir: Path, specs: Any) -> N
         assert isinstance(tl.zeros, triton.JITFunction)
         assert isinstance(kernel.fn, triton.JITFunction)
     assert "rowsum_kernel" in repr(kernel) and "interpreted" in repr(kernel)
+
+
+GATHER_SOURCE = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gather_kernel(x_ptr, idx_ptr, out_ptr, n, size, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    i = tl.load(idx_ptr + offs, mask=mask, other=0)
+    tl.device_assert(((i >= 0) & (i < size)) | ~mask, "gather index out of range")
+    tl.store(out_ptr + offs, tl.load(x_ptr + i, mask=mask, other=0), mask=mask)
+'''
+
+
+def _gather_spec(debug: bool) -> KernelSpec:
+    args = (TensorArg(torch.float32), TensorArg(torch.int64), TensorArg(torch.float32), 4, 8)
+    return KernelSpec("gather_kernel", GATHER_SOURCE, args, {"BLOCK": 4}, debug=debug)
+
+
+def test_debug_spec_makes_device_asserts_fire(cache_dir: Path) -> None:
+    x, out = torch.arange(8.0), torch.zeros(4)
+    checked = compile_kernels([_gather_spec(True)], CPU)["gather_kernel"]
+    checked((1,), x, torch.tensor([0, 7, 3, 1]), out, 4, 8)
+    torch.testing.assert_close(out, torch.tensor([0.0, 7.0, 3.0, 1.0]))
+    with pytest.raises(Exception, match="gather index out of range"):
+        checked((1,), x, torch.tensor([0, 8, 3, 1]), out, 4, 8)
+    # without debug the assert is a no-op (and the interpreter's debug mode was switched back off)
+    plain = compile_kernels([_gather_spec(False)], CPU)["gather_kernel"]
+    plain((1,), x, torch.tensor([0, 2, 3, 1]), out, 3, 2)  # index 2 >= size 2, not checked
+    from triton.runtime import interpreter
+
+    assert not interpreter.interpreter_builder.options.debug
+
+
+def test_debug_is_part_of_the_spec() -> None:
+    assert _gather_spec(True) != _gather_spec(False)
+    assert _gather_spec(True).key() != _gather_spec(False).key()
+    with pytest.raises(TypeError, match="debug"):
+        KernelSpec("k", GATHER_SOURCE, (), debug=1)  # type: ignore[arg-type]

@@ -126,9 +126,10 @@ class W:
         return build(s, launches_for(s), reuse=reuse)
 
     @staticmethod
-    def compile(s: Schedule, reuse: bool = True) -> tuple[Callable[[list[Any]], Any], str, WrapperProgram, dict[str, FakeKernel]]:
+    def compile(s: Schedule, reuse: bool = True, check_inputs: bool = False
+                ) -> tuple[Callable[[list[Any]], Any], str, WrapperProgram, dict[str, FakeKernel]]:
         launches = launches_for(s)
-        prog = build(s, launches, reuse=reuse)
+        prog = build(s, launches, reuse=reuse, check_inputs=check_inputs)
         src = emit_python(prog.lines, list(launches), sorted(prog.constants), s.graph.name)
         bufs = s.graph.buffers()
         kernels = {k.name: FakeKernel(k, launches[k.name], bufs) for k in s.kernels()}

@@ -10,6 +10,7 @@ import pytest
 import torch
 from coil.wrapper_codegen import (
     Allocate,
+    CheckInput,
     ExternCall,
     Free,
     KernelCall,
@@ -33,6 +34,7 @@ def one_of_each():
     return [
         Unpack(("a", None, "b")),
         SizeOf("n_a", "a", 0),
+        CheckInput("b", 2, (2, 3), (3, 1), torch.float32, CPU),
         Allocate("buf0", (2, 3), (3, 1), torch.float32, CPU),
         KernelCall("k0", (2, 1, 1), ("a", "buf0"), (6,)),
         View("v0", "buf0", (3, 2), (1, 3), 0),

@@ -31,6 +31,7 @@ STEP_LINES = (KernelCall, ExternCall)
 def test_public_api_snapshot():
     assert sorted(WC.__all__) == [
         "Allocate",
+        "CheckInput",
         "DynamicShapeError",
         "ExternCall",
         "Free",
@@ -45,6 +46,8 @@ def test_public_api_snapshot():
         "View",
         "WrapperProgram",
         "build",
+        "emit_fx",
+        "emit_fx_graph",
         "emit_line",
         "emit_python",
         "op_name",
@@ -320,3 +323,32 @@ def test_views_do_not_outlive_their_base(wr, refs):
     freed_bases = set(facts["killed_at"])
     alive_views = {v for v in facts["live_at_end"] if facts["view_base"].get(v) in freed_bases}
     assert not alive_views, f"views alive past their base's free: {alive_views}"
+
+
+@pytest.mark.parametrize("bad", ["shape", "stride", "dtype", "device", "not a tensor"])
+def test_check_inputs_rejects_inputs_the_kernels_were_not_made_for(wr, bad):
+    def fn(x, y):
+        return (torch.exp(x) + y,)
+
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    call, _, prog, kernels = wr.compile(wr.schedule(fn, x, y), check_inputs=True)
+    checks = [ln for ln in prog.lines if isinstance(ln, WC.CheckInput)]
+    assert [c.index for c in checks] == [0, 1]
+    # everything checked before the first step; the size-1 dim's stride does not matter
+    assert prog.lines.index(checks[-1]) < min(i for i, ln in enumerate(prog.lines) if isinstance(ln, STEP_LINES))
+    torch.testing.assert_close(call([x, y])[0], fn(x, y)[0])
+    wrong = {"shape": torch.randn(4, 7), "stride": torch.randn(8, 4).t(), "dtype": y.double(),
+             "device": y.to("meta"), "not a tensor": 3.0}[bad]
+    with pytest.raises(ValueError, match="graph input 1 is not what this graph was compiled for"):
+        call([x, wrong])
+    assert all(k.calls == 1 for k in kernels.values())  # no kernel ran on the bad input
+
+
+def test_check_inputs_ignores_strides_of_length_one_dims(wr):
+    def fn(x):
+        return (x * 2.0,)
+
+    x = torch.randn(1, 5)
+    call, *_ = wr.compile(wr.schedule(fn, x), check_inputs=True)
+    odd = torch.randn(5, 3)[:1, :].contiguous().as_strided((1, 5), (999, 1))
+    torch.testing.assert_close(call([odd])[0], odd * 2.0)

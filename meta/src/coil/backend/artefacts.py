@@ -14,6 +14,7 @@ one method here. Layout (see docs/debugging.md):
     05_memory_plan.txt         buffer lifetimes (steps), sizes, reuse
     06_memory_timeline.png     live bytes per step (or 06_memory_timeline.csv without matplotlib)
     07_wrapper.py              the generated wrapper module (Python)
+    08_wrapper_fx.txt          the same wrapper as a torch.fx graph (wrapper_codegen.emit_fx_graph)
     kernels/kernelN.py         each kernel's Triton source (first comment: provenance)
     repro.py (+ repro_graph.py, repro_inputs.json, repro_constants.pt)
     error.txt                  only when compiling failed: the error and its traceback
@@ -24,6 +25,7 @@ from __future__ import annotations
 import logging
 import shutil
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch.fx
@@ -35,7 +37,7 @@ from coil.lowering_ir import LoweredGraph
 from coil.memory_planner import Block, timeline_png
 from coil.scheduler import Schedule
 from coil.triton_codegen import KernelSource
-from coil.wrapper_codegen import WrapperProgram
+from coil.wrapper_codegen import Line, WrapperProgram, emit_fx_graph
 
 log = logging.getLogger("coil.backend")
 
@@ -50,6 +52,7 @@ coil debug artefacts of graph {name} ({kind})
 05_memory_plan.txt          buffer lifetimes in steps, sizes, storage reuse
 06_memory_timeline.*        live bytes per step: PNG, or CSV when matplotlib is not installed
 07_wrapper.py               the generated Python wrapper
+08_wrapper_fx.txt           the same wrapper as a torch.fx graph: node listing, then the graph's Python
 kernels/                    Triton source of every kernel (first comment: the FX nodes it came from)
 repro.py                    python repro.py: recompiles this graph from saved metadata, compares with eager
 error.txt                   present only when compiling this graph failed
@@ -162,6 +165,19 @@ class Artefacts:
     def wrapper(self, source: str) -> None:
         self._write("07_wrapper.py", source)
         logs.emit("wrapper", f"{self.name}: wrapper", source)
+
+    def wrapper_fx(self, lines: Sequence[Line]) -> None:
+        """08_wrapper_fx.txt: the Wrapper IR as a torch.fx graph (one `launch` node per kernel
+        call, allocations, extern calls, frees), printed, then the Python FX generates for it."""
+        if self.folder is None:
+            return
+        try:
+            graph = emit_fx_graph(lines)
+            code = graph.python_code(root_module="self").src.strip("\n")
+        except Exception as e:  # debugging aids never break a compile
+            log.warning("COIL_DEBUG_DIR: the FX wrapper failed: %s", e)
+            return
+        self._write("08_wrapper_fx.txt", f"{graph}\n\n# the same graph as torch.fx Python\n{code}\n")
 
     def failed(self, error: BaseException) -> None:
         """Record a failed compile: error.txt next to the repro written at open."""

@@ -5,19 +5,15 @@
   `LifetimeTracker`, which checks every Allocate/Reuse/Free against the buffer lifetimes derived
   from the schedule (independently of the wrapper builder) and, before the wrapper returns, that
   every allocated buffer was freed or is returned.
-- COIL_DEBUG_ASSERTS: `add_bounds_asserts` rewrites a generated kernel's source so that every
-  `tl.load`/`tl.store` is preceded by a `tl.device_assert` that its index lies inside the buffer
-  (static extents, since shapes are static); `debug_launchers` turns Triton's interpreter's
-  debug mode on around interpreted launches (device_assert is a no-op otherwise).
+
+COIL_DEBUG_ASSERTS is not here: triton-codegen emits the bounds asserts
+(`CodegenOptions(debug_asserts=True)`) and coil.runtime compiles such kernels in Triton's debug
+mode (`KernelSpec(debug=True)`); compile.py passes the knob through.
 """
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import logging
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -36,8 +32,6 @@ from coil.wrapper_codegen import (
     View,
     emit_line,
 )
-
-log = logging.getLogger("coil.backend")
 
 # -- NaN / Inf ------------------------------------------------------------------------------
 
@@ -192,101 +186,3 @@ def instrument_wrapper(source: str, lines: Sequence[Line]) -> str:
         raise RuntimeError("COIL_CHECK_LIFETIMES: the wrapper's body is not where emit_python puts it")
     tracked = "\n".join(indent + s for ln in lines for s in _tracked(ln)) + "\n"
     return source.replace(plain, tracked)
-
-
-# -- bounds asserts inside kernels ----------------------------------------------------------
-
-_PTR = re.compile(r"ptr\d+$")
-
-
-def _terms(e: ast.expr) -> list[ast.expr]:
-    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
-        return _terms(e.left) + _terms(e.right)
-    return [e]
-
-
-def _access(call: ast.Call, pointers: set[str]) -> tuple[str, str, str | None] | None:
-    """(pointer, index source, mask source or None) of a tl.load/tl.store call, if recognised."""
-    if not call.args:
-        return None
-    terms = _terms(call.args[0])
-    ptrs = [t for t in terms if isinstance(t, ast.Name) and t.id in pointers]
-    if len(ptrs) != 1:
-        return None
-    rest = [ast.unparse(t) for t in terms if t is not ptrs[0]]
-    index = " + ".join(f"({r})" for r in rest) or "0"
-    position = 1 if isinstance(call.func, ast.Attribute) and call.func.attr == "load" else 2
-    mask: ast.expr | None = call.args[position] if len(call.args) > position else None
-    for kw in call.keywords:
-        if kw.arg == "mask":
-            mask = kw.value
-    return ptrs[0].id, index, None if mask is None else ast.unparse(mask)
-
-
-def add_bounds_asserts(source: str, kernel: str, extents: Sequence[int], buffers: Sequence[str],
-                       *, cuda: bool) -> str:
-    """`source` with a `tl.device_assert` before each load/store of kernel `kernel`.
-
-    `extents[i]` is the number of elements pointer argument i (buffer `buffers[i]`) may index.
-    Masked-off lanes are exempt. On CUDA the kernel is decorated `@triton.jit(debug=True)`
-    (device_assert is compiled out otherwise). Accesses the rewrite does not recognise are left
-    unchecked and logged.
-    """
-    tree = ast.parse(source)
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
-    if fn is None:
-        raise ValueError(f"no kernel {kernel!r} in its source")
-    params = [a.arg for a in fn.args.args]
-    extent = {p: (n, b) for p, n, b in zip(params, extents, buffers, strict=False) if _PTR.match(p)}
-    out: list[str] = []
-    unchecked = 0
-    start, end = fn.body[0].lineno, fn.end_lineno or fn.body[-1].lineno
-    for no, text in enumerate(source.splitlines(), start=1):
-        if start <= no <= end and ("tl.load(" in text or "tl.store(" in text):
-            indent = text[: len(text) - len(text.lstrip())]
-            calls = [c for c in ast.walk(ast.parse(text.strip())) if isinstance(c, ast.Call)
-                     and isinstance(c.func, ast.Attribute) and c.func.attr in ("load", "store")]
-            for call in calls:
-                got = _access(call, set(extent))
-                if got is None:
-                    unchecked += 1
-                    continue
-                ptr, index, mask = got
-                n, buf = extent[ptr]
-                what = "load" if isinstance(call.func, ast.Attribute) and call.func.attr == "load" else "store"
-                cond = f"(({index}) >= 0) & (({index}) < {n})"
-                if mask is not None:
-                    cond = f"({cond}) | ~({mask})"
-                msg = f"coil bounds: {kernel} {what} of {buf} ({ptr}) outside [0, {n})"
-                out.append(f"{indent}tl.device_assert({cond}, {msg!r})")
-        out.append(text)
-    if unchecked:
-        log.warning("COIL_DEBUG_ASSERTS: %d loads/stores of %s not recognised, left unchecked", unchecked, kernel)
-    text = "\n".join(out) + ("\n" if source.endswith("\n") else "")
-    if cuda:
-        text = text.replace(f"@triton.jit\ndef {kernel}(", f"@triton.jit(debug=True)\ndef {kernel}(")
-    return text
-
-
-def debug_launchers(kernels: dict[str, Any]) -> dict[str, Callable[..., Any]]:
-    """Launchers that run interpreted kernels with Triton's interpreter in debug mode.
-
-    The interpreter's builder is process-global: debug mode is switched on around each launch
-    and back off after it (another thread's interpreted launch meanwhile also runs checked).
-    """
-    from triton.runtime import interpreter
-
-    builder: Any = interpreter.interpreter_builder
-
-    def wrap(kernel: Any) -> Callable[..., Any]:
-        def launch(grid: Any, *args: Any) -> Any:
-            old = builder.options
-            builder.options = dataclasses.replace(old, debug=True)
-            try:
-                return kernel(grid, *args)
-            finally:
-                builder.options = old
-
-        return launch
-
-    return {name: wrap(k) for name, k in kernels.items()}

@@ -22,9 +22,7 @@ from coil.backend.artefacts import Artefacts
 from coil.backend.checks import (
     TRACKER,
     LifetimeTracker,
-    add_bounds_asserts,
     check_outputs,
-    debug_launchers,
     instrument_wrapper,
     returned_storage,
 )
@@ -43,9 +41,9 @@ from coil.fx_passes import (
     run_pre_grad_passes,
 )
 from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, decomposition_table, lower
-from coil.runtime import KernelSpec, TensorArg, interpreter_enabled
+from coil.runtime import KernelSpec, TensorArg
 from coil.scheduler import Schedule, schedule
-from coil.triton_codegen import KernelSource, generate_schedule
+from coil.triton_codegen import CodegenOptions, KernelSource, generate_schedule
 from coil.wrapper_codegen import KernelLaunch, WrapperProgram, build, emit_python
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -67,9 +65,28 @@ def _stage(stage: str, graph: str, fn: Callable[..., Any], *args: Any, **kwargs:
 
 
 def _device(graph: LoweredGraph) -> torch.device:
+    """The device the graph's kernels run on: its CUDA device if it has one, else the CPU.
+
+    Raises ValueError for tensors on any other device (meta, mps, ...): coil generates kernels
+    for CUDA and for Triton's CPU interpreter only.
+    """
     devices = {b.layout.device for b in graph.buffers().values()}
+    other = sorted(str(d) for d in devices if d.type not in ("cpu", "cuda"))
+    if other:
+        raise ValueError(f"tensors on {', '.join(other)}: coil runs kernels on CUDA and on the CPU "
+                         "(Triton interpreter) only")
     cuda = [d for d in devices if d.type == "cuda"]
     return cuda[0] if cuda else torch.device("cpu")
+
+
+def _check_kernel_devices(sources: list[KernelSource], graph: LoweredGraph, device: torch.device) -> None:
+    """Raise ValueError when a kernel would get a pointer to memory on another device."""
+    bufs = graph.buffers()
+    for ks in sources:
+        elsewhere = [b for b in ks.pointer_args if bufs[b].layout.device.type != device.type]
+        if elsewhere:
+            where = ", ".join(f"{b} on {bufs[b].layout.device}" for b in elsewhere)
+            raise ValueError(f"{ks.name} runs on {device} but would read or write {where}")
 
 
 def _specs(sources: list[KernelSource], graph: LoweredGraph) -> list[KernelSpec]:
@@ -78,22 +95,28 @@ def _specs(sources: list[KernelSource], graph: LoweredGraph) -> list[KernelSpec]
     for ks in sources:
         args: list[TensorArg | int] = [TensorArg(bufs[b].layout.dtype) for b in ks.pointer_args]
         args += [int(sympy.sympify(s).xreplace(graph.symbol_hints)) for s in ks.size_args]  # example values
-        specs.append(KernelSpec(ks.name, ks.source, tuple(args), ks.constexprs, num_warps=ks.num_warps))
+        specs.append(KernelSpec(ks.name, ks.source, tuple(args), ks.constexprs, num_warps=ks.num_warps,
+                                debug=ks.debug))
     return specs
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, kind: str) -> CompiledFn:
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, kind: str,
+                  check_inputs: bool = True) -> CompiledFn:
     """Compile one AOTAutograd graph (kind: forward, backward or inference) to a boxed callable.
 
-    With COIL_DEBUG_DIR set, the graph's artefacts and a repro go to `<dir>/<graph name>/`
-    (the repro first, so a failed compile leaves one; the error goes to error.txt).
+    With `check_inputs` (default) the callable raises ValueError, before any kernel runs, on an
+    input of another shape, stride, dtype or device than the example inputs'. `coil_backend`
+    turns it off: Dynamo's guards already send such inputs to a recompile (COIL_CHECK_INPUTS=1
+    checks anyway). With COIL_DEBUG_DIR set, the graph's artefacts and a repro go to
+    `<dir>/<graph name>/` (the repro first, so a failed compile leaves one; the error goes to
+    error.txt).
     """
     name = f"{kind}_{next(_counter)}"
     stats = GraphStats(name, fx_nodes=len(gm.graph.nodes))
     COMPILED.append(stats)
     out = Artefacts.open(gm, name, kind)
     try:
-        return _compile(gm, name, kind, stats, out)
+        return _compile(gm, name, kind, stats, out, check_inputs)
     except Exception as e:
         out.failed(e)
         if not knobs.fallback_on_error:
@@ -103,23 +126,25 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, ki
         return _eager(gm)
 
 
-def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, out: Artefacts) -> CompiledFn:
+def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, out: Artefacts,
+             check_inputs: bool) -> CompiledFn:
     gm = _stage("post-grad passes", name, _post_grad_passes, gm, kind, out)
     out.post_grad(gm)
     lowered: LoweredGraph = _stage("lowering", name, lower, gm, name)
     out.ir(lowered)
     sched: Schedule = _stage("scheduling", name, schedule, lowered, fusion=knobs.fusion, order_time_limit=knobs.order_time)
     out.schedule(sched)
-    device = _device(lowered)
+    device: torch.device = _stage("device", name, _device, lowered)
     target = "cuda" if device.type == "cuda" else "interpret"
     bufs = lowered.buffers()
-    sources: list[KernelSource] = _stage(
-        "triton codegen", name, lambda: generate_schedule(sched, bufs, target, knobs.reduction_strategy, lowered.symbol_hints))
-    if knobs.debug_asserts:
-        sources = _stage("debug asserts", name, _with_bounds_asserts, sources, lowered, target)
+    options = CodegenOptions(debug_asserts=knobs.debug_asserts)
+    sources: list[KernelSource] = _stage("triton codegen", name, generate_schedule, sched, bufs, target,
+                                         knobs.reduction_strategy, lowered.symbol_hints, options)
     out.kernels(sources)
+    _stage("device", name, _check_kernel_devices, sources, lowered, device)
     launches = {s.name: KernelLaunch(s.name, s.pointer_args, s.size_args, s.grid) for s in sources}
-    program: WrapperProgram = _stage("wrapper codegen", name, build, sched, launches, reuse=knobs.reuse)
+    program: WrapperProgram = _stage("wrapper codegen", name, build, sched, launches, reuse=knobs.reuse,
+                                     check_inputs=check_inputs or knobs.check_inputs)
     out.memory_plan(sched, program)
     source: str = _stage("wrapper codegen", name, emit_python, program.lines, [s.name for s in sources],
                          sorted(program.constants), name)
@@ -129,9 +154,8 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
         namespace[TRACKER] = LifetimeTracker(
             name, spans(sched), returned_storage(program.lines), dict(program.reuse.storage) if program.reuse else None)
     out.wrapper(source)
+    out.wrapper_fx(program.lines)
     kernels = _stage("runtime compile", name, compile_with_progress, _specs(sources, lowered), device, name)
-    if knobs.debug_asserts and interpreter_enabled(device):
-        kernels = debug_launchers(kernels)
     exec(compile(source, f"<coil wrapper {name}>", "exec"), namespace)
     call = namespace["make"](device, program.constants, kernels)
     _record(stats, lowered, sched, sources, program, source)
@@ -160,16 +184,6 @@ def _post_grad_passes(gm: torch.fx.GraphModule, kind: str, out: Artefacts) -> to
 
     passes = [reported(p) for p in post_grad_passes(is_backward=kind == "backward")]
     return PassManager(passes, stage=Stage.POST_GRAD, fixpoint=True).run(gm).graph_module
-
-
-def _with_bounds_asserts(sources: list[KernelSource], lowered: LoweredGraph, target: str) -> list[KernelSource]:
-    bufs = lowered.buffers()
-    checked = []
-    for s in sources:
-        extents = [int(bufs[b].layout.storage_extent()) for b in s.pointer_args]  # static shapes only
-        text = add_bounds_asserts(s.source, s.name, extents, s.pointer_args, cuda=target == "cuda")
-        checked.append(dataclasses.replace(s, source=text))
-    return checked
 
 
 def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: list[KernelSource],
@@ -215,9 +229,10 @@ def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: A
     return aot_module_simplified(  # type: ignore[no-any-return]
         gm,
         list(example_inputs),
-        fw_compiler=functools.partial(compile_graph, kind="forward"),
-        bw_compiler=functools.partial(compile_graph, kind="backward"),
-        inference_compiler=functools.partial(compile_graph, kind="inference"),
+        # Dynamo guards the inputs (a mismatch recompiles): no second check in the wrapper
+        fw_compiler=functools.partial(compile_graph, kind="forward", check_inputs=False),
+        bw_compiler=functools.partial(compile_graph, kind="backward", check_inputs=False),
+        inference_compiler=functools.partial(compile_graph, kind="inference", check_inputs=False),
         decompositions=decomposition_table(),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,

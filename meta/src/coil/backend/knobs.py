@@ -58,7 +58,11 @@ KNOBS: dict[str, Knob] = {
     "check_lifetimes": Knob("COIL_CHECK_LIFETIMES", False, bool,
                             "track every allocation at run time and check it against the memory plan"),
     "debug_asserts": Knob("COIL_DEBUG_ASSERTS", False, bool,
-                          "bounds-check every load and store inside kernels (Triton device_assert)"),
+                          "bounds-check every data-dependent load and scatter store inside kernels "
+                          "(Triton device_assert)"),
+    "check_inputs": Knob("COIL_CHECK_INPUTS", False, bool,
+                         "check each input's shape, stride, dtype and device in the wrapper also under "
+                         "Dynamo (compile_graph called directly always checks)"),
 }
 
 

@@ -9,8 +9,9 @@ in place; `write_repro` writes, into a graph's debug folder:
 - `repro_constants.pt`: the graph's tensor attributes (get_attr targets), when it has any;
 - `repro.py`: builds random inputs with that metadata, traces `Repro` (torch.fx.symbolic_trace),
   restores node names and every node's `meta["val"]` (FakeTensors), runs it eagerly, compiles it with
-  `coil.backend.compile_graph` (fallback off, so a compile error raises), runs the result and
-  compares. It prints `MATCH` and exits 0 when the outputs agree, exits 1 on a mismatch.
+  `coil.backend.compile_graph` (fallback off, so a compile error raises), prints how many kernels
+  and externs the compile made, runs the result and compares. It prints `MATCH` and exits 0 when
+  the outputs agree, exits 1 on a mismatch.
 """
 
 from __future__ import annotations
@@ -215,10 +216,12 @@ def main():
     gm = build(inputs)
     expected = gm(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
 
-    from coil.backend import compile_graph, knobs
+    from coil.backend import COMPILED, compile_graph, knobs
 
     with knobs.override(fallback_on_error=False):
         compiled = compile_graph(gm, inputs, kind=KIND)
+    stats = COMPILED[-1]
+    print(f"coil repro {{NAME}}: compiled to {{stats.kernels}} kernels and {{stats.externs}} externs")
     got = compiled(list(inputs))
     expected = list(expected) if isinstance(expected, (list, tuple)) else [expected]
     got = list(got) if isinstance(got, (list, tuple)) else [got]

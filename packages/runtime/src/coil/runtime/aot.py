@@ -3,7 +3,7 @@
 Each kernel is compiled with Triton's public `JITFunction.warmup(*args, grid=..., **kwargs)`
 (same signature in Triton 3.6 and 3.9): pointer arguments are passed as their torch dtypes (Triton
 stands a mock tensor in for them), ints as the spec's example values, plus the bound constexprs,
-num_warps and num_stages. Triton keeps the binary in its in-memory kernel cache (the first real
+num_warps and num_stages (and debug options for a `KernelSpec(debug=True)`: `launch_options`). Triton keeps the binary in its in-memory kernel cache (the first real
 launch with the same specialisation finds it there) and in its own on-disk cache (TRITON_CACHE_DIR).
 
 The first kernel compiles in the calling thread (so Triton's driver and torch's CUDA context are
@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from coil.runtime.errors import KernelCompileError
-from coil.runtime.kernel import Kernel
+from coil.runtime.kernel import Kernel, launch_options
 from coil.runtime.spec import TensorArg
 
 if TYPE_CHECKING:
@@ -40,8 +40,7 @@ def _compile_one(kernel: Kernel, device: torch.device) -> None:
                 *warmup_args(kernel),
                 grid=(1,),
                 **spec.constexprs,
-                num_warps=spec.num_warps,
-                num_stages=spec.num_stages,
+                **launch_options(spec),
             )
     except Exception as exc:
         raise KernelCompileError(spec.name, kernel.path, "compile", exc) from exc

@@ -27,8 +27,10 @@ from the start and steps 2-3 are no-ops. Uses `triton.runtime.interpreter.Interp
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from coil.runtime._triton import load_triton
@@ -78,11 +80,16 @@ def _call_interpreted(self: object, *args: Any, **kwargs: Any) -> Any:
     return _interpreted_twin(self)(*args, **kwargs)
 
 
-def interpreted_run(fn: object) -> RunFn:
+def interpreted_run(fn: object, *, debug: bool = False) -> RunFn:
     """A `run(*args, grid=..., warmup=False, **kwargs)` callable executing `fn` interpreted.
 
     `fn` is the `@triton.jit` object found in a kernel module: a `JITFunction` (wrapped here) or
     already an `InterpretedFunction` (TRITON_INTERPRET was set when it was decorated).
+
+    With `debug`, each launch runs in the interpreter's debug mode, where `tl.device_assert`
+    raises (it is a no-op otherwise): the interpreter's process-global builder options get
+    `debug=True, sanitize_overflow=False` for the launch and are restored after it. Launches are
+    serialised under this module's lock, so no other coil launch sees the switch.
     """
     jit_type = load_triton().jit_function_type
     with _lock:
@@ -94,8 +101,26 @@ def interpreted_run(fn: object) -> RunFn:
             original = jit_type.__call__
             jit_type.__call__ = _call_interpreted  # type: ignore[method-assign]
             try:
-                return target_run(*args, **kwargs)
+                with _debug_mode(debug):
+                    return target_run(*args, **kwargs)
             finally:
                 jit_type.__call__ = original  # type: ignore[method-assign]
 
     return run
+
+
+@contextlib.contextmanager
+def _debug_mode(on: bool) -> Iterator[None]:
+    """The interpreter's builder in debug mode (asserts checked) while the block runs, if `on`."""
+    if not on:
+        yield
+        return
+    from triton.runtime import interpreter
+
+    builder: Any = interpreter.interpreter_builder
+    old = builder.options
+    builder.options = dataclasses.replace(old, debug=True, sanitize_overflow=False)
+    try:
+        yield
+    finally:
+        builder.options = old

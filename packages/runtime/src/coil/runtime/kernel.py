@@ -16,12 +16,22 @@ if TYPE_CHECKING:
     import torch
 
 
+def launch_options(spec: KernelSpec, interpreted: bool = False) -> dict[str, object]:
+    """The Triton launch/compile options of `spec`: num_warps, num_stages and, for a compiled
+    kernel with `spec.debug`, `debug=True, sanitize_overflow=False` (the interpreter takes its
+    debug mode from `interpreted_run(..., debug=True)` instead)."""
+    options: dict[str, object] = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
+    if spec.debug and not interpreted:
+        options.update(debug=True, sanitize_overflow=False)
+    return options
+
+
 class Kernel:
     """A compiled (or, on the CPU, interpreted) Triton kernel, ready to launch.
 
     `kernel(grid, *args)` launches `spec.name` over `grid` (1 to 3 ints; zeros launch nothing)
     with the positional `args` (tensors for `TensorArg`s, ints) and the spec's constexprs,
-    num_warps and num_stages. The launch is asynchronous on a GPU (current stream of the current
+    num_warps and num_stages (and Triton's debug mode when `spec.debug`). The launch is asynchronous on a GPU (current stream of the current
     device); under the interpreter it runs to completion before returning.
 
     GPU launches take the fast path (`fast_launch`, on unless COIL_FAST_LAUNCH=0): the first
@@ -51,12 +61,8 @@ class Kernel:
         self.device = device
         self.interpreted = interpreted
         self.fn = fn
-        self._kwargs: dict[str, object] = {
-            **spec.constexprs,
-            "num_warps": spec.num_warps,
-            "num_stages": spec.num_stages,
-        }
-        self._run: RunFn = interpreted_run(fn) if interpreted else fn.run
+        self._kwargs: dict[str, object] = {**spec.constexprs, **launch_options(spec, interpreted)}
+        self._run: RunFn = interpreted_run(fn, debug=spec.debug) if interpreted else fn.run
         self._table: dict[tuple[object, ...], tuple[Any, ...]] = {}
         self._plan: fast_launch.ParamPlan | None = None
         self._launch: Callable[..., None] = self._launch_slow

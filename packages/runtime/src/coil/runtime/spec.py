@@ -43,6 +43,12 @@ class KernelSpec:
             Stored as a read-only mapping.
         num_warps: warps per program (a power of two).
         num_stages: software-pipelining stages (>= 1).
+        debug: compile and run the kernel in Triton's debug mode, so that its `tl.device_assert`s
+            fire (they are compiled out otherwise): on a GPU the launch and the ahead-of-time
+            compile pass `debug=True` (and `sanitize_overflow=False`: only the kernel's own asserts
+            are checked, not Triton's integer-overflow checks); under the interpreter its debug
+            option is switched on around each launch. A failed assert raises on the CPU; on a GPU
+            it is a device-side assert, which leaves the CUDA context unusable.
 
     Raises `ValueError`/`TypeError` on construction when a field is malformed.
     """
@@ -53,6 +59,7 @@ class KernelSpec:
     constexprs: Mapping[str, int] = field(default_factory=dict)
     num_warps: int = 4
     num_stages: int = 1
+    debug: bool = False
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier() or keyword.iskeyword(self.name):
@@ -77,6 +84,8 @@ class KernelSpec:
             raise ValueError(f"KernelSpec {self.name!r}: num_warps={warps!r} is not a power of 2")
         if not isinstance(self.num_stages, int) or self.num_stages < 1:
             raise ValueError(f"KernelSpec {self.name!r}: num_stages={self.num_stages!r} < 1")
+        if not isinstance(self.debug, bool):
+            raise TypeError(f"KernelSpec {self.name!r}: debug={self.debug!r} is not a bool")
 
     def key(self) -> tuple[object, ...]:
         """A hashable tuple of every field (constexprs sorted): equal specs, equal keys."""
@@ -87,6 +96,7 @@ class KernelSpec:
             tuple(sorted(self.constexprs.items())),
             self.num_warps,
             self.num_stages,
+            self.debug,
         )
 
     def __hash__(self) -> int:

@@ -1,4 +1,4 @@
-"""Launch configuration: block sizes, warps and the reduction strategy for a kernel group."""
+"""Launch configuration (block sizes, warps, the reduction strategy) and codegen options."""
 
 from __future__ import annotations
 
@@ -9,6 +9,28 @@ STRATEGIES = ("auto", "persistent", "looped")
 
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class CodegenOptions:
+    """Switches of the kernel generator that add checks but never change what a kernel computes.
+
+    Attributes:
+        debug_asserts: before every indirect (data-dependent) load and every scatter store, emit
+            `tl.device_assert`s that each loaded index lies inside the dimension it indexes and
+            that the whole storage index lies inside the buffer (`[0, storage extent)`), lanes
+            masked off exempt. A kernel with asserts has `KernelSource.debug` set: it must be
+            compiled in Triton's debug mode (`coil.runtime.KernelSpec(debug=True)`), without
+            which `device_assert` is compiled out. Slow; for debugging.
+
+    Frozen and validated on construction (a `TypeError` for a non-bool switch).
+    """
+
+    debug_asserts: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.debug_asserts, bool):
+            raise TypeError(f"CodegenOptions.debug_asserts must be a bool, got {self.debug_asserts!r}")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import torch
 from coil.lowering_ir import Buffer, Constant, Expr, IndexValue, Load, Op, Reduction, Scatter, Value
 from coil.lowering_ir.printing import texpr
 from coil.scheduler import KernelGroup, Member
-from coil.triton_codegen.config import KernelConfig, choose
+from coil.triton_codegen.config import CodegenOptions, KernelConfig, choose
 from coil.triton_codegen.optable import register_dtype, template, tl_dtype
 
 
@@ -34,6 +34,8 @@ class KernelSource:
     `pointer_args`: storage buffer names passed as pointers, in signature order.
     `size_args`: integer arguments (xnumel[, rnumel]) as sympy expressions of graph sizes.
     `grid`: number of programs along axis 0 (sympy). `constexprs`: block sizes.
+    `debug`: the source holds `tl.device_assert`s (CodegenOptions.debug_asserts): compile it in
+    Triton's debug mode, without which they are compiled out.
     """
 
     name: str
@@ -46,6 +48,7 @@ class KernelSource:
     strategy: str
     origins: tuple[str, ...]
     stores: tuple[str, ...]
+    debug: bool = False
 
 
 _KERNEL_VAR = re.compile(r"^(x|rd|tmp|ind)\d+$")
@@ -74,8 +77,10 @@ class KernelWriter:
     """Writes one kernel's source. Use `generate(group, buffers, target)`."""
 
     def __init__(self, group: KernelGroup, buffers: dict[str, Buffer], target: str, strategy: str,
-                 hints: dict[sympy.Symbol, int] | None = None) -> None:
+                 hints: dict[sympy.Symbol, int] | None = None, options: CodegenOptions | None = None) -> None:
         self.g = group
+        self.options = options or CodegenOptions()
+        self.asserts = 0
         self.buffers = buffers
         self.target = target
         self.lines: list[str] = []
@@ -138,9 +143,13 @@ class KernelWriter:
                 scope.values[key] = t
             return scope.values[key]
         assert isinstance(v, Op)
+        seen: tuple[object, ...] = ("id", id(v), id(m))  # a node shared in the DAG: visit it once
+        if seen in scope.values:
+            return scope.values[seen]
         args = [self.value(a, m, scope) for a in v.args]
         key = ("op", v.name, tuple(args), v.dtype)
         if key in scope.values:
+            scope.values[seen] = scope.values[key]
             return scope.values[key]
         t = self.tmp()
         if v.name == "cast":
@@ -159,7 +168,7 @@ class KernelWriter:
                                 else v.args[0].dtype)
             code = template(v.name, ct, self.target).format(*args, T=tl_dtype(ct))
         self.emit(scope, f"{t} = {code}")
-        scope.values[key] = t
+        scope.values[key] = scope.values[seen] = t
         return t
 
     def zero(self, scope: _Scope) -> str:
@@ -215,6 +224,7 @@ class KernelWriter:
             mask = "xmask & (xindex * 0 < rnumel)"
         if mask_var is not None:
             mask = f"{mask} & {mask_var}"
+        self.check_bounds("load", ld.buffer, index, list(bound.values()), mask, scope)
         cast = ".to(tl.float32)" if ld.dtype in (torch.float16, torch.bfloat16) else ""
         where = self.ix(index) if _has_loop_var(index) else f"{self.ix(index)} + xindex * 0"
         self.emit(scope, f"{t} = tl.load({self.ptr(ld.buffer)} + {where}, {mask}, other=0){cast}")
@@ -248,9 +258,39 @@ class KernelWriter:
         mask = self.mask(scope)
         if op.target.mask is not None:
             mask = f"{mask} & {self.value(op.target.mask, m, scope)}"
+        self.check_bounds("scatter", op.output.name, e, list(bound.values()), mask, scope)
         dt = tl_dtype(self.buffers[op.output.name].layout.dtype)
         fn = "tl.atomic_add" if op.accumulate else "tl.store"
         self.emit(scope, f"{fn}({self.ptr(op.output.name)} + {idx}, ({var} + {self.zero(scope)}).to({dt}), {mask})")
+
+    def check_bounds(self, what: str, buf: str, index: Expr, loaded: list[sympy.Symbol], mask: str,
+                     scope: _Scope) -> None:
+        """With `debug_asserts`, assert a data-dependent access of `buf` stays inside it.
+
+        `index` is the storage index with each loaded index value already a variable (`loaded`).
+        Per loaded index: 0 <= value < size of the dim it indexes (the dim of `buf`'s layout whose
+        stride is the value's coefficient; skipped when that is ambiguous). Then the whole index:
+        0 <= index < storage extent of `buf`, which bounds every access whatever the view. Lanes
+        outside `mask` are exempt. Accesses with no loaded index are affine in the loop variables
+        and in range by construction: no assert.
+        """
+        if not self.options.debug_asserts or not loaded:
+            return
+        layout = self.buffers[buf].layout
+        for var in loaded:
+            coeff = sympy.diff(index, var)  # the stride the value is scaled by (linear in it)
+            if coeff == 0 or _has_loop_var(coeff):
+                continue
+            sizes = {layout.size[d] for d, st in enumerate(layout.stride) if sympy.sympify(st) == coeff}
+            if len(sizes) == 1:
+                size = sizes.pop()
+                self.emit(scope, f"tl.device_assert((({var.name} >= 0) & ({var.name} < {self.ix(sympy.sympify(size))}))"
+                                 f" | ~({mask}), \"coil bounds: {self.g.name} {what} of {buf}: an index is outside"
+                                 f" [0, {size}) of the dim it indexes\")")
+        idx, extent = self.ix(index), sympy.sympify(layout.storage_extent())
+        self.emit(scope, f"tl.device_assert((({idx} >= 0) & ({idx} < {self.ix(extent)})) | ~({mask}), "
+                         f"\"coil bounds: {self.g.name} {what} of {buf}: storage index outside [0, {extent})\")")
+        self.asserts += 1
 
     # -- structure ---------------------------------------------------------------------------
     def segments(self) -> tuple[dict[int, int], dict[int, int]]:
@@ -326,7 +366,7 @@ class KernelWriter:
         grid = sympy.ceiling(g.xnumel / cfg.xblock)
         return KernelSource(
             g.name, source, tuple(self.ptrs), size_args, consts, grid, cfg.num_warps, cfg.strategy,
-            tuple(g.origins()), tuple(g.stores),
+            tuple(g.origins()), tuple(g.stores), self.asserts > 0,
         )
 
     def _loop(self, ms: list[tuple[int, Member]]) -> None:
@@ -535,14 +575,15 @@ def _coil_atan2(y, x):
 
 
 def generate(group: KernelGroup, buffers: dict[str, Buffer], target: str, strategy: str = "auto",
-             hints: dict[sympy.Symbol, int] | None = None) -> KernelSource:
+             hints: dict[sympy.Symbol, int] | None = None, options: CodegenOptions | None = None) -> KernelSource:
     """Triton source (a whole module) for `group`. target: "cuda" or "interpret".
 
     Size symbols the kernel needs become integer arguments after xnumel/rnumel (listed in
-    `size_args`); `hints` (example values) only pick block sizes.
+    `size_args`); `hints` (example values) only pick block sizes. `options` (default: all off)
+    adds checks, e.g. bounds asserts on data-dependent accesses (then `KernelSource.debug`).
     """
-    ks = KernelWriter(group, buffers, target, strategy, hints).generate()
+    ks = KernelWriter(group, buffers, target, strategy, hints, options).generate()
     extra = "" if target == "cuda" else INTERPRET_HELPERS
     module = PRELUDE["cuda" if target == "cuda" else "interpret"] + HELPERS + extra + ks.source
     return KernelSource(ks.name, module, ks.pointer_args, ks.size_args, ks.constexprs, ks.grid,
-                        ks.num_warps, ks.strategy, ks.origins, ks.stores)
+                        ks.num_warps, ks.strategy, ks.origins, ks.stores, ks.debug)

@@ -12,12 +12,17 @@ from coil.lowering_ir.lowerer import index_symbols
 from coil.scheduler import KernelGroup, Member, plan
 from coil.scheduler.canonical import LoopNest, syms
 from coil.scheduler.group import X_PREFIX, _mapping
+from coil.triton_codegen.config import CodegenOptions
 from coil.triton_codegen.kernel import KernelSource, generate
 
 
 def generate_scatter(op: Scatter, buffers: dict[str, Buffer], target: str,
-                     hints: dict[sympy.Symbol, int] | None = None) -> list[KernelSource]:
-    """[init kernel, scatter kernel] for `op` (names `<op>_init`, `<op>_scatter`)."""
+                     hints: dict[sympy.Symbol, int] | None = None,
+                     options: CodegenOptions | None = None) -> list[KernelSource]:
+    """[init kernel, scatter kernel] for `op` (names `<op>_init`, `<op>_scatter`).
+
+    With `options.debug_asserts` the scatter kernel asserts every target index (see `generate`).
+    """
     out = op.output
     p = index_symbols("p", len(out.layout.size))
     body: Value = load(op.base, list(p)) if op.base is not None else Constant(0, out.layout.dtype)
@@ -31,19 +36,24 @@ def generate_scatter(op: Scatter, buffers: dict[str, Buffer], target: str,
     xs = syms(X_PREFIX, len(ranges))
     member = Member(op, "x", nest, _mapping(ranges, ps, ranges, xs))  # type: ignore[arg-type]
     group = KernelGroup(f"{op.name}_scatter", [member], ranges, [], stores=[out.name])
-    return [generate(init, buffers, target, hints=hints), generate(group, buffers, target, hints=hints)]
+    return [generate(init, buffers, target, hints=hints, options=options),
+            generate(group, buffers, target, hints=hints, options=options)]
 
 
 def generate_schedule(sched: object, buffers: dict[str, Buffer], target: str, strategy: str = "auto",
-                      hints: dict[sympy.Symbol, int] | None = None) -> list[KernelSource]:
-    """Every kernel a schedule needs, in step order: one per kernel group, two per Scatter."""
+                      hints: dict[sympy.Symbol, int] | None = None,
+                      options: CodegenOptions | None = None) -> list[KernelSource]:
+    """Every kernel a schedule needs, in step order: one per kernel group, two per Scatter.
+
+    `options` (default: `CodegenOptions()`, all off) goes to every kernel (see `generate`).
+    """
     from coil.scheduler import Schedule
 
     assert isinstance(sched, Schedule)
     out: list[KernelSource] = []
     for st in sched.steps:
         if isinstance(st, KernelGroup):
-            out.append(generate(st, buffers, target, strategy, hints))
+            out.append(generate(st, buffers, target, strategy, hints, options))
         elif isinstance(st, Scatter):
-            out.extend(generate_scatter(st, buffers, target, hints))
+            out.extend(generate_scatter(st, buffers, target, hints, options))
     return out

@@ -1,12 +1,14 @@
-"""coil.wrapper_codegen: the Wrapper IR (structured lines) and its Python emitter.
+"""coil.wrapper_codegen: the Wrapper IR (structured lines) and its emitters (Python source, torch.fx).
 
 Public API (see README.md): the line types, `build`, `WrapperProgram`, `KernelLaunch`,
-`emit_python`, `emit_line`, `DynamicShapeError`.
+`emit_python`, `emit_line`, `pyrepr`, `emit_fx`, `emit_fx_graph`, `op_name`, `DynamicShapeError`.
 """
 
+from coil.wrapper_codegen.emit_fx import emit_fx, emit_fx_graph
 from coil.wrapper_codegen.emit_python import emit_line, emit_python, pyrepr
 from coil.wrapper_codegen.lines import (
     Allocate,
+    CheckInput,
     ExternCall,
     Free,
     KernelCall,
@@ -28,6 +30,7 @@ from coil.wrapper_codegen.plan import (
 
 __all__ = [
     "Allocate",
+    "CheckInput",
     "DynamicShapeError",
     "ExternCall",
     "Free",
@@ -42,6 +45,8 @@ __all__ = [
     "View",
     "WrapperProgram",
     "build",
+    "emit_fx",
+    "emit_fx_graph",
     "emit_line",
     "emit_python",
     "op_name",

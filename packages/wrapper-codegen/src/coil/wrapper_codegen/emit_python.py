@@ -7,6 +7,7 @@ names to launchers `kernel(grid, *args)` (coil.runtime.Kernel).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import sympy
@@ -14,6 +15,7 @@ import torch
 from coil.lowering_ir.printing import texpr
 from coil.wrapper_codegen.lines import (
     Allocate,
+    CheckInput,
     ExternCall,
     Free,
     KernelCall,
@@ -78,6 +80,9 @@ def emit_line(line: Line) -> list[str]:
         return out
     if isinstance(line, SizeOf):
         return [f"{line.name} = {line.tensor}.size({line.dim})"]
+    if isinstance(line, CheckInput):
+        return [f"check_input({line.name}, {line.index}, {pyrepr(line.size)}, {pyrepr(line.stride)}, {line.dtype}, "
+                f"{pyrepr(line.device)})"]
     if isinstance(line, Allocate):
         return [f"{line.name} = empty_strided({pyrepr(line.size)}, {pyrepr(line.stride)}, dtype={line.dtype}, device={pyrepr(line.device)})"]
     if isinstance(line, Reuse):
@@ -101,22 +106,8 @@ def emit_line(line: Line) -> list[str]:
     raise TypeError(f"no Python emitter for {type(line).__name__}")
 
 
-PRELUDE = '''\
-import torch
-
-empty_strided = torch.empty_strided
-as_strided = torch.as_strided
-
-
-def ensure_layout(t, size, stride):
-    """An ATen fallback result laid out as coil planned (copied only when it is not)."""
-    if tuple(t.shape) == size and (t.numel() <= 1 or tuple(t.stride()) == stride):
-        return t
-    out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out
-
-'''
+# the wrapper's run-time helpers (ensure_layout, check_input, ...): helpers.py, verbatim
+PRELUDE = Path(__file__).with_name("helpers.py").read_text() + "\n"
 
 
 def emit_python(lines: list[Line], kernel_names: list[str], constant_names: list[str], title: str) -> str:

@@ -38,6 +38,22 @@ class SizeOf:
 
 
 @dataclass(frozen=True)
+class CheckInput:
+    """Raise ValueError unless graph input `index` (bound to `name`) is a tensor of this size,
+    dtype and device, with these strides on every dim longer than 1 (what the kernels assume).
+
+    Sizes and strides may be size expressions over symbols bound before (Unpack, SizeOf).
+    """
+
+    name: str
+    index: int
+    size: tuple[Any, ...]
+    stride: tuple[Any, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+
+@dataclass(frozen=True)
 class Allocate:
     """name = a new uninitialised tensor."""
 
@@ -104,4 +120,4 @@ class Return:
     values: tuple[Any, ...]
 
 
-Line = Unpack | SizeOf | Allocate | Reuse | Free | View | KernelCall | ExternCall | Return
+Line = Unpack | SizeOf | CheckInput | Allocate | Reuse | Free | View | KernelCall | ExternCall | Return

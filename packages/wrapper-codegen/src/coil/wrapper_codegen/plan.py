@@ -21,6 +21,7 @@ from coil.scheduler import KernelGroup, Schedule
 from coil.scheduler.ordering import step_reads, step_writes
 from coil.wrapper_codegen.lines import (
     Allocate,
+    CheckInput,
     ExternCall,
     Free,
     KernelCall,
@@ -77,8 +78,15 @@ class WrapperProgram:
     fallback_ops: list[str] = field(default_factory=list)
 
 
-def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = True) -> WrapperProgram:
-    """Wrapper IR for `sched`; `launches` maps each kernel group name to its launch facts."""
+def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = True,
+          check_inputs: bool = False) -> WrapperProgram:
+    """Wrapper IR for `sched`; `launches` maps each kernel group name to its launch facts.
+
+    With `check_inputs`, a CheckInput line per tensor input (after the sizes are bound, before
+    any step) makes the wrapper raise ValueError on an input of another shape, stride, dtype or
+    device than the graph was compiled for, so no kernel runs on memory it was not made for.
+    Leave it off where the caller already guards inputs (Dynamo does).
+    """
     g = sched.graph
     lines: list[Line] = []
     names: list[str | None] = [
@@ -93,6 +101,9 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
                 if isinstance(s, sympy.Symbol) and s not in bound:
                     lines.append(SizeOf(s.name, inp.name, d))
                     bound.add(s)
+    if check_inputs:
+        lines += [CheckInput(b.name, b.index, ints(b.layout.size), ints(b.layout.stride), b.layout.dtype,
+                             b.layout.device) for b in g.inputs if isinstance(b, InputBuffer)]
     constants = {c.name: c.value for c in g.constants if isinstance(c, ConstantBuffer) and c.value is not None}
     buffers = g.buffers()
     steps = sched.steps

@@ -1,0 +1,30 @@
+# The run-time helpers of coil's generated wrappers. emit_python copies this file's text into
+# every Python wrapper as its prelude (so a wrapper imports nothing but torch); emit_fx's nodes
+# call these same functions. Keep it self-contained: torch and builtins only.
+import torch
+
+empty_strided = torch.empty_strided
+as_strided = torch.as_strided
+
+
+def ensure_layout(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
+    """An ATen fallback result laid out as coil planned (copied only when it is not)."""
+    if tuple(t.shape) == size and (t.numel() <= 1 or tuple(t.stride()) == stride):
+        return t
+    out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def check_input(t: object, index: int, size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype,
+                device: torch.device) -> None:
+    """Raise ValueError unless graph input `index` is a tensor of this shape, dtype and device whose
+    strides agree on every dim longer than 1 (the kernels were generated for that layout)."""
+    if (isinstance(t, torch.Tensor) and t.dtype == dtype and t.shape == size
+            and t.device.type == device.type and (device.index is None or t.device.index == device.index)
+            and all(n <= 1 or got == want for n, got, want in zip(size, t.stride(), stride, strict=True))):
+        return
+    got = (f"shape {tuple(t.shape)}, stride {t.stride()}, {t.dtype} on {t.device}"
+           if isinstance(t, torch.Tensor) else f"a {type(t).__name__}")
+    raise ValueError(f"coil: graph input {index} is not what this graph was compiled for: expected shape "
+                     f"{size}, stride {stride}, {dtype} on {device}; got {got}")
