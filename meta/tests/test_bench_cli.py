@@ -19,7 +19,8 @@ def test_bench_lists_the_suite(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--list"]) == 0
     out = capsys.readouterr().out
     for n in ("bias_gelu_bf16", "softmax_fp32", "layernorm_bf16", "rmsnorm_fp32", "sum_dim0_bf16", "sum_dim1_fp32",
-              "pointwise_chain_bf16", "cross_entropy_fp32", "gpt2_infer_bf16", "gpt2_train_bf16", "resnet50"):
+              "pointwise_chain_bf16", "cross_entropy_fp32", "gpt2_infer_bf16", "gpt2_train_amp", "bert_base_train_amp",
+              "llama_style_infer_bf16", "resnet50_train_amp", "vit_b16_infer_bf16"):
         assert n in out
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
@@ -28,9 +29,8 @@ def test_bench_lists_the_suite(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_bench_selects_subsets() -> None:
     assert select(["softmax"]) == ["softmax_bf16", "softmax_fp32"]
-    assert select(["gpt2_train_bf16", "sum_dim0_fp32"]) == ["gpt2_train_bf16", "sum_dim0_fp32"]
-    assert select([]) == suite_names() and len(suite_names()) == 18
-    with pytest.raises(ValueError, match="not yet implemented"):
-        select(["resnet50"])
+    assert select(["gpt2_train_amp", "sum_dim0_fp32"]) == ["gpt2_train_amp", "sum_dim0_fp32"]
+    assert select(["resnet50"]) == ["resnet50_infer_bf16", "resnet50_train_amp"]
+    assert select([]) == suite_names() and len(suite_names()) == 16 + 10
     with pytest.raises(ValueError, match="unknown case"):
         select(["nope"])

@@ -28,6 +28,7 @@ def test_public_api_snapshot():
         "order_steps",
         "output_buffers",
         "plan",
+        "planner_graph",
         "schedule",
     ]
     for name in S.__all__:
@@ -42,7 +43,7 @@ def test_pointwise_chain_fuses_into_one_group(sch):
     assert k.stores == [s.graph.outputs[0].name]
     assert len(k.internal) == 3
     assert not k.is_reduction and int(k.xnumel) == 15 and int(k.rnumel) == 1
-    assert k.name == "kernel0"
+    assert k.name == "kernel0_add_mul_exp"  # the step index and the first three fused ops
     assert all(t for (_, _, t, _) in s.log.attempts if t)
     sch.check_groups(s)
     sch.check_topological(s)

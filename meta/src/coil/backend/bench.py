@@ -30,13 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coil.backend.bench_models import EST_S, MODEL_CASES, SPECS, run_model
+
 if TYPE_CHECKING:
     import torch
 
 ROWS, COLS = 16384, 8192
 MODES = ("eager", "inductor", "coil")
 MULTIPLIER = 3.0
-NOT_YET = ("bert_base", "llama_style", "resnet50", "vit_b16")
 
 
 def _tol(dtype: torch.dtype) -> float:
@@ -126,9 +127,9 @@ MICRO: tuple[Micro, ...] = (
     Micro("cross_entropy", _xent, lambda d: (_randn(ROWS, COLS, dtype=d), _targets())),
 )
 DTYPES = ("bf16", "fp32")
-MODELS = ("gpt2_infer_bf16", "gpt2_train_bf16")
+MODELS = MODEL_CASES
 # rough seconds per case on an H200 (all three modes, cold compiles): for --budget-s
-_EST = {"gpt2_infer_bf16": 60.0, "gpt2_train_bf16": 150.0}
+_EST = EST_S
 _EST_MICRO = 15.0
 
 
@@ -148,13 +149,13 @@ def select(names: Sequence[str]) -> list[str]:
             hit = every
         elif n == "micro":
             hit = [c for c in every if c not in MODELS]
-        elif n in ("models", "gpt2"):
+        elif n == "models":
             hit = list(MODELS)
+        elif n in SPECS:
+            hit = [c for c in MODELS if c.startswith(n + "_")]
         else:
             hit = [c for c in every if c == n or c.rsplit("_", 1)[0] == n]
         if not hit:
-            if n in NOT_YET:
-                raise ValueError(f"case {n!r} is not yet implemented")
             raise ValueError(f"unknown case {n!r}; known: {', '.join(every)}")
         out += [c for c in hit if c not in out]
     return out
@@ -170,13 +171,16 @@ def _rmse(a: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 @contextlib.contextmanager
-def _cold(root: Path, tag: str) -> Iterator[None]:
-    """Fresh, empty caches for Inductor, Triton and coil: env set before the compile, memos cleared."""
+def _cold(root: Path, tag: str) -> Iterator[dict[str, str]]:
+    """Fresh, empty caches for Inductor, Triton and coil: env set before the compile, memos cleared.
+
+    Yields the cache environment, so that a new process can compile again with warm caches."""
     import torch
 
     d = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=root))
-    for k, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"), ("COIL_CACHE_DIR", "coil")):
-        os.environ[k] = str(d / sub)
+    env = {k: str(d / sub) for k, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"),
+                                          ("COIL_CACHE_DIR", "coil"))}
+    os.environ.update(env)
     torch._dynamo.reset()
     with contextlib.suppress(Exception):
         from coil.runtime.compile import clear_memo
@@ -192,7 +196,7 @@ def _cold(root: Path, tag: str) -> Iterator[None]:
         except TypeError:
             cm = contextlib.nullcontext()
     with cm:
-        yield
+        yield env
 
 
 def _compile(fn: Any, mode: str) -> Any:
@@ -303,135 +307,6 @@ def run_micro(name: str, ctx: Ctx) -> dict[str, Any]:
     return res
 
 
-def _gpt2(dtype: torch.dtype) -> Any:
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    cfg: Any = GPT2Config(attn_implementation="eager")  # type: ignore[call-arg]
-    model: Any = GPT2LMHeadModel(cfg)
-    return model.to("cuda").to(dtype), cfg
-
-
-def run_gpt2_infer(ctx: Ctx) -> dict[str, Any]:
-    import copy
-
-    import torch
-
-    m16, cfg = _gpt2(torch.bfloat16)
-    m16.eval()
-    batch, seq = 4, 512
-    ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
-    tol = 1e-2
-    with torch.no_grad():
-        m64 = copy.deepcopy(m16).to(torch.float64)
-        ref = m64(ids).logits
-        del m64
-        e_rmse = _rmse(m16(ids).logits, ref)
-    res: dict[str, Any] = {"kind": "model", "model": "GPT2LMHeadModel(GPT2Config()), random weights, eager attention",
-                           "dtype": "bf16", "batch": batch, "seq": seq, "rmse_eager": e_rmse, "tol": tol}
-    for mode in MODES:
-        r: dict[str, Any] = {}
-        try:
-            if mode == "coil":
-                import coil.backend as cb
-
-                cb.reset()
-            with torch.no_grad(), _cold(ctx.root, f"gpt2-infer-{mode}"):
-                f = _compile(m16, mode)
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                out = f(ids).logits
-                torch.cuda.synchronize()
-                r["first_call_s"] = time.perf_counter() - t0
-            with torch.no_grad():
-                r["rmse"] = _rmse(out, ref)
-                del out
-                r["accuracy_ok"] = r["rmse"] <= MULTIPLIER * e_rmse + tol / 10
-                r["ms"] = _bench(functools.partial(f, ids), 50, 200)
-                r["peak_mib"] = _warm_peak(functools.partial(f, ids))
-            if mode == "coil":
-                r["graphs"] = _coil_graphs()
-        except Exception as exc:
-            r["error"] = f"{type(exc).__name__}: {exc}"[:800]
-            traceback.print_exc()
-            torch.cuda.empty_cache()
-        res[mode] = r
-    del m16, ref
-    torch.cuda.empty_cache()
-    return res
-
-
-def run_gpt2_train(ctx: Ctx) -> dict[str, Any]:
-    """One training step (forward, loss, backward; no optimizer), bf16 weights, dropout 0."""
-    import copy
-
-    import torch
-
-    base, cfg = _gpt2(torch.bfloat16)
-    base.train()
-    for mod in base.modules():
-        if isinstance(mod, torch.nn.Dropout):
-            mod.p = 0.0
-    batch, seq = 4, 512
-    ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
-    tol = 1e-2
-
-    def step(model: Any) -> torch.Tensor:
-        model.zero_grad(set_to_none=True)
-        loss = model(ids, labels=ids).loss
-        loss.backward()
-        return loss.detach()  # type: ignore[no-any-return]
-
-    def grads(model: Any) -> list[torch.Tensor]:
-        return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
-
-    m64 = copy.deepcopy(base).to(torch.float64)
-    ref = [step(m64), *grads(m64)]
-    del m64
-    torch.cuda.empty_cache()
-    e16 = copy.deepcopy(base)
-    eag = [step(e16), *grads(e16)]
-    del e16
-    e_rmse = [_rmse(a, b) for a, b in zip(eag, ref, strict=True)]
-    del eag
-    res: dict[str, Any] = {"kind": "model", "model": "GPT2LMHeadModel(GPT2Config()), random weights, eager attention",
-                           "dtype": "bf16 weights", "batch": batch, "seq": seq, "tensors_checked": len(ref), "tol": tol,
-                           "step": "zero_grad + forward + loss + backward (no optimizer)"}
-    for mode in MODES:
-        r: dict[str, Any] = {}
-        try:
-            m = copy.deepcopy(base)
-            if mode == "coil":
-                import coil.backend as cb
-
-                cb.reset()
-            with _cold(ctx.root, f"gpt2-train-{mode}"):
-                f = _compile(m, mode)
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                loss = step(f)
-                torch.cuda.synchronize()
-                r["first_call_s"] = time.perf_counter() - t0
-            got = [loss, *grads(m)]
-            ratios = [_rmse(a, b) / (MULTIPLIER * e + tol / 10) for a, b, e in zip(got, ref, e_rmse, strict=True)]
-            del got
-            r["worst_ratio"] = max(ratios)
-            r["failed_checks"] = [i for i, x in enumerate(ratios) if x > 1]
-            r["accuracy_ok"] = not r["failed_checks"]
-            r["ms"] = _bench(functools.partial(step, f), 20, 200)
-            r["peak_mib"] = _warm_peak(functools.partial(step, f))
-            if mode == "coil":
-                r["graphs"] = _coil_graphs()
-            del f, m
-        except Exception as exc:
-            r["error"] = f"{type(exc).__name__}: {exc}"[:800]
-            traceback.print_exc()
-        torch.cuda.empty_cache()
-        res[mode] = r
-    return res
-
-
 # -------------------------------------------------------------------------------- reporting
 
 
@@ -480,7 +355,7 @@ def render(report: dict[str, Any]) -> str:
             f"| {(_f(i.get('gbs'), '.0f') + ' / ' + _f(c.get('gbs'), '.0f')) if micro else '—'} "
             f"| {(_f(i.get('pct_copy'), '.0f') + ' / ' + _f(c.get('pct_copy'), '.0f')) if micro else '—'} "
             f"| {_acc(i)} / {_acc(c)} |")
-    lines += ["", "Not yet implemented: " + ", ".join(NOT_YET) + ".", ""]
+    lines.append("")
     lines += ["Issue-5 targets (from this run):"] + [f"- {t}" for t in targets(report)]
     errors = [f"{n} {m}: {r[m]['error']}" for n, r in cases.items() for m in MODES if "error" in r.get(m, {})]
     if errors:
@@ -521,7 +396,11 @@ def targets(report: dict[str, Any]) -> list[str]:
             and isinstance(b := r.get("inductor", {}).get("first_call_s"), float) and a <= b]
     out.append(f"cold first call (compile) coil <= Inductor: {len(comp)}/{len(done)} cases"
                + (f"; models: {', '.join(n for n in models if n in comp) or 'none'}" if models else ""))
-    out.append("warm-cache compile time: not measured by this first cut (needs a second process)")
+    warm = [f"{n} {m} {w:.1f}/{c:.1f} s" for n, r in models.items() for m in ("inductor", "coil")
+            if isinstance(w := r.get(m, {}).get("warm_first_call_s"), float)
+            and isinstance(c := r.get(m, {}).get("first_call_s"), float)]
+    if warm:
+        out.append("warm-cache / cold first call (new process): " + "; ".join(warm))
     trains = {n: r for n, r in models.items() if "train" in n}
     if trains:
         pm = [n for n, r in trains.items() if isinstance(a := r.get("coil", {}).get("peak_mib"), float)
@@ -559,7 +438,7 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0) -> int:
         "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "triton": triton.__version__, "transformers": tv, "budget_s": budget_s, "copy_gbs": {},
         "rule": "RMSE(mode vs fp64) <= 3 * RMSE(eager vs fp64) + tol/10; tol 1e-2 bf16, 1e-4 fp32",
-        "not_yet_implemented": list(NOT_YET), "cases": {},
+        "cases": {},
     }
     ctx = Ctx(Path(tempfile.mkdtemp(prefix="coil-bench-")))
     start = time.perf_counter()
@@ -573,10 +452,8 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0) -> int:
             continue
         t0 = time.perf_counter()
         print(f"[bench] {name} ...", flush=True)
-        if name == "gpt2_infer_bf16":
-            res = run_gpt2_infer(ctx)
-        elif name == "gpt2_train_bf16":
-            res = run_gpt2_train(ctx)
+        if name in MODELS:
+            res = run_model(name, functools.partial(_cold, ctx.root), MODES)
         else:
             res = run_micro(name, ctx)
         res["case_s"] = time.perf_counter() - t0

@@ -8,7 +8,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     """`coil demo` / `coil bench`: run a real model with backend="coil", or benchmark it."""
-    from coil.backend.bench import NOT_YET, suite_names
+    from coil.backend.bench import suite_names
 
     parser = argparse.ArgumentParser(prog="coil", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run eager, torch.compile default (TorchInductor) and coil side by side in one process and "
                     "write bench.json and bench.md.",
-        epilog="cases: " + " ".join(names) + "\ngroups: all micro models gpt2, or a micro base name "
-               "(e.g. softmax = softmax_bf16 softmax_fp32)\nnot yet implemented: " + " ".join(NOT_YET))
+        epilog="cases: " + " ".join(names) + "\ngroups: all, micro, models, a model name (e.g. gpt2 = "
+               "gpt2_infer_bf16 gpt2_train_amp), a micro base name (e.g. softmax = softmax_bf16 softmax_fp32)")
     bench.add_argument("names", nargs="*", metavar="NAMES", help="cases to run (default: all)")
     bench.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md (default: bench-out)")
     bench.add_argument("--budget-s", type=float, default=480.0,
@@ -34,7 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "bench":
         if args.list:
             print("\n".join(names))
-            print("not yet implemented: " + " ".join(NOT_YET))
             return 0
         from coil.backend.bench import run
 

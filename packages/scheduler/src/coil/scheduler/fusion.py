@@ -11,6 +11,7 @@ is recorded with its reason in `FusionLog`.
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -190,5 +191,18 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
         result.append(kg)
     for i, step in enumerate(result):
         if isinstance(step, KernelGroup):
-            step.name = f"kernel{i}"
+            step.name = kernel_name(i, step.origins())
     return result
+
+
+def kernel_name(index: int, origins: list[str]) -> str:
+    """``kernel<index>_<op>_<op>_<op>``: the step's index and the first distinct FX ops it fuses
+    (FX node names without their numeric suffix), so that profiles say what a kernel computes."""
+    ops: list[str] = []
+    for o in origins:
+        op = re.sub(r"(_\d+)+$", "", o)
+        op = re.sub(r"\W", "_", op).strip("_")
+        if op and op not in ops:
+            ops.append(op)
+    suffix = "_".join(ops[:3])[:48].strip("_")
+    return f"kernel{index}_{suffix}" if suffix else f"kernel{index}"

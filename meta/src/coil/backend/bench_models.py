@@ -1,0 +1,294 @@
+"""The model half of `coil bench`: HF GPT-2, BERT-base, a Llama-style decoder, ResNet-50, ViT-B/16.
+
+Every model is built from its config with random weights (seed 0), on CUDA, and measured two ways:
+
+* `<model>_infer_bf16`: the model in bf16, `eval()`, under `torch.no_grad()`;
+* `<model>_train_amp`: one training step — `zero_grad`, forward and loss under
+  `torch.autocast("cuda", torch.bfloat16)` with fp32 weights, backward (no optimizer). Dropout
+  is set to 0 so that every mode computes the same function.
+
+Accuracy follows the PyTorch benchmark harness's rule against an fp64 copy of the model run
+without autocast: RMSE(mode) <= 3 * RMSE(eager) + tol / 10 (tol 1e-2) for the output (inference)
+or for the loss and every gradient (training). `warm_first_call` measures a warm-cache compile:
+a new process, the caches the cold compile filled.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+TOL = 1e-2
+MULTIPLIER = 3.0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to build one model and its inputs, and what its output and loss are."""
+
+    name: str
+    describe: str
+    build: Callable[[], Any]  # -> nn.Module on CUDA, fp32, random weights
+    inputs: Callable[[Any], tuple[Any, ...]]  # model -> positional inputs on CUDA
+    output: Callable[[Any], Any]  # forward result -> the tensor compared for accuracy
+    loss: Callable[[Any, tuple[Any, ...]], Any]  # (model, inputs) -> scalar loss
+
+
+def _ids(vocab: int, batch: int = 4, seq: int = 512) -> tuple[Any, ...]:
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    return (torch.randint(0, vocab, (batch, seq), device="cuda", generator=g),)
+
+
+def _images(batch: int = 32) -> tuple[Any, ...]:
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    return (torch.randn(batch, 3, 224, 224, device="cuda", generator=g),)
+
+
+def _lm_loss(model: Any, inputs: tuple[Any, ...]) -> Any:
+    return model(inputs[0], labels=inputs[0]).loss
+
+
+def _image_loss(model: Any, inputs: tuple[Any, ...]) -> Any:
+    import torch
+
+    out = model(inputs[0])
+    labels = torch.arange(out.shape[0], device=out.device) % out.shape[1]
+    return torch.nn.functional.cross_entropy(out.float(), labels)
+
+
+def _gpt2() -> Any:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(attn_implementation="eager"))  # type: ignore[call-arg]
+
+
+def _bert() -> Any:
+    from transformers import BertConfig, BertForMaskedLM
+
+    return BertForMaskedLM(BertConfig(attn_implementation="eager"))  # type: ignore[call-arg]
+
+
+def _llama() -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                      num_attention_heads=16, num_key_value_heads=8, max_position_embeddings=1024,
+                      attn_implementation="eager")  # type: ignore[call-arg]
+    return LlamaForCausalLM(cfg)
+
+
+def _resnet50() -> Any:
+    import torchvision  # type: ignore[import-not-found, unused-ignore]
+
+    return torchvision.models.resnet50()
+
+
+def _vit() -> Any:
+    import timm  # type: ignore[import-not-found, unused-ignore]
+
+    return timm.create_model("vit_base_patch16_224", pretrained=False)
+
+
+SPECS: dict[str, ModelSpec] = {s.name: s for s in (
+    ModelSpec("gpt2", "HF GPT2LMHeadModel(GPT2Config()), eager attention, batch 4 x 512", _gpt2,
+              lambda m: _ids(m.config.vocab_size), lambda o: o.logits, _lm_loss),
+    ModelSpec("bert_base", "HF BertForMaskedLM(BertConfig()), eager attention, batch 4 x 512", _bert,
+              lambda m: _ids(m.config.vocab_size), lambda o: o.logits, _lm_loss),
+    ModelSpec("llama_style", "HF LlamaForCausalLM: 8 layers, hidden 1024, 16 heads / 8 KV heads, "
+              "SwiGLU 2816, vocab 32000, batch 4 x 512", _llama,
+              lambda m: _ids(m.config.vocab_size), lambda o: o.logits, _lm_loss),
+    ModelSpec("resnet50", "torchvision resnet50(), batch 32 x 3 x 224 x 224", _resnet50,
+              lambda m: _images(), lambda o: o, _image_loss),
+    ModelSpec("vit_b16", "timm vit_base_patch16_224, batch 32 x 3 x 224 x 224", _vit,
+              lambda m: _images(), lambda o: o, _image_loss),
+)}  # fmt: skip
+MODEL_CASES = tuple(f"{n}_{k}" for n in SPECS for k in ("infer_bf16", "train_amp"))
+# rough seconds per case on an H200 (three modes, cold compiles, the warm-compile processes)
+EST_S = {c: (90.0 if c.endswith("infer_bf16") else 200.0) for c in MODEL_CASES}
+
+
+def _rmse(a: Any, ref: Any) -> float:
+    import torch
+
+    return float(torch.sqrt(torch.mean((a.detach().double() - ref.double()) ** 2)))
+
+
+def _no_dropout(model: Any) -> None:
+    import torch
+
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Dropout):
+            mod.p = 0.0
+        if hasattr(mod, "drop_path") and hasattr(mod.drop_path, "drop_prob"):
+            mod.drop_path.drop_prob = 0.0
+
+
+def _model(spec: ModelSpec) -> Any:
+    import torch
+
+    torch.manual_seed(0)
+    m = spec.build().to("cuda")
+    _no_dropout(m)
+    return m
+
+
+def _compile(fn: Any, mode: str) -> Any:
+    import torch
+
+    if mode == "eager":
+        return fn
+    if mode == "inductor":
+        return torch.compile(fn)
+    return torch.compile(fn, backend="coil")
+
+
+def _infer_step(spec: ModelSpec, model: Any, inputs: tuple[Any, ...]) -> Any:
+    import torch
+
+    with torch.no_grad():
+        return spec.output(model(*inputs))
+
+
+def _train_step(spec: ModelSpec, model: Any, inputs: tuple[Any, ...], *, amp: bool = True) -> Any:
+    import torch
+
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+        loss = spec.loss(model, inputs)
+    loss.backward()
+    return loss.detach()
+
+
+def _grads(model: Any) -> list[Any]:
+    return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+
+
+def first_call(case: str, mode: str) -> float:
+    """Seconds of the first call (compile + run) of `case` in `mode`, in this process."""
+    import torch
+
+    spec, kind = _split(case)
+    model = _model(spec)
+    inputs = spec.inputs(model)
+    if kind == "infer_bf16":
+        model = model.to(torch.bfloat16).eval()
+    f = _compile(model, mode)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    if kind == "infer_bf16":
+        _infer_step(spec, f, inputs)
+    else:
+        _train_step(spec, f, inputs)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def warm_first_call(case: str, mode: str, env: dict[str, str]) -> float | str:
+    """First-call seconds in a new process whose caches are `env`'s (filled by a cold run)."""
+    cmd = [sys.executable, "-m", "coil.backend.bench_models", case, mode]
+    try:
+        p = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("first_call_s="):
+            return float(line.split("=", 1)[1])
+    return f"failed (exit {p.returncode}): {p.stderr.strip()[-300:]}"
+
+
+def _split(case: str) -> tuple[ModelSpec, str]:
+    for kind in ("infer_bf16", "train_amp"):
+        if case.endswith("_" + kind):
+            return SPECS[case[: -len(kind) - 1]], kind
+    raise ValueError(f"not a model case: {case!r}")
+
+
+def run_model(case: str, cold: Callable[[str], Any], modes: tuple[str, ...]) -> dict[str, Any]:
+    """Measure one model case in every mode. `cold(tag)` is a context manager with empty caches
+    that yields the cache environment (for the warm-compile process)."""
+    import torch
+    from coil.backend.bench import _bench, _coil_graphs, _warm_peak
+
+    spec, kind = _split(case)
+    base = _model(spec)
+    inputs = spec.inputs(base)
+    res: dict[str, Any] = {"kind": "model", "model": spec.describe, "tol": TOL}
+    if kind == "infer_bf16":
+        m16 = copy.deepcopy(base).to(torch.bfloat16).eval()
+        ref = _infer_step(spec, copy.deepcopy(base).to(torch.float64), inputs)
+        e_rmse = [_rmse(_infer_step(spec, m16, inputs), ref)]
+        refs = [ref]
+        res["dtype"] = "bf16"
+    else:
+        m64 = copy.deepcopy(base).to(torch.float64)
+        refs = [_train_step(spec, m64, inputs, amp=False), *_grads(m64)]
+        del m64
+        e = copy.deepcopy(base)
+        e_rmse = [_rmse(a, r) for a, r in zip([_train_step(spec, e, inputs), *_grads(e)], refs, strict=True)]
+        del e
+        res["dtype"] = "fp32 weights, autocast bf16"
+        res["step"] = "zero_grad + forward + loss + backward (no optimizer)"
+    res["tensors_checked"] = len(refs)
+    torch.cuda.empty_cache()
+    for mode in modes:
+        r: dict[str, Any] = {}
+        try:
+            if mode == "coil":
+                import coil.backend as cb
+
+                cb.reset()
+            m = m16 if kind == "infer_bf16" else copy.deepcopy(base)
+            with cold(f"{case}-{mode}") as env:
+                f = _compile(m, mode)
+                step = functools.partial(_infer_step if kind == "infer_bf16" else _train_step, spec, f, inputs)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                out = step()
+                torch.cuda.synchronize()
+                r["first_call_s"] = time.perf_counter() - t0
+                if mode != "eager":
+                    r["warm_first_call_s"] = warm_first_call(case, mode, env)
+            got = [out] if kind == "infer_bf16" else [out, *_grads(m)]
+            ratios = [_rmse(a, b) / (MULTIPLIER * e + TOL / 10) for a, b, e in zip(got, refs, e_rmse, strict=True)]
+            del got, out
+            r["worst_ratio"] = max(ratios)
+            r["failed_checks"] = [i for i, x in enumerate(ratios) if x > 1]
+            r["accuracy_ok"] = not r["failed_checks"]
+            r["ms"] = _bench(step, 20, 200)
+            r["peak_mib"] = _warm_peak(step)
+            if mode == "coil":
+                r["graphs"] = _coil_graphs()
+            del f, step
+        except Exception as exc:
+            r["error"] = f"{type(exc).__name__}: {exc}"[:800]
+            traceback.print_exc()
+        torch.cuda.empty_cache()
+        res[mode] = r
+    return res
+
+
+def main(argv: list[str]) -> int:
+    """`python -m coil.backend.bench_models CASE MODE`: print the first call's seconds."""
+    case, mode = argv
+    import coil.backend  # noqa: F401  (registers backend="coil")
+
+    print(f"first_call_s={first_call(case, mode)}")
+    print(json.dumps({"case": case, "mode": mode}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
