@@ -128,3 +128,18 @@ def test_coil_logs_selects_artefacts(caplog: pytest.LogCaptureFixture, device: t
     assert "fusion log" in fusion
     kernels = "\n".join(r.getMessage() for r in caplog.records if r.name == "coil.kernels")
     assert "@triton.jit" in kernels and "fused FX nodes" in kernels
+
+
+def test_graph_with_a_tensor_constant_writes_its_repro(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A tensor constant (get_attr) was copied under AOTAutograd's FakeTensorMode and the whole
+    folder was lost ("Please convert all Tensors to FakeTensors"), e.g. for HF Llama."""
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x * torch.tensor([1.0, -2.0, 3.0]))  # a constant of the graph
+
+    torch._dynamo.reset()
+    x = torch.randn(4, 3)
+    with knobs.override(debug_dir=str(tmp_path), fallback_on_error=False), caplog.at_level(logging.WARNING):
+        torch.testing.assert_close(torch.compile(fn, backend="coil")(x), fn(x))
+    assert "could not write" not in caplog.text
+    folders = [p for p in tmp_path.iterdir() if (p / "repro.py").exists()]
+    assert folders and all((p / "repro_constants.pt").exists() for p in folders)

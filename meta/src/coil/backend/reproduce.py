@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.graph import _custom_builtins
 
 
@@ -82,7 +83,9 @@ def capture(gm: torch.fx.GraphModule, name: str, kind: str) -> GraphCapture:
             for atom in str(n.target).split("."):
                 value = getattr(value, atom)
             if isinstance(value, torch.Tensor):
-                constants[str(n.target)] = value.detach().clone()
+                # the compile may run under AOTAutograd's FakeTensorMode: copy the real tensor
+                with unset_fake_temporarily():
+                    constants[str(n.target)] = value.detach().clone()
             else:
                 notes.append(f"attribute {n.target} is a {type(value).__name__}, not saved")
     node_names = [n.name for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
