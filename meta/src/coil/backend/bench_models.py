@@ -155,11 +155,17 @@ def _compile(fn: Any, mode: str) -> Any:
     return torch.compile(fn, backend="coil")
 
 
+def _as_model_dtype(model: Any, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Floating inputs (images) in the dtype of the model's weights (bf16, fp64 references)."""
+    dtype = next(model.parameters()).dtype
+    return tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
+
+
 def _infer_step(spec: ModelSpec, model: Any, inputs: tuple[Any, ...]) -> Any:
     import torch
 
     with torch.no_grad():
-        return spec.output(model(*inputs))
+        return spec.output(model(*_as_model_dtype(model, inputs)))
 
 
 def _train_step(spec: ModelSpec, model: Any, inputs: tuple[Any, ...], *, amp: bool = True) -> Any:
@@ -167,7 +173,7 @@ def _train_step(spec: ModelSpec, model: Any, inputs: tuple[Any, ...], *, amp: bo
 
     model.zero_grad(set_to_none=True)
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-        loss = spec.loss(model, inputs)
+        loss = spec.loss(model, _as_model_dtype(model, inputs))
     loss.backward()
     return loss.detach()
 

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,7 +31,7 @@ from coil.backend.dump import spans
 from coil.backend.errors import CoilCompileError
 from coil.backend.knobs import knobs
 from coil.backend.progress import compile_with_progress
-from coil.backend.stats import COMPILED, GraphStats
+from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats
 from coil.fx_passes import (
     GraphPass,
     PassManager,
@@ -54,14 +55,18 @@ _counter = itertools.count()
 CompiledFn = Callable[[list[Any]], Any]
 
 
-def _stage(stage: str, graph: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run one stage; any error becomes a CoilCompileError naming the stage."""
+def _stage(stats: GraphStats, stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run one stage of graph `stats.name`, adding its wall time to `stats.stage_times[stage]`;
+    any error becomes a CoilCompileError naming the stage."""
+    t0 = time.perf_counter()
     try:
         return fn(*args, **kwargs)
     except CoilCompileError:
         raise
     except Exception as e:
-        raise CoilCompileError(stage, graph, e) from e
+        raise CoilCompileError(stage, stats.name, e) from e
+    finally:
+        stats.stage_times[stage] = stats.stage_times.get(stage, 0.0) + time.perf_counter() - t0
 
 
 def _device(graph: LoweredGraph) -> torch.device:
@@ -128,44 +133,52 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, ki
 
 def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, out: Artefacts,
              check_inputs: bool) -> CompiledFn:
-    gm = _stage("post-grad passes", name, _post_grad_passes, gm, kind, out)
+    gm = _stage(stats, "post-grad passes", _post_grad_passes, gm, kind, out)
     out.post_grad(gm)
-    lowered: LoweredGraph = _stage("lowering", name, lower, gm, name)
+    lowered: LoweredGraph = _stage(stats, "lowering", lower, gm, name)
     out.ir(lowered)
-    sched: Schedule = _stage("scheduling", name, schedule, lowered, fusion=knobs.fusion, order_time_limit=knobs.order_time)
+    sched: Schedule = _stage(stats, "scheduling", schedule, lowered, fusion=knobs.fusion, order_time_limit=knobs.order_time)
     out.schedule(sched)
-    device: torch.device = _stage("device", name, _device, lowered)
+    device: torch.device = _stage(stats, "device", _device, lowered)
     target = "cuda" if device.type == "cuda" else "interpret"
     bufs = lowered.buffers()
     options = CodegenOptions(debug_asserts=knobs.debug_asserts)
-    sources: list[KernelSource] = _stage("triton codegen", name, generate_schedule, sched, bufs, target,
+    sources: list[KernelSource] = _stage(stats, "triton codegen", generate_schedule, sched, bufs, target,
                                          knobs.reduction_strategy, lowered.symbol_hints, options)
     out.kernels(sources)
-    _stage("device", name, _check_kernel_devices, sources, lowered, device)
+    _stage(stats, "device", _check_kernel_devices, sources, lowered, device)
     launches = {s.name: KernelLaunch(s.name, s.pointer_args, s.size_args, s.grid) for s in sources}
-    program: WrapperProgram = _stage("wrapper codegen", name, build, sched, launches, reuse=knobs.reuse,
+    program: WrapperProgram = _stage(stats, "wrapper codegen", build, sched, launches, reuse=knobs.reuse,
                                      check_inputs=check_inputs or knobs.check_inputs)
     out.memory_plan(sched, program)
-    source: str = _stage("wrapper codegen", name, emit_python, program.lines, [s.name for s in sources],
+    source: str = _stage(stats, "wrapper codegen", emit_python, program.lines, [s.name for s in sources],
                          sorted(program.constants), name)
     namespace: dict[str, Any] = {}
     if knobs.check_lifetimes:
-        source = _stage("lifetime tracking", name, instrument_wrapper, source, program.lines)
+        source = _stage(stats, "lifetime tracking", instrument_wrapper, source, program.lines)
         namespace[TRACKER] = LifetimeTracker(
             name, spans(sched), returned_storage(program.lines), dict(program.reuse.storage) if program.reuse else None)
     out.wrapper(source)
     out.wrapper_fx(program.lines)
-    kernels = _stage("runtime compile", name, compile_with_progress, _specs(sources, lowered), device, name)
-    exec(compile(source, f"<coil wrapper {name}>", "exec"), namespace)
-    call = namespace["make"](device, program.constants, kernels)
+    kernels = _stage(stats, "runtime compile", compile_with_progress, _specs(sources, lowered), device, name)
+    call = _stage(stats, "load", _load, source, name, namespace, device, program.constants, kernels)
     _record(stats, lowered, sched, sources, program, source)
     log.info("compiled %s: %d kernels, %d externs, fallbacks %s", name, stats.kernels, stats.externs, stats.fallbacks)
-    if knobs.cuda_graphs and device.type == "cuda" and not lowered.symbol_hints and kind == "inference":
-        # replay the whole graph as one CUDA graph (static shapes; parameters stay in place)
+    if (knobs.cuda_graphs and device.type == "cuda" and not lowered.symbol_hints and kind == "inference"
+            and not stats.fallbacks):
+        # replay the whole graph as one CUDA graph (static shapes; parameters stay in place; no
+        # ATen fallbacks, whose ops may synchronise or allocate data-dependent shapes)
         from coil.runtime import cudagraphify
 
         call = cudagraphify(call)
     return _boxed(call, name if knobs.check_nan else None)
+
+
+def _load(source: str, name: str, namespace: dict[str, Any], device: torch.device,
+          constants: dict[str, torch.Tensor], kernels: dict[str, Any]) -> Callable[[list[Any]], Any]:
+    """Execute the wrapper module `source` in `namespace`; return its `make(...)` callable."""
+    exec(compile(source, f"<coil wrapper {name}>", "exec"), namespace)
+    return namespace["make"](device, constants, kernels)  # type: ignore[no-any-return]
 
 
 def _post_grad_passes(gm: torch.fx.GraphModule, kind: str, out: Artefacts) -> torch.fx.GraphModule:
@@ -225,8 +238,14 @@ def _eager(gm: torch.fx.GraphModule) -> CompiledFn:
 
 def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: Any) -> Callable[..., Any]:
     """The torch.compile backend (registered as "coil" through the torch_dynamo_backends entry point)."""
+    call = BackendCall()
+    BACKEND_CALLS.append(call)
+    first = len(COMPILED)
+    t0 = time.perf_counter()
     gm = run_pre_grad_passes(gm, example_inputs)
-    return aot_module_simplified(  # type: ignore[no-any-return]
+    t1 = time.perf_counter()
+    call.pre_grad_s = t1 - t0
+    compiled = aot_module_simplified(
         gm,
         list(example_inputs),
         # Dynamo guards the inputs (a mismatch recompiles): no second check in the wrapper
@@ -237,3 +256,6 @@ def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: A
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
     )
+    call.aot_s = time.perf_counter() - t1
+    call.graphs = [g.name for g in COMPILED[first:]]
+    return compiled  # type: ignore[no-any-return]

@@ -45,8 +45,9 @@ KNOBS: dict[str, Knob] = {
     "verify": Knob("COIL_VERIFY", False, bool, "check graph and IR invariants after every stage"),
     "order_time": Knob("COIL_ORDER_TIME", 0.5, float,
                        "seconds the memory planner may search for a lower-peak order of the fused steps (0: off)"),
-    "cuda_graphs": Knob("COIL_CUDA_GRAPHS", False, bool,
-                        "replay forward/inference graphs as CUDA graphs (static shapes only)"),
+    "cuda_graphs": Knob("COIL_CUDA_GRAPHS", True, bool,
+                        "replay inference graphs as CUDA graphs (CUDA, static shapes, no ATen fallbacks; "
+                        "outputs are fresh clones, non-parameter inputs are copied in)"),
     # debugging (docs/debugging.md)
     "logs": Knob("COIL_LOGS", "", str,
                  "comma list of artefacts to log at INFO on logger coil.<artefact>: "

@@ -73,7 +73,8 @@ class CudaGraphRunner:
         pool: a memory pool handle (`torch.cuda.graph_pool_handle()`) to share with other graphs.
 
     Attributes: `first_outputs` (the warm-up result), `static_indices`, `mutated_indices`,
-    `recaptures`, `graph`.
+    `recaptures`, `graph`, `capture_error` (set when the capture raised: every later call then
+    runs `call` directly, with one warning).
     """
 
     def __init__(
@@ -144,7 +145,13 @@ class CudaGraphRunner:
             current.wait_stream(side)
         self.graph: torch.cuda.CUDAGraph | None = None
         self._static_outputs: tuple[Any, ...] = ()
-        self._capture()
+        self.capture_error: Exception | None = None
+        try:
+            self._capture()
+        except Exception as exc:  # an op that cannot be captured: run eagerly from now on
+            self.capture_error = exc
+            log.warning("CudaGraphRunner: capture failed (%s: %s); running without a CUDA graph",
+                        type(exc).__name__, exc)
 
     def _capture(self) -> None:
         import torch
@@ -164,6 +171,8 @@ class CudaGraphRunner:
 
         if len(inputs) != self._n:
             raise ValueError(f"CudaGraphRunner: expected {self._n} inputs, got {len(inputs)}")
+        if self.capture_error is not None:
+            return tuple(self._call(inputs))
         static_inputs = self._static_inputs
         moved = [i for i in self.static_indices if inputs[i].data_ptr() != self._static_ptrs[i]]
         for i in self._copy_idx:

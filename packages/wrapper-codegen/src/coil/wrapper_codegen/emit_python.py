@@ -7,6 +7,7 @@ names to launchers `kernel(grid, *args)` (coil.runtime.Kernel).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ def emit_line(line: Line) -> list[str]:
         return [f"check_input({line.name}, {line.index}, {pyrepr(line.size)}, {pyrepr(line.stride)}, {line.dtype}, "
                 f"{pyrepr(line.device)})"]
     if isinstance(line, Allocate):
-        return [f"{line.name} = empty_strided({pyrepr(line.size)}, {pyrepr(line.stride)}, dtype={line.dtype}, device={pyrepr(line.device)})"]
+        return [f"{line.name} = {allocator_name(line.device)}({pyrepr(line.size)}, {pyrepr(line.stride)}, {line.dtype})"]
     if isinstance(line, Reuse):
         return [f"{line.name} = as_strided({line.donor}, {pyrepr(line.size)}, {pyrepr(line.stride)}, {line.donor}.storage_offset()); del {line.donor}"]
     if isinstance(line, Free):
@@ -106,6 +107,11 @@ def emit_line(line: Line) -> list[str]:
     raise TypeError(f"no Python emitter for {type(line).__name__}")
 
 
+def allocator_name(device: object) -> str:
+    """The wrapper variable holding `fast_empty(device)` (bound once in `make`)."""
+    return "alloc_" + re.sub(r"\W", "_", str(device))
+
+
 # the wrapper's run-time helpers (ensure_layout, check_input, ...): helpers.py, verbatim
 PRELUDE = Path(__file__).with_name("helpers.py").read_text() + "\n"
 
@@ -120,6 +126,9 @@ def emit_python(lines: list[Line], kernel_names: list[str], constant_names: list
         out.append(f"    k_{k} = kernels[{k!r}]")
     for c in constant_names:
         out.append(f"    {c} = constants[{c!r}]")
+    devices = {str(line.device): line.device for line in lines if isinstance(line, Allocate)}
+    for dev in devices.values():
+        out.append(f"    {allocator_name(dev)} = fast_empty({pyrepr(dev)})")
     out.append("")
     out.append("    def call(args):")
     out.extend("        " + b for b in body)

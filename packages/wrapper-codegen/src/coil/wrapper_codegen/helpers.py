@@ -5,6 +5,25 @@ import torch
 
 empty_strided = torch.empty_strided
 as_strided = torch.as_strided
+try:  # torch's C fast paths for an uninitialised allocation (what Inductor's wrappers call)
+    from torch._C._dynamo.guards import _empty_strided_cpu, _empty_strided_cuda  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - older or trimmed torch builds
+    _empty_strided_cpu = _empty_strided_cuda = None
+
+
+def fast_empty(device: torch.device):  # type: ignore[no-untyped-def]
+    """`alloc(size, stride, dtype)` for `device`: torch's C fast path where it is safe (the CPU;
+    CUDA when the process sees one GPU, since the fast path allocates on the current device),
+    else `torch.empty_strided(..., device=device)`."""
+    if device.type == "cpu" and _empty_strided_cpu is not None:
+        return _empty_strided_cpu
+    if device.type == "cuda" and _empty_strided_cuda is not None and torch.cuda.device_count() == 1:
+        return _empty_strided_cuda
+
+    def alloc(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty_strided(size, stride, dtype=dtype, device=device)
+
+    return alloc
 
 
 def ensure_layout(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
