@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 from coil.memory_planner import (
@@ -13,6 +14,7 @@ from coil.memory_planner import (
     search_packing,
     validate_packing,
 )
+from coil.memory_planner.greedy import GREEDY_ORDERS, place_in_order, time_neighbours
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -126,3 +128,42 @@ def test_zero_size_and_empty() -> None:
     assert pack([], time_limit=0.1).arena_size == 0
     res = pack([Block("z", 0, 3, 0), Block("a", 1, 2, 8)], time_limit=0.1)
     assert res.arena_size == 8
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances(max_n=12, max_size=10))
+def test_time_neighbours_are_the_overlapping_pairs(blocks: list[Block]) -> None:
+    nb = time_neighbours(blocks)
+    for i, a in enumerate(blocks):
+        want = [j for j, b in enumerate(blocks) if j != i and a.overlaps_in_time(b)]
+        assert nb[i] == want
+    for name, order in GREEDY_ORDERS.items():
+        for best_fit in (False, True):
+            offsets = place_in_order(blocks, order(blocks), best_fit, nb)
+            validate_packing(blocks, offsets)
+            assert offsets == place_in_order(blocks, order(blocks), best_fit), name
+
+
+def _layered(n: int) -> list[Block]:
+    """A hard-ish large instance: long-lived blocks of mixed sizes over a sliding window."""
+    return [
+        Block(f"b{i}", i // 3, i // 3 + 1 + (i * 7919) % 40, 1 + (i * 104729) % 997)
+        for i in range(n)
+    ]
+
+
+def test_pack_keeps_its_budget_on_large_instances() -> None:
+    """The greedy pass always runs; past it, no search starts once the budget is spent.
+    (Wall-clock bounds are relative to the greedy pass's own time: CI machines are shared.)"""
+    blocks = _layered(1500)
+    t0 = time.monotonic()
+    greedy = pack(blocks, time_limit=0.0)
+    greedy_s = time.monotonic() - t0
+    validate_packing(blocks, greedy.offsets)
+    assert greedy.method.startswith("greedy")
+    t0 = time.monotonic()
+    res = pack(blocks, time_limit=greedy_s + 1.0)
+    elapsed = time.monotonic() - t0
+    validate_packing(blocks, res.offsets)
+    assert res.arena_size <= greedy.arena_size <= greedy_by_size(blocks).arena_size
+    assert elapsed < 2 * greedy_s + 2.0

@@ -45,6 +45,7 @@ PUBLIC_API = [
     "timeline_series",
     "validate_packing",
     "write_blocks_csv",
+    "write_graph_json",
 ]
 
 

@@ -10,6 +10,7 @@ from coil.memory_planner.formats import (
     read_blocks_csv,
     read_graph_json,
     write_blocks_csv,
+    write_graph_json,
 )
 from coil.memory_planner.graph import (
     Buffer,
@@ -69,4 +70,5 @@ __all__ = [
     "timeline_series",
     "validate_packing",
     "write_blocks_csv",
+    "write_graph_json",
 ]

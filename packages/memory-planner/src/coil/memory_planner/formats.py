@@ -6,6 +6,7 @@
 * Graph JSON: ``{"buffers": [{"name", "size", "input": bool, "output": bool,
   "size_known_at": node name (optional)}], "nodes": [{"name", "reads": [...], "writes": [...]}]}``.
   Output of ``order``: ``{"order": [node names], "peak": bytes, "baseline_peak": bytes}``.
+  A graph file whose name ends in ``.gz`` is gzip-compressed (read and written transparently).
 
 Every reader raises :class:`InputError` with a one-line message naming the file and line (CSV)
 or the node/buffer (JSON) at fault.
@@ -14,6 +15,7 @@ or the node/buffer (JSON) at fault.
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +24,13 @@ from typing import Any
 from coil.memory_planner.arena import Block
 from coil.memory_planner.graph import Buffer, Graph, GraphError, Node
 
-__all__ = ["InputError", "read_blocks_csv", "read_graph_json", "write_blocks_csv"]
+__all__ = [
+    "InputError",
+    "read_blocks_csv",
+    "read_graph_json",
+    "write_blocks_csv",
+    "write_graph_json",
+]
 
 _REQUIRED = ("id", "lower", "upper", "size")
 
@@ -114,12 +122,27 @@ def _names(obj: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _graph_text(path: str | Path) -> str:
+    """The text of a graph file, gunzipped when its name ends in ``.gz``."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    if str(path).endswith(".gz"):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as e:
+            raise InputError(f"{path}: not a valid gzip file: {e}") from None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text") from None
+
+
 def read_graph_json(path: str | Path) -> Graph:
     """Read a graph JSON file (see the module docstring) into a validated :class:`Graph`."""
     try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+        data = json.loads(_graph_text(path))
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
     if (
@@ -159,3 +182,42 @@ def read_graph_json(path: str | Path) -> Graph:
         return Graph(tuple(buffers), tuple(nodes))
     except GraphError as e:
         raise InputError(f"{path}: {e}") from None
+
+
+def _graph_object(graph: Graph) -> dict[str, Any]:
+    """The JSON object of ``graph`` (the format of :func:`read_graph_json`).
+
+    Buffer flags and ``size_known_at`` are written only when set; buffers and nodes keep their
+    order, so the node list's order (the baseline) survives a round trip.
+    """
+    buffers: list[dict[str, Any]] = []
+    for b in graph.buffers:
+        row: dict[str, Any] = {"name": b.name, "size": b.size}
+        if b.input:
+            row["input"] = True
+        if b.output:
+            row["output"] = True
+        if b.size_known_at is not None:
+            row["size_known_at"] = b.size_known_at
+        buffers.append(row)
+    nodes = [{"name": n.name, "reads": list(n.reads), "writes": list(n.writes)} for n in graph.nodes]
+    return {"buffers": buffers, "nodes": nodes}
+
+
+def write_graph_json(path: str | Path, graph: Graph) -> None:
+    """Write ``graph`` as graph JSON (gzip-compressed when ``path`` ends in ``.gz``).
+
+    ``read_graph_json(path)`` gives back an equal graph. The output is compact (one buffer or
+    node per line) and deterministic: gzip output carries no timestamp.
+    """
+    data = _graph_object(graph)
+    lines = ['{"buffers": [']
+    lines += [",\n".join(json.dumps(b) for b in data["buffers"])]
+    lines += ['], "nodes": [']
+    lines += [",\n".join(json.dumps(n) for n in data["nodes"])]
+    lines += ["]}"]
+    text = "\n".join(lines) + "\n"
+    if str(path).endswith(".gz"):
+        Path(path).write_bytes(gzip.compress(text.encode(), mtime=0))
+    else:
+        Path(path).write_text(text)

@@ -6,7 +6,8 @@
   limit or the deadline.
 * ``beam_order``: the same state space, level by level, keeping the ``width`` most promising
   sets (lowest peak so far, then fewest live bytes).
-* ``improve_order``: moves single nodes to other legal positions while that lowers the peak.
+* ``improve_order`` (:mod:`coil.memory_planner.local_search`): moves single nodes to other
+  legal positions while that lowers the peak.
 * ``best_order``: runs the baselines, then the searches, and returns the best order found.
 """
 
@@ -15,11 +16,16 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass
+from typing import Any
 
+from coil.memory_planner.bounds import certified_optimal
 from coil.memory_planner.graph import Graph
+from coil.memory_planner.local_search import improve_order
 from coil.memory_planner.orders import Liveness, bfs_order, dfs_order, lpmf_order
 
 __all__ = ["OrderResult", "beam_order", "best_order", "exact_order", "improve_order"]
+
+_EXACT_SHARE_NODES = 64
 
 
 @dataclass(frozen=True)
@@ -31,7 +37,8 @@ class OrderResult:
         peak: its peak of live bytes.
         baseline_peak: the peak of the graph's own node order.
         method: which algorithm found it.
-        optimal: True when the exact search proved no order has a lower peak.
+        optimal: True when no order has a lower peak (the exact search finished, or the peak
+            meets the forced-live-bytes lower bound).
     """
 
     order: tuple[str, ...]
@@ -53,12 +60,13 @@ def exact_order(
         return [], lv.base
     best_cost: dict[int, int] = {0: lv.base}
     parent: dict[int, tuple[int, int]] = {}
-    # entries: (peak so far, -nodes done, live, done mask)
-    heap: list[tuple[int, int, int, int]] = [(lv.base, 0, lv.base, 0)]
+    # entries: (peak so far, -nodes done, live, done mask, ready nodes)
+    roots = tuple(v for v in range(lv.n) if not graph.preds[v])
+    heap: list[tuple[int, int, int, int, tuple[int, ...]]] = [(lv.base, 0, lv.base, 0, roots)]
     closed: set[int] = set()
     popped = 0
     while heap:
-        cost, negdepth, live, done = heapq.heappop(heap)
+        cost, negdepth, live, done, ready = heapq.heappop(heap)
         if done in closed:
             continue
         closed.add(done)
@@ -74,9 +82,7 @@ def exact_order(
             return None
         if len(best_cost) > max_states:
             return None
-        for v in range(lv.n):
-            if done >> v & 1 or not lv.ready(done, v):
-                continue
+        for v in ready:
             running, after = lv.step(done, live, v)
             nxt = done | (1 << v)
             c = max(cost, running)
@@ -86,64 +92,56 @@ def exact_order(
                 continue
             best_cost[nxt] = c
             parent[nxt] = (done, v)
-            heapq.heappush(heap, (c, negdepth - 1, after, nxt))
+            newly = [s for s in lv.succs[v] if lv.ready(nxt, s)]
+            rest = tuple(sorted([u for u in ready if u != v] + newly))
+            heapq.heappush(heap, (c, negdepth - 1, after, nxt, rest))
     return None
 
 
 def beam_order(graph: Graph, width: int, *, deadline: float) -> tuple[list[int], int] | None:
-    """Beam search keeping ``width`` partial orders per depth; None past the deadline."""
+    """Beam search keeping ``width`` partial orders per depth; None past the deadline.
+
+    Each partial order keeps its set of ready nodes, updated as nodes run, so a depth costs
+    O(width x ready nodes x buffers per node); two partial orders that ran the same set of nodes
+    are merged (the lower (peak, live bytes) survives). Ties break on the earlier partial order,
+    then the lower node index, so the result is deterministic.
+    """
     lv = Liveness(graph)
-    beam: list[tuple[int, int, int, list[int]]] = [(lv.base, lv.base, 0, [])]
+    # a partial order: (peak, live, done mask, ready nodes, path as nested (node, parent) pairs)
+    root: tuple[int, int, int, tuple[int, ...], Any] = (
+        lv.base,
+        lv.base,
+        0,
+        tuple(v for v in range(lv.n) if not graph.preds[v]),
+        None,
+    )
+    beam = [root]
     for _depth in range(lv.n):
         if time.monotonic() > deadline:
             return None
-        nxt: dict[int, tuple[int, int, int, list[int]]] = {}
-        for peak, live, done, order in beam:
-            for v in range(lv.n):
-                if done >> v & 1 or not lv.ready(done, v):
-                    continue
+        cands: dict[int, tuple[int, int, int, int]] = {}
+        for si, (peak, live, done, ready, _path) in enumerate(beam):
+            for v in ready:
                 running, after = lv.step(done, live, v)
                 mask = done | (1 << v)
-                cand = (max(peak, running), after, mask, order)
-                old = nxt.get(mask)
-                if old is None or cand[:2] < old[:2]:
-                    nxt[mask] = (cand[0], cand[1], mask, [*order, v])
-        beam = heapq.nsmallest(width, nxt.values(), key=lambda s: (s[0], s[1]))
-    peak, _live, _done, order = min(beam, key=lambda s: s[0])
-    return order, peak
-
-
-def improve_order(graph: Graph, order: list[int], *, deadline: float) -> tuple[list[int], int]:
-    """Local search: move one node at a time to the legal position that lowers the peak most.
-
-    Repeats until no single move helps or the deadline passes; always returns a topological
-    order no worse than ``order``.
-    """
-    lv = Liveness(graph)
-    best = list(order)
-    best_peak = lv.peak(best)
-    improved = True
-    while improved and time.monotonic() < deadline:
-        improved = False
-        for k in range(len(best)):
-            if time.monotonic() > deadline:
-                break
-            v = best[k]
-            rest = best[:k] + best[k + 1 :]
-            pos = {u: i for i, u in enumerate(rest)}
-            lo = max((pos[p] + 1 for p in graph.preds[v]), default=0)
-            hi = min((pos[s] for s in lv.succs[v]), default=len(rest))
-            for j in range(lo, hi + 1):
-                if j == k:
-                    continue
-                cand = [*rest[:j], v, *rest[j:]]
-                p = lv.peak(cand)
-                if p < best_peak:
-                    best, best_peak, improved = cand, p, True
-                    break
-            if improved:
-                break
-    return best, best_peak
+                cand = (max(peak, running), after, si, v)
+                old = cands.get(mask)
+                if old is None or cand < old:
+                    cands[mask] = cand
+        nxt = []
+        for peak, after, si, v in heapq.nsmallest(width, cands.values()):
+            _p, _l, done, ready, path = beam[si]
+            mask = done | (1 << v)
+            newly = [s for s in lv.succs[v] if lv.ready(mask, s)]
+            rest = tuple(sorted([u for u in ready if u != v] + newly))
+            nxt.append((peak, after, mask, rest, (v, path)))
+        beam = nxt
+    peak, _live, _done, _ready, path = min(beam, key=lambda s: s[0])
+    order: list[int] = []
+    while path is not None:
+        order.append(path[0])
+        path = path[1]
+    return order[::-1], peak
 
 
 def _stable_topological(graph: Graph) -> list[int]:
@@ -169,9 +167,13 @@ def best_order(graph: Graph, *, time_limit: float = 5.0) -> OrderResult:
     """The lowest-peak topological order found within ``time_limit`` seconds.
 
     The baseline is the graph's node order (or, if that is not topological, Kahn's order by
-    lowest index). BFS, DFS and LPMF run first; then the exact search (small graphs), beam
-    searches of growing width, and local improvement of the best order so far. The result is
-    never worse than the baseline or any of the three heuristics.
+    lowest index). BFS, DFS and LPMF run first; then the exact search (half the budget up to
+    64 nodes, a tenth beyond), beam searches of growing width until two thirds of the budget,
+    and local improvement of the best order so far with what is left. The result is never
+    worse than the baseline or any of the three heuristics. The search stops early, with
+    ``optimal`` set, as soon as an order's peak meets the lower bound of
+    :func:`~coil.memory_planner.bounds.certified_optimal` (or the exact search finishes). The baselines always run, so a
+    very large graph may take longer than ``time_limit`` (they are O((nodes + edges) log nodes)).
     """
     deadline = time.monotonic() + time_limit
     lv = Liveness(graph)
@@ -185,19 +187,26 @@ def best_order(graph: Graph, *, time_limit: float = 5.0) -> OrderResult:
     }
     method, order = min(cands.items(), key=lambda kv: lv.peak(kv[1]))
     peak = lv.peak(order)
-    optimal = False
-    exact = exact_order(graph, deadline=time.monotonic() + time_limit / 2, bound=peak)
-    if exact is not None:
-        order, peak, method, optimal = exact[0], exact[1], "exact", True
-    else:
+    optimal = certified_optimal(graph, order, peak)
+    if not optimal:
+        # the exact search is exponential: on large graphs it gets a small share of the budget
+        share = 0.5 if lv.n <= _EXACT_SHARE_NODES else 0.1
+        exact = exact_order(graph, deadline=time.monotonic() + time_limit * share, bound=peak)
+        if exact is not None:
+            order, peak, method, optimal = exact[0], exact[1], "exact", True
+    if not optimal:
+        beam_deadline = deadline - time_limit / 3
         width = 4
-        while time.monotonic() < deadline - time_limit / 4 and width <= 4096:
-            res = beam_order(graph, width, deadline=deadline - time_limit / 4)
+        while time.monotonic() < beam_deadline and width <= 4096 and not optimal:
+            res = beam_order(graph, width, deadline=beam_deadline)
             if res is not None and res[1] < peak:
                 order, peak, method = res[0], res[1], f"beam-{width}"
+                optimal = certified_optimal(graph, order, peak)
             width *= 4
+    if not optimal:
         new_order, new_peak = improve_order(graph, order, deadline=deadline)
         if new_peak < peak:
             order, peak, method = new_order, new_peak, f"{method}+local"
+            optimal = certified_optimal(graph, order, peak)
     names = tuple(graph.nodes[v].name for v in order)
     return OrderResult(names, peak, baseline_peak, method, optimal)

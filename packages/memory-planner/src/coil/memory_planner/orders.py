@@ -117,23 +117,55 @@ def lpmf_order(graph: Graph) -> list[int]:
 
     Among the ready nodes, run the one with the fewest live bytes while it runs; ties go to the
     fewest live bytes after it, then to the lowest index.
+
+    All ready nodes share the live bytes before them, so the choice only depends on each node's
+    own key ``(bytes it writes, bytes it writes - bytes it frees)``; a node's key changes only
+    when a co-reader of one of its buffers runs. A heap with lazy updates and per-buffer counts
+    of readers still to run make this O((nodes + edges) log nodes).
     """
     lv = Liveness(graph)
-    done, live = 0, lv.base
+    outputs = {b.name for b in graph.buffers if b.output}
+    sizes = {b.name: b.size for b in graph.buffers}
+    # tracked buffers: written, not outputs (freed once their readers have run)
+    left_readers = {
+        name: len(rs) for name, rs in graph.readers.items() if name in graph.writer and name not in outputs
+    }
+    reads = [[r for r in dict.fromkeys(n.reads) if r in left_readers] for n in graph.nodes]
+    dead = [
+        sum(sizes[w] for w in dict.fromkeys(n.writes) if w in left_readers and not left_readers[w])
+        for n in graph.nodes
+    ]
+
+    def key(v: int) -> tuple[int, int, int]:
+        freed = dead[v] + sum(sizes[b] for b in reads[v] if left_readers[b] == 1)
+        return (lv.write_bytes[v], lv.write_bytes[v] - freed, v)
+
+    indeg = [len(p) for p in graph.preds]
+    current: dict[int, tuple[int, int, int]] = {}
+    heap: list[tuple[int, int, int]] = []
+    for v in range(lv.n):
+        if not indeg[v]:
+            current[v] = key(v)
+            heap.append(current[v])
+    heapq.heapify(heap)
     order: list[int] = []
-    left = set(range(lv.n))
-    while left:
-        best: tuple[int, int, int] | None = None
-        for v in left:
-            if lv.ready(done, v):
-                running, after = lv.step(done, live, v)
-                key = (running, after, v)
-                if best is None or key < best:
-                    best = key
-        assert best is not None  # the graph is acyclic
-        v = best[2]
-        live = best[1]
-        done |= 1 << v
-        left.discard(v)
+    while heap:
+        k = heapq.heappop(heap)
+        v = k[2]
+        if current.get(v) != k:
+            continue  # stale entry
+        del current[v]
         order.append(v)
+        for b in reads[v]:
+            left_readers[b] -= 1
+            if left_readers[b] == 1:  # its last reader now frees it: re-key that reader if ready
+                for u in graph.readers[b]:
+                    if u in current:
+                        current[u] = key(u)
+                        heapq.heappush(heap, current[u])
+        for s in lv.succs[v]:
+            indeg[s] -= 1
+            if not indeg[s]:
+                current[s] = key(s)
+                heapq.heappush(heap, current[s])
     return order

@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coil.memory_planner.arena import Block
+from coil.memory_planner.greedy import time_neighbours
 
-__all__ = ["SearchResult", "search_packing"]
+__all__ = ["Prepared", "SearchResult", "search_packing", "search_prepared"]
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,45 @@ def _align_up(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
+class _Tables:
+    """The static part of a search instance (shared by every search over the same blocks).
+
+    ``blocks`` are the blocks of non-zero size; sections are the gaps between consecutive
+    lifetime ends; ``cover[t]`` lists the blocks live in section ``t``; ``rem0``/``span0`` are
+    the initial remaining bytes / spanning-block counts per section.
+    """
+
+    def __init__(self, blocks: Sequence[Block]) -> None:
+        self.blocks = list(blocks)
+        n = len(blocks)
+        points = sorted({b.lower for b in blocks} | {b.upper for b in blocks})
+        index = {p: k for k, p in enumerate(points)}
+        self.first = [index[b.lower] for b in blocks]
+        self.stop = [index[b.upper] for b in blocks]
+        nsec = max(len(points) - 1, 0)
+        self.nsec = nsec
+        self.size = [b.size for b in blocks]
+        self.align = [b.alignment for b in blocks]
+        self.rem0 = [0] * nsec
+        # span0[t]: blocks live in both section t and t + 1
+        self.span0 = [0] * nsec
+        self.cover: list[list[int]] = [[] for _ in range(nsec)]
+        for i in range(n):
+            for t in range(self.first[i], self.stop[i]):
+                self.rem0[t] += self.size[i]
+                self.cover[t].append(i)
+            for t in range(self.first[i], self.stop[i] - 1):
+                self.span0[t] += 1
+        self.neighbours = time_neighbours(blocks)
+        self.kind = [(b.lower, b.upper, b.size, b.alignment) for b in blocks]
+
+
 class _Solver:
     """Search state with a trail: every change is recorded so it can be undone."""
 
     def __init__(
         self,
-        blocks: Sequence[Block],
+        tables: _Tables,
         capacity: int,
         priority: Sequence[int],
         deadline: float,
@@ -72,35 +106,17 @@ class _Solver:
         self.node_limit = node_limit
         self.nodes = 0
         self.aggressive = False
-        n = len(blocks)
-        points = sorted({b.lower for b in blocks} | {b.upper for b in blocks})
-        index = {p: k for k, p in enumerate(points)}
-        self.first = [index[b.lower] for b in blocks]
-        self.stop = [index[b.upper] for b in blocks]
-        nsec = max(len(points) - 1, 0)
-        self.nsec = nsec
-        self.floor = [0] * nsec
-        self.rem = [0] * nsec
-        # span[t]: unplaced blocks live in both section t and t + 1
-        self.span = [0] * nsec
-        self.size = [b.size for b in blocks]
-        self.align = [b.alignment for b in blocks]
+        n = len(tables.blocks)
+        self.first, self.stop, self.nsec = tables.first, tables.stop, tables.nsec
+        self.size, self.align, self.cover = tables.size, tables.align, tables.cover
+        self.neighbours, self.kind = tables.neighbours, tables.kind
+        self.floor = [0] * tables.nsec
+        self.rem = list(tables.rem0)
+        self.span = list(tables.span0)
         self.off = [0] * n
-        self.cover: list[list[int]] = [[] for _ in range(nsec)]
-        for i in range(n):
-            for t in range(self.first[i], self.stop[i]):
-                self.rem[t] += self.size[i]
-                self.cover[t].append(i)
-            for t in range(self.first[i], self.stop[i] - 1):
-                self.span[t] += 1
-        self.neighbours = [
-            [j for j in range(n) if j != i and blocks[j].overlaps_in_time(blocks[i])]
-            for i in range(n)
-        ]
         self.rank = [0] * n
         for r, i in enumerate(priority):
             self.rank[i] = r
-        self.kind = [(b.lower, b.upper, b.size, b.alignment) for b in blocks]
         self.unplaced = set(range(n))
         self.result: dict[int, int] = {}
         # trail entries: (block placed or -1, section raised or -1, old floors, lifted skylines)
@@ -239,7 +255,7 @@ class _Solver:
         if not comps:
             return True
         self.nodes += 1
-        if self.nodes % 256 == 0 and (
+        if self.nodes % 16 == 0 and (
             time.monotonic() > self.deadline or self.nodes > self.node_limit
         ):
             raise _OutOfBudget
@@ -288,6 +304,53 @@ class _Solver:
         return False
 
 
+class Prepared:
+    """Blocks prepared once for many searches (different capacities, priorities, budgets)."""
+
+    def __init__(self, blocks: Sequence[Block]) -> None:
+        self.blocks = list(blocks)
+        self.zero = {b.id: 0 for b in blocks if b.size == 0}
+        self.live_index = [i for i, b in enumerate(blocks) if b.size > 0]
+        self.tables = _Tables([blocks[i] for i in self.live_index])
+
+
+def search_prepared(
+    prep: Prepared,
+    capacity: int,
+    *,
+    time_limit: float,
+    priority: Sequence[int] | None = None,
+    node_limit: int = 1 << 62,
+    aggressive: bool = False,
+) -> SearchResult:
+    """:func:`search_packing` on blocks already prepared (same arguments and result)."""
+    live = prep.tables.blocks
+    if priority is None:
+        order = sorted(
+            range(len(live)), key=lambda i: (-live[i].size, -(live[i].upper - live[i].lower), i)
+        )
+    else:
+        keep = {orig: k for k, orig in enumerate(prep.live_index)}
+        order = [keep[i] for i in priority if i in keep]
+    solver = _Solver(prep.tables, capacity, order, time.monotonic() + time_limit, node_limit)
+    solver.aggressive = aggressive
+    if not solver.feasible_root():
+        return SearchResult(None, True, 0)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 200_000))
+    try:
+        found = solver.run()
+    except _OutOfBudget:
+        return SearchResult(None, False, solver.nodes)
+    finally:
+        sys.setrecursionlimit(limit)
+    if not found:
+        return SearchResult(None, not aggressive, solver.nodes)
+    offsets = {live[i].id: o for i, o in solver.result.items()}
+    offsets.update(prep.zero)
+    return SearchResult(offsets, False, solver.nodes)
+
+
 def search_packing(
     blocks: Sequence[Block],
     capacity: int,
@@ -313,29 +376,11 @@ def search_packing(
         A :class:`SearchResult`: ``offsets`` when a packing was found (always valid),
         ``infeasible`` when the search proved there is none, both empty on time-out.
     """
-    zero = {b.id: 0 for b in blocks if b.size == 0}
-    live = [b for b in blocks if b.size > 0]
-    if priority is None:
-        order = sorted(
-            range(len(live)), key=lambda i: (-live[i].size, -(live[i].upper - live[i].lower), i)
-        )
-    else:
-        keep = {id(b): k for k, b in enumerate(live)}
-        order = [keep[id(blocks[i])] for i in priority if blocks[i].size > 0]
-    solver = _Solver(live, capacity, order, time.monotonic() + time_limit, node_limit)
-    solver.aggressive = aggressive
-    if not solver.feasible_root():
-        return SearchResult(None, True, 0)
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 200_000))
-    try:
-        found = solver.run()
-    except _OutOfBudget:
-        return SearchResult(None, False, solver.nodes)
-    finally:
-        sys.setrecursionlimit(limit)
-    if not found:
-        return SearchResult(None, not aggressive, solver.nodes)
-    offsets = {live[i].id: o for i, o in solver.result.items()}
-    offsets.update(zero)
-    return SearchResult(offsets, False, solver.nodes)
+    return search_prepared(
+        Prepared(blocks),
+        capacity,
+        time_limit=time_limit,
+        priority=priority,
+        node_limit=node_limit,
+        aggressive=aggressive,
+    )

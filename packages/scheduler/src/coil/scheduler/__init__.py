@@ -1,13 +1,13 @@
 """coil.scheduler: dependency analysis, fusion into kernel groups, and execution order.
 
 Public API (see README.md): `schedule`, `Schedule`, `KernelGroup`, `Member`, `FusionLog`,
-`FusionIllegal`, `LoopNest`, `canonicalize`.
+`FusionIllegal`, `LoopNest`, `canonicalize`, `order_steps`, `planner_graph`.
 """
 
 from coil.scheduler.canonical import LoopNest, canonicalize
 from coil.scheduler.fusion import FusionLog, fuse
 from coil.scheduler.group import FusionIllegal, KernelGroup, Member, plan
-from coil.scheduler.ordering import OrderReport, order_steps
+from coil.scheduler.ordering import OrderReport, order_steps, planner_graph
 from coil.scheduler.schedule import Schedule, Step, output_buffers, schedule
 
 __all__ = [
@@ -24,5 +24,6 @@ __all__ = [
     "order_steps",
     "output_buffers",
     "plan",
+    "planner_graph",
     "schedule",
 ]

@@ -3,10 +3,15 @@
 `canonicalize(op)` rewrites a Pointwise/Reduction over fresh symbols so that two nodes computing
 the same elements in the same order get the same loop structure (e.g. a [B, S, H] contiguous
 pointwise and a [B*S, H] one both become one loop of B*S*H).
+
+`canonicalize` is memoised per operation object (fusion asks for the same op's nest at every
+attempt that involves it): operations are not mutated after lowering, and the cache holds them
+weakly, so it lives as long as the lowered graph.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -107,8 +112,18 @@ def simplify_loops(sizes: Sequence[Expr], syms_in: Sequence[sympy.Symbol], exprs
     return keep_s, subst, keep_v
 
 
+_NESTS: weakref.WeakKeyDictionary[Pointwise | Reduction, LoopNest] = weakref.WeakKeyDictionary()
+
+
 def canonicalize(op: Pointwise | Reduction) -> LoopNest:
-    """The canonical loop nest of one operation (see module docstring)."""
+    """The canonical loop nest of one operation (see module docstring); memoised per `op`."""
+    nest = _NESTS.get(op)
+    if nest is None:
+        nest = _NESTS[op] = _canonicalize(op)
+    return nest
+
+
+def _canonicalize(op: Pointwise | Reduction) -> LoopNest:
     if isinstance(op, Reduction):
         p_in = [sympy.Symbol(f"p{i}", integer=True, nonnegative=True) for i in range(len(op.ranges))]
         r_in = [sympy.Symbol(f"r{i}", integer=True, nonnegative=True) for i in range(len(op.reduction_ranges))]

@@ -14,6 +14,7 @@ from "r" members (broadcast over r), never the reverse.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -120,8 +121,29 @@ def split_sizes(sizes: Sequence[Expr], head: Expr) -> tuple[list[Expr], list[Exp
     return None
 
 
+_NEST_FOR: weakref.WeakKeyDictionary[Pointwise | Reduction, dict[tuple[Expr, Expr], tuple[str, LoopNest] | str]] = (
+    weakref.WeakKeyDictionary())
+
+
 def _nest_for(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr) -> tuple[str, LoopNest]:
-    """Classify `op` inside a group of (x_numel, r_numel) and give its nest with an x/r split."""
+    """Classify `op` inside a group of (x_numel, r_numel) and give its nest with an x/r split.
+
+    Memoised per (op, x_numel, r_numel), the FusionIllegal outcome included (fusion asks again
+    at every attempt that involves `op`; operations are not mutated after lowering)."""
+    memo = _NEST_FOR.setdefault(op, {})
+    got = memo.get((x_numel, r_numel))
+    if got is None:
+        try:
+            got = _classify(op, x_numel, r_numel)
+        except FusionIllegal as e:
+            got = str(e)
+        memo[(x_numel, r_numel)] = got
+    if isinstance(got, str):
+        raise FusionIllegal(got)
+    return got
+
+
+def _classify(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr) -> tuple[str, LoopNest]:
     nest = canonicalize(op)
     if isinstance(op, Reduction):
         if sympy.expand(nest.x_numel - x_numel) != 0 or sympy.expand(nest.r_numel - r_numel) != 0:

@@ -1,15 +1,16 @@
 """Order the fused schedule for a low peak of live memory, with the memory planner's search.
 
-Each step becomes a planner node reading and writing storage buffers; inputs and constants are
-planner inputs, returned buffers planner outputs. A step that mutates an input (`copy_` epilogue)
-must run after every earlier reader of it: zero-byte dependency buffers say so. The planner's
-order is taken only when its peak is lower than the fused order's; sizes must be static (with
-symbolic sizes the fused order is kept).
+`planner_graph` is the bridge: each step becomes a planner node reading and writing storage
+buffers; inputs and constants are planner inputs, returned buffers planner outputs. A step that
+mutates an input (`copy_` epilogue) must run after every earlier reader of it: zero-byte
+dependency buffers say so. `order_steps` runs the planner's search on that graph and takes its
+order only when its peak is lower than the fused order's; sizes must be static (with symbolic
+sizes the fused order is kept).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 import sympy
@@ -33,6 +34,7 @@ class OrderReport:
 
 
 def step_reads(st: StepT) -> list[str]:
+    """Storage buffers a step reads from memory (a group's own stores and internals excluded)."""
     if isinstance(st, KernelGroup):
         own = set(st.stores) | set(st.internal)
         return list(dict.fromkeys(r for m in st.members for r in m.op.reads() if r not in own))
@@ -40,49 +42,80 @@ def step_reads(st: StepT) -> list[str]:
 
 
 def step_writes(st: StepT) -> list[str]:
+    """Storage buffers a step writes to memory (a group's stores; an operation's outputs)."""
     if isinstance(st, KernelGroup):
         return list(st.stores)
     return [b.name for b in st.outputs]
 
 
-def order_steps(steps: Sequence[StepT], graph: LoweredGraph, outputs: set[str],
-                time_limit: float) -> tuple[list[StepT], OrderReport | None]:
-    """`steps` reordered for a lower peak (or unchanged), and what the planner found."""
-    if time_limit <= 0 or len(steps) < 3:
-        return list(steps), None
-    bufs = graph.buffers()
+def planner_graph(steps: Sequence[StepT], graph: LoweredGraph, outputs: Set[str]) -> PGraph | None:
+    """The memory planner's graph of `steps`, or None when a buffer size is symbolic.
+
+    Args:
+        steps: the schedule's steps in their current order (the planner graph's baseline order).
+        graph: the lowered graph the steps come from (buffer layouts give the sizes).
+        outputs: storage buffers the graph returns (`output_buffers(graph.outputs)`).
+
+    Returns:
+        A `coil.memory_planner.Graph` with one node `s{i}` per step `i` (in step order); one
+        buffer per storage buffer used, sized `storage_extent * itemsize` bytes; graph inputs and
+        constants are planner inputs, `outputs` planner outputs. For every step that mutates a
+        buffer (an ExternKernel's `mutates`), each earlier reader `j` of that buffer writes a
+        zero-byte buffer `__order_{j}_{i}` that the mutating step `i` reads, so every order of
+        the planner graph is a legal order of the steps.
+    """
     sizes: dict[str, int] = {}
-    for name, b in bufs.items():
+    for name, b in graph.buffers().items():
         ext = sympy.sympify(b.layout.storage_extent())
         if not isinstance(ext, sympy.Integer):
-            return list(steps), None  # symbolic sizes: keep the fused order
+            return None
         sizes[name] = int(ext) * b.layout.dtype.itemsize
-    inputs = {b.name for b in graph.inputs if isinstance(b, InputBuffer)} | {c.name for c in graph.constants}
-    nodes: list[PNode] = []
-    extra: list[PBuffer] = []
+    inputs = {b.name for b in graph.inputs if isinstance(b, InputBuffer)}
+    inputs |= {c.name for c in graph.constants}
+    reads: list[list[str]] = []
+    writes: list[list[str]] = [list(step_writes(st)) for st in steps]
+    deps: list[str] = []
     seen_readers: dict[str, list[int]] = {}
     for i, st in enumerate(steps):
-        reads = [r for r in step_reads(st) if r in sizes]
-        deps: list[str] = []
+        own = [r for r in step_reads(st) if r in sizes]
+        extra: list[str] = []
         if isinstance(st, ExternKernel):
             for m in st.mutates:  # every earlier reader of m first
                 for j in seen_readers.get(m, []):
                     dep = f"__order_{j}_{i}"
-                    if dep not in deps:
-                        extra.append(PBuffer(dep, 0))
-                        deps.append(dep)
-        for r in reads:
+                    if dep not in extra:
+                        extra.append(dep)
+                        writes[j].append(dep)
+        for r in own:
             seen_readers.setdefault(r, []).append(i)
-        nodes.append(PNode(f"s{i}", tuple(dict.fromkeys(reads + deps)), tuple(step_writes(st))))
-    for dep_buf in extra:  # the dependency buffer is written by its reader step
-        j = int(dep_buf.name.split("_")[3])
-        n = nodes[j]
-        nodes[j] = PNode(n.name, n.reads, (*n.writes, dep_buf.name))
-    written = {w for n in nodes for w in n.writes}
-    used = {r for n in nodes for r in n.reads} | written
-    pbufs = [PBuffer(name, sizes[name], input=name in inputs, output=name in outputs)
-             for name in sizes if name in used and (name in inputs or name in written)]
-    res = best_order(PGraph(tuple(pbufs + extra), tuple(nodes)), time_limit=time_limit)
+        deps += extra
+        reads.append(list(dict.fromkeys(own + extra)))
+    nodes = [PNode(f"s{i}", tuple(r), tuple(w)) for i, (r, w) in enumerate(zip(reads, writes, strict=True))]
+    written = {w for ws in writes for w in ws}
+    used = {r for rs in reads for r in rs} | written
+    pbufs = [
+        PBuffer(name, sizes[name], input=name in inputs, output=name in outputs)
+        for name in sizes
+        if name in used and (name in inputs or name in written)
+    ]
+    return PGraph(tuple(pbufs + [PBuffer(d, 0) for d in deps]), tuple(nodes))
+
+
+def order_steps(steps: Sequence[StepT], graph: LoweredGraph, outputs: set[str],
+                time_limit: float) -> tuple[list[StepT], OrderReport | None]:
+    """`steps` reordered for a lower peak (or unchanged), and what the planner found.
+
+    Runs `coil.memory_planner.best_order` on `planner_graph(steps, graph, outputs)` for at most
+    `time_limit` seconds. Returns the steps unchanged (and no report) when `time_limit <= 0`,
+    with fewer than three steps, or with symbolic sizes; unchanged with a report when the
+    planner finds no lower peak.
+    """
+    if time_limit <= 0 or len(steps) < 3:
+        return list(steps), None
+    pg = planner_graph(steps, graph, outputs)
+    if pg is None:
+        return list(steps), None  # symbolic sizes: keep the fused order
+    res = best_order(pg, time_limit=time_limit)
     report = OrderReport(res.baseline_peak, min(res.peak, res.baseline_peak), res.method)
     if res.peak >= res.baseline_peak:
         return list(steps), report
