@@ -58,6 +58,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("coil.runtime")
 
 BoxedCall = Callable[[list[Any]], Sequence[Any]]
+# the worth-it rule (`launches`): bytes copied per second by a device-to-device copy (an H200
+# measured ~4.1e12 B/s read + write, i.e. ~2e12 B/s of tensor copied) and launch time saved per
+# kernel or extern replayed from a graph (coil's fast launch path: ~5.6 us, docs/perf.md)
+COPY_BYTES_PER_S = 2e12
+LAUNCH_S = 5e-6
 
 
 class CudaGraphRunner:
@@ -72,6 +77,11 @@ class CudaGraphRunner:
         mutated_input_indices: inputs `call` writes into without moving `Tensor._version`.
         clone_outputs: return clones of the graph's outputs (True) or the graph's own tensors.
         pool: a memory pool handle (`torch.cuda.graph_pool_handle()`) to share with other graphs.
+        launches: the launches (kernels and extern calls) one call makes. When given, the runner
+            captures only if copying the copied inputs in and the outputs out
+            (`COPY_BYTES_PER_S`) costs less than the launch time a replay saves (`LAUNCH_S` per
+            launch); otherwise it runs `call` directly (`capture_error` says why). A 16384 x
+            8192 layer norm is not worth a graph; GPT-2 (250 launches, 200 MB of logits) is.
 
     Attributes: `first_outputs` (the warm-up result), `static_indices`, `mutated_indices`,
     `graph`, `capture_error` (set when the capture raised or a static input moved: every later
@@ -87,6 +97,7 @@ class CudaGraphRunner:
         mutated_input_indices: Iterable[int] = (),
         clone_outputs: bool = True,
         pool: Any = None,
+        launches: int | None = None,
     ) -> None:
         import torch
 
@@ -126,6 +137,18 @@ class CudaGraphRunner:
         mutated |= set(mutated_input_indices)
         self.mutated_indices: tuple[int, ...] = tuple(sorted(mutated))
         self._copy_back: tuple[int, ...] = tuple(i for i in self._copy_idx if i in mutated)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self._static_outputs: tuple[Any, ...] = ()
+        self.capture_error: Exception | None = None
+        if launches is not None:
+            moved = sum(_nbytes(inputs[i]) for i in self._copy_idx)
+            moved += sum(_nbytes(o) for o in first) if clone_outputs else 0
+            if moved / COPY_BYTES_PER_S >= launches * LAUNCH_S:
+                self.capture_error = RuntimeError(
+                    f"not worth a CUDA graph: copying {moved} bytes in and out costs more than "
+                    f"{launches} launches save")
+                log.info("CudaGraphRunner: %s", self.capture_error)
+                return
 
         # 2. static buffers for the copied inputs
         self._static_inputs: list[Any] = list(inputs)
@@ -143,9 +166,6 @@ class CudaGraphRunner:
             with torch.cuda.device(self.device), torch.cuda.stream(side):
                 call(list(self._static_inputs))
             current.wait_stream(side)
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self._static_outputs: tuple[Any, ...] = ()
-        self.capture_error: Exception | None = None
         try:
             self._capture()
         except Exception as exc:  # an op that cannot be captured: run eagerly from now on
@@ -218,6 +238,7 @@ def cudagraphify(
     mutated_input_indices: Iterable[int] = (),
     clone_outputs: bool = True,
     pool: Any = None,
+    launches: int | None = None,
 ) -> Callable[[list[Any]], tuple[Any, ...]]:
     """A boxed callable running `call` through a `CudaGraphRunner` built at its first call.
 
@@ -232,7 +253,7 @@ def cudagraphify(
         nonlocal runner
         if runner is None:
             runner = CudaGraphRunner(call, args, static, mutated_input_indices=mutated,
-                                     clone_outputs=clone_outputs, pool=pool)
+                                     clone_outputs=clone_outputs, pool=pool, launches=launches)
             first = runner.first_outputs
             runner.first_outputs = None
             args.clear()
@@ -241,6 +262,12 @@ def cudagraphify(
         return runner(args)
 
     return run
+
+
+def _nbytes(x: object) -> int:
+    import torch
+
+    return x.numel() * x.element_size() if isinstance(x, torch.Tensor) else 0
 
 
 def _one_cuda_device(inputs: list[Any]) -> torch.device:
