@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coil.backend.bench_models import EST_S, MODEL_CASES, SPECS, run_model
+from coil.backend.bench_models import EST_S, MODEL_CASES, SPECS, compile_mode, run_model
 
 if TYPE_CHECKING:
     import torch
@@ -199,16 +199,6 @@ def _cold(root: Path, tag: str) -> Iterator[dict[str, str]]:
         yield env
 
 
-def _compile(fn: Any, mode: str) -> Any:
-    import torch
-
-    if mode == "eager":
-        return fn
-    if mode == "inductor":
-        return torch.compile(fn)
-    return torch.compile(fn, backend="coil")
-
-
 def _bench(fn: Callable[[], object], warmup: int, rep: int) -> float:
     import triton
 
@@ -281,7 +271,7 @@ def run_micro(name: str, ctx: Ctx) -> dict[str, Any]:
 
                 cb.reset()
             with torch.no_grad(), _cold(ctx.root, f"{name}-{mode}"):
-                f = _compile(spec.fn, mode)
+                f = compile_mode(spec.fn, mode)
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 out = f(*inputs)

@@ -145,7 +145,8 @@ def _model(spec: ModelSpec) -> Any:
     return m
 
 
-def _compile(fn: Any, mode: str) -> Any:
+def compile_mode(fn: Any, mode: str) -> Any:
+    """`fn` as run by one bench mode: itself (eager), `torch.compile` (Inductor) or coil."""
     import torch
 
     if mode == "eager":
@@ -191,7 +192,7 @@ def first_call(case: str, mode: str) -> float:
     inputs = spec.inputs(model)
     if kind == "infer_bf16":
         model = model.to(torch.bfloat16).eval()
-    f = _compile(model, mode)
+    f = compile_mode(model, mode)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     if kind == "infer_bf16":
@@ -258,7 +259,7 @@ def run_model(case: str, cold: Callable[[str], Any], modes: tuple[str, ...]) -> 
                 cb.reset()
             m = m16 if kind == "infer_bf16" else copy.deepcopy(base)
             with cold(f"{case}-{mode}") as env:
-                f = _compile(m, mode)
+                f = compile_mode(m, mode)
                 step = functools.partial(_infer_step if kind == "infer_bf16" else _train_step, spec, f, inputs)
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
