@@ -28,13 +28,13 @@ EXPECTED_SIGNATURES = {
         "(self, call: 'BoxedCall', example_inputs: 'Sequence[Any]', "
         "static_input_indices: 'Iterable[int] | None' = None, *, "
         "mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
-        "pool: 'Any' = None) -> 'None'"
+        "pool: 'Any' = None, launches: 'int | None' = None) -> 'None'"
     ),
     "CudaGraphRunner.__call__": "(self, inputs: 'list[Any]') -> 'tuple[Any, ...]'",
     "cudagraphify": (
         "(call: 'BoxedCall', static_input_indices: 'Iterable[int] | None' = None, *, "
         "mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
-        "pool: 'Any' = None) -> 'Callable[[list[Any]], tuple[Any, ...]]'"
+        "pool: 'Any' = None, launches: 'int | None' = None) -> 'Callable[[list[Any]], tuple[Any, ...]]'"
     ),
 }
 

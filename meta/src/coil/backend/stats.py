@@ -21,15 +21,56 @@ class GraphStats:
     reused_buffers: int = 0
     planned_peak: tuple[int, int] | None = None  # planner-model peak bytes: fused order, order used
     eager_fallback: str | None = None  # set when the whole graph ran eagerly after an error
+    # whole-graph cache (COIL_GRAPH_CACHE): "hit" (loaded, no pipeline ran), "miss" (compiled and
+    # stored), "bypass" (debug output wanted: compiled and stored), "uncacheable", or "off"
+    graph_cache: str = "off"
+    # seconds per compile stage, in the order the stages ran (a stage that ran twice is summed)
+    stage_times: dict[str, float] = field(default_factory=dict)
 
     @property
     def ops_fused(self) -> int:
         return self.ir_ops - self.kernels
 
+    @property
+    def compile_s(self) -> float:
+        """Seconds coil spent compiling this graph (the sum of `stage_times`)."""
+        return sum(self.stage_times.values())
+
+
+def stage_totals(stats: list[GraphStats]) -> dict[str, float]:
+    """Seconds per stage summed over `stats`, stages in first-seen order."""
+    out: dict[str, float] = {}
+    for s in stats:
+        for stage, t in s.stage_times.items():
+            out[stage] = out.get(stage, 0.0) + t
+    return out
+
+
+def format_stage_times(times: dict[str, float]) -> str:
+    """One line: `stage 1.23 s, ...` plus the total."""
+    parts = [f"{k} {v:.2f} s" for k, v in times.items()]
+    return ", ".join(parts) + f" (total {sum(times.values()):.2f} s)"
+
+
+@dataclass
+class BackendCall:
+    """One call of `coil_backend` (one Dynamo graph).
+
+    `aot_s` is the whole AOTAutograd call, which includes compiling the forward or inference
+    graph (its own stages are in that graph's GraphStats); a backward graph is compiled later,
+    at the first backward, outside this call.
+    """
+
+    pre_grad_s: float = 0.0
+    aot_s: float = 0.0
+    graphs: list[str] = field(default_factory=list)  # graphs compiled during the call
+
 
 COMPILED: list[GraphStats] = []
+BACKEND_CALLS: list[BackendCall] = []
 
 
 def reset() -> None:
     """Forget recorded stats (tests)."""
     COMPILED.clear()
+    BACKEND_CALLS.clear()
