@@ -35,7 +35,13 @@ SAMPLE: list[tuple[str, str]] = [
     ("unsqueeze", "bool"), ("squeeze", "float32"), ("expand", "int32"), ("t", "float32"),
     # indexing and joining
     ("index_select", "float32"), ("gather", "int64"), ("cat", "float32"), ("masked_fill", "float32"),
+    # index remaps, scatter-reductions, special functions, random ops (issue 3)
+    ("flip", "float32"), ("slice_scatter", "int64"), ("index_reduce.amax", "float32"),
+    ("polygamma.polygamma_n_1", "float32"), ("uniform", "float32"), ("nn.functional.dropout", "float32"),
 ]
+# pairs that must also run fully native (no fallback, no graph break)
+NATIVE = [("flip", "float32"), ("index_reduce.amax", "float32"), ("polygamma.polygamma_n_1", "float32"),
+          ("uniform", "float32"), ("nn.functional.dropout", "float32")]
 
 
 @pytest.fixture(autouse=True)
@@ -66,3 +72,11 @@ def test_opinfo(ops: dict[str, Any], name: str, dtype: str) -> None:
         warnings.warn(f"{name} [{dtype}] passes its first {MAX_SAMPLES} samples but is listed as an expected "
                       f"failure ({listed.reason}); remove the entry if the full sweep agrees", stacklevel=1)
     assert res.cases, f"{name} [{dtype}] has no sample inputs"
+
+
+@pytest.mark.parametrize(("name", "dtype"), NATIVE, ids=[f"{n}-{d}" for n, d in NATIVE])
+def test_native(ops: dict[str, Any], name: str, dtype: str) -> None:
+    """Random ops included: OpInfo's wrapper_set_seed used to break their graphs (see README)."""
+    res = run_pair(ops[name], dtype, max_samples=MAX_SAMPLES, timeout=300)
+    assert all(c.passed for c in res.cases), [c.reason for c in res.cases if not c.passed]
+    assert res.native, res.not_native

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
 import torch
-from coil.fx_passes import run_post_grad_passes, run_pre_grad_passes
+import torch.fx.experimental.proxy_tensor
+from coil.fx_passes import post_grad_passes, run_post_grad_passes, run_pre_grad_passes
 
 
 class MLP(torch.nn.Module):
@@ -24,8 +26,49 @@ def test_signatures_match_contract() -> None:
     pre = inspect.signature(run_pre_grad_passes)
     post = inspect.signature(run_post_grad_passes)
     assert list(pre.parameters) == ["gm", "example_inputs"]
-    assert list(post.parameters) == ["gm", "is_backward"]
+    assert list(post.parameters) == ["gm", "is_backward", "on_pass"]
     assert post.parameters["is_backward"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert post.parameters["on_pass"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert post.parameters["on_pass"].default is None
+
+
+def test_on_pass_reports_every_pass_run(aot) -> None:
+    """`on_pass(name, gm, modified)` sees every pass of every fixpoint round, in order, with the
+    graph as that pass left it; passes that changed nothing report False."""
+    torch.manual_seed(0)
+    reports: list[tuple[str, bool, str]] = []
+
+    def on_pass(name: str, gm: torch.fx.GraphModule, modified: bool) -> None:
+        reports.append((name, modified, gm.code))
+
+    x = torch.randn(4, 16, requires_grad=True)
+    cap = aot(MLP(), [x], lambda g, bw: run_post_grad_passes(g, is_backward=bw, on_pass=on_pass) if not bw else g)
+    names = [n for n, _, _ in reports]
+    pipeline = [p.name for p in post_grad_passes(is_backward=False)]
+    assert len(names) % len(pipeline) == 0 and len(names) >= 2 * len(pipeline)  # >= 2 rounds: one changes, one confirms
+    assert names[: len(pipeline)] == pipeline
+    cse = next(i for i, (n, m, _) in enumerate(reports) if n == "common_subexpression_elimination" and m)
+    assert reports[cse][2].count("aten.sin") == 1  # the graph after the pass, not before
+    assert not any(m for _, m, _ in reports[-len(pipeline):])  # the last round changed nothing
+    assert cap.after[0].code == reports[-1][2]
+
+
+def test_pass_manager_on_pass_runs_before_verification() -> None:
+    """The hook sees a pass's graph even when that pass then fails verification."""
+    from coil.fx_passes import GraphPass, InvariantViolation, PassManager, PassResult, Stage
+
+    def break_meta(gm: torch.fx.GraphModule) -> PassResult:
+        node = next(n for n in gm.graph.nodes if n.op == "call_function")
+        node.meta["val"] = node.meta["val"].new_empty((99,))
+        return PassResult(gm, True)
+
+    seen: list[str] = []
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda a: a.sin() + 1, tracing_mode="fake")(torch.randn(4))
+    manager = PassManager([GraphPass("break_meta", break_meta, frozenset(Stage))], stage=Stage.POST_GRAD,
+                          verify=True, on_pass=lambda name, g, m: seen.append(name))
+    with pytest.raises(InvariantViolation):
+        manager.run(gm)
+    assert seen == ["break_meta"]
 
 
 def test_post_grad_pipeline_on_training_graphs(aot, op_names) -> None:

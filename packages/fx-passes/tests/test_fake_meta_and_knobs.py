@@ -50,3 +50,43 @@ def test_knobs_read_env_and_override(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_verify_is_on_in_tests() -> None:
     assert knobs.verify is True
+
+
+class _Tril(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        return (torch.tril(x, 1) * 2,)  # decomposes to two equal aranges and a view of each
+
+
+def test_repair_stale_aliasing_after_aot_cse() -> None:
+    """Regression (tril/triu/linalg.cholesky in the OpInfo sweep): AOTAutograd's CSE merges the
+    two aranges, but the view of the dropped one keeps a value aliasing the dropped storage."""
+    from coil.fx_passes import InvariantViolation, run_post_grad_passes
+    from coil.fx_passes.fake_meta import repair_stale_aliasing
+    from torch._decomp import get_decompositions
+    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep(g: torch.fx.GraphModule, _: object) -> object:
+        graphs.append(g)
+        return make_boxed_func(g.forward)
+
+    aot_module_simplified(torch.fx.symbolic_trace(_Tril()), [torch.randn(4, 4, requires_grad=True)],
+                          fw_compiler=keep, bw_compiler=keep, decompositions=get_decompositions([aten.tril]),
+                          partition_fn=min_cut_rematerialization_partition)  # as coil.backend
+    gm = graphs[0]
+    views = [n for n in gm.graph.nodes if n.target is aten.unsqueeze.default]
+    aranges = {a for v in views for a in v.all_input_nodes}
+    assert len(views) == 2 and len(aranges) == 1  # merged by CSE
+    stale = [v for v in views if v.meta["val"].untyped_storage()._cdata
+             != v.args[0].meta["val"].untyped_storage()._cdata]
+    assert stale  # the input graph itself is inconsistent ...
+    with pytest.raises(InvariantViolation, match="aliasing"):
+        check_graph(gm, pass_name="<input>")
+    assert repair_stale_aliasing(gm) == stale  # ... until repaired
+    check_graph(gm, pass_name="<input>")
+    assert all(v.meta["val"].untyped_storage()._cdata == v.args[0].meta["val"].untyped_storage()._cdata
+               for v in views)
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(run_post_grad_passes(gm, is_backward=False)(x)[0], torch.tril(x, 1) * 2)

@@ -105,6 +105,28 @@ def test_fold_addmm_2d_and_3d(trace) -> None:
     torch.testing.assert_close(gm(x, x3, w, b), f(x, x3, w, b))
 
 
+def test_fold_addmm_keeps_the_layout_of_an_add_with_a_transposed_bias(trace) -> None:
+    """Regression (linalg.pinv backward): ``t + mm(a, b)`` with ``t`` transposed gives a result
+    with ``t``'s strides; ``addmm`` is row-major, so folding would change the metadata the
+    users (and graph outputs) were traced with. The add must stay; folding a contiguous bias
+    of the same shape still happens."""
+
+    def f(t: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return t.t() + a @ b, c + a @ b
+
+    t, a, b, c = torch.randn(5, 3), torch.randn(3, 4), torch.randn(4, 5), torch.randn(3, 5)
+    gm = trace(f, t, a, b, c)
+    add_t = next(n for n in gm.graph.nodes if n.target is aten.add.Tensor)
+    assert add_t.meta["val"].stride() == (1, 3)  # the add follows the transposed operand
+    assert run(gm, fold_addmm, dead_code_elimination)  # verifier on: metadata stays exact
+    t_after = targets(gm)
+    assert t_after.count(aten.add.Tensor) == 1 and t_after.count(aten.addmm.default) == 1
+    out = gm(t, a, b, c)
+    assert out[0].stride() == f(t, a, b, c)[0].stride()
+    for got, want in zip(out, f(t, a, b, c), strict=True):
+        torch.testing.assert_close(got, want)
+
+
 def test_unfold_addmm_before_pointwise_and_no_ping_pong(trace) -> None:
     def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.relu(nn.functional.linear(x, w, b))

@@ -103,9 +103,14 @@ class Evaluator:
         elif isinstance(v, L.Load):
             flat = self.storage[v.buffer]
             assert flat.dtype == v.dtype, (v, flat.dtype)
-            i = int(v.index.xreplace(env))
-            assert 0 <= i < flat.numel(), f"load {v.buffer}[{i}] out of bounds {flat.numel()}"
-            out = flat[i].clone()
+            if v.mask is not None and not bool(self.value(v.mask, env, memo)):
+                out = torch.zeros((), dtype=v.dtype)  # masked off: nothing is read, the value is 0
+            else:
+                bound = dict(env)
+                bound.update({s: sympy.Integer(int(self.value(val, env, memo))) for s, val in v.indirect})
+                i = int(v.index.xreplace(bound))
+                assert 0 <= i < flat.numel(), f"load {v.buffer}[{i}] out of bounds {flat.numel()}"
+                out = flat[i].clone()
         else:
             assert isinstance(v, L.Op)
             args = [self.value(a, env, memo) for a in v.args]

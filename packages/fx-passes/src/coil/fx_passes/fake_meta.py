@@ -26,6 +26,7 @@ __all__ = [
     "describe_mismatch",
     "fake_mode_of",
     "refresh_meta",
+    "repair_stale_aliasing",
     "users_to_refresh",
 ]
 
@@ -212,3 +213,41 @@ def refresh_meta(gm: GraphModule, nodes: Iterable[Node]) -> list[Node]:
             changed.append(node)
             changed_set.add(node)
     return changed
+
+
+def repair_stale_aliasing(gm: GraphModule) -> list[Node]:
+    """Re-derive ``meta["val"]`` of view nodes whose stored value does not alias their input.
+
+    AOTAutograd's common-subexpression elimination merges equal nodes (e.g. two identical
+    ``arange`` calls) and points the users of the dropped one at the survivor without
+    re-deriving their metadata: a view of the survivor then keeps a FakeTensor that shares
+    storage with the dropped node's value. Shapes and strides are right, the aliasing is not,
+    which the verifier's ``meta-val`` check rejects and lowering reads as "not a view".
+
+    Only nodes whose op may alias its inputs (schema alias info) and whose stored aliasing
+    differs from a fresh propagation are recomputed, then their users as in
+    :func:`refresh_meta`. Nodes the fake mode cannot re-run (data-dependent outputs) are skipped.
+
+    Args:
+        gm: a graph with FakeTensor ``meta["val"]`` (nothing happens without one).
+
+    Returns:
+        The nodes whose ``meta["val"]`` was replaced, in graph order.
+    """
+    fake_mode = fake_mode_of(gm)
+    if fake_mode is None:
+        return []
+    stale: list[Node] = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or "val" not in node.meta or _returns_fresh(node):
+            continue
+        if not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        try:
+            fresh = compute_val(node, fake_mode)
+        except Exception:
+            continue  # data-dependent or otherwise unpropagatable: leave it to the verifier
+        stored = node.meta["val"]
+        if describe_mismatch(stored, fresh) is None and alias_signature(node, stored) != alias_signature(node, fresh):
+            stale.append(node)
+    return refresh_meta(gm, stale) if stale else []

@@ -1,7 +1,7 @@
 """The :class:`PassManager`: runs a pipeline of passes, optionally to a fixpoint, verified.
 
 Each pass is logged (logger ``coil.fx_passes``: whether it changed the graph and how the op
-counts moved). A pass that raises is reported as :class:`~coil.fx_passes.errors.PassError`
+counts moved) and, when an ``on_pass`` hook is given, reported to it. A pass that raises is reported as :class:`~coil.fx_passes.errors.PassError`
 naming it and the passes before it. With verification on (argument, else ``knobs.verify`` /
 ``COIL_VERIFY``) the input graph is checked first, then every pass's preconditions before it
 and, after it, its postconditions and the invariants of :mod:`coil.fx_passes.verifier`.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from coil.fx_passes.errors import InvariantViolation, PassError
 from coil.fx_passes.infra import GraphPass, PassResult, Stage
@@ -19,7 +19,10 @@ from coil.fx_passes.knobs import knobs
 from coil.fx_passes.verifier import check_graph, snapshot_aliasing
 from torch.fx import GraphModule
 
-__all__ = ["PassManager"]
+__all__ = ["OnPass", "PassManager"]
+
+OnPass = Callable[[str, GraphModule, bool], None]
+"""A hook called after each pass: ``on_pass(pass_name, graph_module, modified)``."""
 
 log = logging.getLogger("coil.fx_passes")
 
@@ -51,6 +54,11 @@ class PassManager:
             runs once at the end) until no pass modifies the graph.
         max_iterations: bound on fixpoint rounds.
         verify: check invariants after every pass; ``None`` reads ``knobs.verify``.
+        on_pass: called after every pass run (each fixpoint round reports its passes again) with
+            the pass's name, the graph module it returned and whether it modified the graph.
+            It runs once the pass has returned and the graph is recompiled, before that pass is
+            verified, so a graph that then fails verification is still reported. The hook must
+            not edit the graph; an exception it raises propagates (the run stops).
 
     Raises:
         ValueError: a pass does not support ``stage``, or a mutation-introducing pass is not last.
@@ -64,8 +72,10 @@ class PassManager:
         fixpoint: bool = False,
         max_iterations: int = 8,
         verify: bool | None = None,
+        on_pass: OnPass | None = None,
     ) -> None:
         self.passes = tuple(passes)
+        self.on_pass = on_pass
         self.stage = stage
         self.fixpoint = fixpoint
         self.max_iterations = max_iterations
@@ -88,7 +98,13 @@ class PassManager:
         return self.run(gm)
 
     def run(self, gm: GraphModule) -> PassResult:
-        """Run the pipeline on ``gm`` (edited in place) and report whether anything changed."""
+        """Run the pipeline on ``gm`` (edited in place) and report whether anything changed.
+
+        The returned module is recompiled (its ``code``/``forward`` match its graph) when any
+        pass changed it. Between passes only the graph is kept current: passes read and edit
+        ``gm.graph``, so the module is regenerated once at the end rather than after every
+        modifying pass (each regeneration costs ~0.1-0.2 s on a 2000-node graph), except
+        before an ``on_pass`` hook sees it."""
         verify = self.verify
         history: list[str] = []
         if verify:
@@ -110,6 +126,8 @@ class PassManager:
         for p in tail:
             gm, m = self._run_one(p, gm, history, verify)
             modified |= m
+        if modified:
+            gm.recompile()
         return PassResult(gm, modified)
 
     def _run_one(
@@ -131,14 +149,16 @@ class PassManager:
             raise PassError(p.name, previous, e) from e
         history.append(p.name)
         gm = result.graph_module
-        if result.modified:
-            gm.recompile()
         if counts is not None:
             log.debug(
                 "pass %s: modified=%s (%s)", p.name, result.modified, _diff(counts, _op_counts(gm))
             )
         elif result.modified:
             log.info("pass %s modified the graph", p.name)
+        if self.on_pass is not None:
+            if result.modified:
+                gm.recompile()
+            self.on_pass(p.name, gm, result.modified)
         if verify:
             functional = self.stage.functional and not p.introduces_mutation
             check_graph(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from coil.fx_passes.fake_meta import repair_stale_aliasing
 from coil.fx_passes.infra import GraphPass, Stage
 from coil.fx_passes.knobs import knobs
-from coil.fx_passes.manager import PassManager
+from coil.fx_passes.manager import OnPass, PassManager
 from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
 from coil.fx_passes.passes.attention import fuse_attention
 from coil.fx_passes.passes.constant_fold import fold_constants
@@ -70,18 +71,26 @@ def run_pre_grad_passes(gm: GraphModule, example_inputs: Sequence[object]) -> Gr
     return PassManager(pre_grad_passes(), stage=Stage.PRE_GRAD).run(gm).graph_module
 
 
-def run_post_grad_passes(gm: GraphModule, *, is_backward: bool) -> GraphModule:
+def run_post_grad_passes(
+    gm: GraphModule, *, is_backward: bool, on_pass: OnPass | None = None
+) -> GraphModule:
     """Run the post-grad pipeline on a forward or backward graph from AOTAutograd.
 
     Args:
         gm: functional ATen graph whose nodes carry ``meta["val"]`` FakeTensors.
         is_backward: whether ``gm`` is the backward graph.
+        on_pass: optional hook ``on_pass(pass_name, graph_module, modified)`` called after each
+            pass run (see :class:`~coil.fx_passes.manager.PassManager`); coil's backend uses it
+            to dump the graph after every pass (COIL_DEBUG_DIR, COIL_LOGS=graph).
 
     Returns:
         An equivalent functional ATen graph (``gm``, edited in place) whose nodes' ``meta["val"]``
-        are correct. The pipeline runs to a fixpoint; with ``COIL_REINPLACE=1`` it ends with
+        are correct. Views whose metadata AOTAutograd's CSE left stale are re-derived first
+        (:func:`~coil.fx_passes.fake_meta.repair_stale_aliasing`). The pipeline runs to a fixpoint; with ``COIL_REINPLACE=1`` it ends with
         reinplacing (the graph then mutates intermediates). With ``COIL_VERIFY=1`` every pass
         is verified (:mod:`coil.fx_passes.verifier`).
     """
+    repair_stale_aliasing(gm)  # AOTAutograd's CSE can leave views with stale aliasing meta
     passes = post_grad_passes(is_backward=is_backward)
-    return PassManager(passes, stage=Stage.POST_GRAD, fixpoint=True).run(gm).graph_module
+    manager = PassManager(passes, stage=Stage.POST_GRAD, fixpoint=True, on_pass=on_pass)
+    return manager.run(gm).graph_module

@@ -4,7 +4,8 @@ Walks the graph in order. Placeholders become InputBuffers (or SymbolInputs), ge
 ConstantBuffers; each call_function goes through the lowering table (coil.lowering_ir.registry)
 and, when there is no lowering or it raises Unsupported, becomes an ATen fallback ExternKernel.
 Every buffer's layout is taken from the node's `meta["val"]` (a FakeTensor), so coil's outputs
-have exactly the strides eager PyTorch gives.
+have exactly the strides eager PyTorch gives. Kernels whose results nobody reads (e.g. the
+allocation behind an `empty_like` used only for its shape) are dropped at the end.
 """
 
 from __future__ import annotations
@@ -12,12 +13,34 @@ from __future__ import annotations
 import torch.fx
 from coil.lowering_ir import ops as _ops  # noqa: F401  (registers the lowerings)
 from coil.lowering_ir.lowerer import Lowerer
-from coil.lowering_ir.nodes import LoweredGraph
+from coil.lowering_ir.nodes import Buffer, ExternKernel, LoweredGraph, Operation, ReinterpretView
 
 
 def lower(gm: torch.fx.GraphModule, name: str = "graph") -> LoweredGraph:
     """Lower a functional ATen graph whose nodes carry meta["val"]. Raises LoweringError."""
     graph = Lowerer(gm, name).run()
+    graph.operations = drop_unread(graph.operations, graph.outputs)
     graph.verify()
     return graph
 
+
+def drop_unread(operations: list[Operation], outputs: list[object]) -> list[Operation]:
+    """`operations` without the kernels (Pointwise, Reduction, Scatter) none of whose outputs
+    is read by a later operation or returned. ExternKernels always stay: an ATen call may
+    mutate an input or draw from the global random generator."""
+    live: set[str] = set()
+
+    def mark(x: object) -> None:
+        if isinstance(x, Buffer | ReinterpretView):
+            live.add(x.storage.name)
+        elif isinstance(x, list | tuple):
+            for y in x:
+                mark(y)
+
+    mark(outputs)
+    kept: list[Operation] = []
+    for op in reversed(operations):
+        if isinstance(op, ExternKernel) or any(b.name in live for b in op.outputs):
+            kept.append(op)
+            live.update(op.reads())
+    return list(reversed(kept))

@@ -36,16 +36,25 @@ def _feeds_pointwise(node: Node) -> bool:
     return any(is_pointwise(u) for u in _consumers(node))
 
 
-def _replace(gm: GraphModule, old: Node, new_nodes: list[Node], result: Node) -> None:
+def _replace_if_same_meta(gm: GraphModule, old: Node, new_nodes: list[Node], result: Node) -> bool:
+    """Point ``old``'s users at ``result`` when its metadata equals ``old``'s; else drop the new
+    nodes and leave the graph as it was. Returns whether it replaced."""
     fake_mode = fake_mode_of(gm)
     assert fake_mode is not None
     for n in new_nodes:
         n.meta["val"] = compute_val(n, fake_mode)
-    users = list(old.users)
     old_val = old.meta.get("val")
+    if describe_mismatch(old_val, result.meta["val"]) is not None:
+        # e.g. add(b, mm) with b transposed: the add's result takes b's strides, addmm's is
+        # always row-major, so users (and graph outputs) would see another layout
+        for n in reversed(new_nodes):
+            gm.graph.erase_node(n)
+        return False
+    users = list(old.users)
     old.replace_all_uses_with(result)
     gm.graph.erase_node(old)
     refresh_meta(gm, users_to_refresh(users, old_val, result.meta["val"]))
+    return True
 
 
 def _try_fold(gm: GraphModule, add: Node) -> bool:
@@ -80,9 +89,8 @@ def _try_fold(gm: GraphModule, add: Node) -> bool:
             if view is not None:
                 result = gm.graph.call_function(view.target, (addmm, view.args[1]))  # type: ignore[arg-type]
                 new.append(result)
-        _replace(gm, add, new, result)
-        if describe_mismatch(av, result.meta["val"]) is not None:  # pragma: no cover - defensive
-            raise AssertionError(f"fold_addmm changed metadata at {add}")
+        if not _replace_if_same_meta(gm, add, new, result):
+            continue
         for dead in (view, mm):
             if dead is not None and not dead.users:
                 gm.graph.erase_node(dead)
@@ -111,7 +119,9 @@ def fold_addmm(gm: GraphModule) -> PassResult:
 
     Soundness: ``mm`` (and the reshape) must have no other user; the bias must be 1-D of the
     output's column count (or 2-D ``[1, N]``/``[M, N]`` without a reshape) and of the same
-    dtype. When a pointwise op reads the sum, the add is left for it to fuse (see
+    dtype; the ``addmm`` result (row-major) must have the add's exact layout, so an add whose
+    result follows a transposed bias's strides is left alone. When a pointwise op reads the sum,
+    the add is left for it to fuse (see
     :data:`unfold_addmm`, which uses the same test, so the two never undo each other). BLAS
     may sum in another order than mm-then-add (results agree to rounding).
     """

@@ -17,8 +17,13 @@ def is_tensor(x: Any) -> bool:
     return isinstance(x, Buffer | ReinterpretView)
 
 
+HALF = (torch.float16, torch.bfloat16)
+
+
 def cast(v: Value, dtype: torch.dtype) -> Value:
-    """`v` converted to `dtype` (folded for constants)."""
+    """`v` converted to `dtype` (folded for constants). Bool and float64 values reach a half
+    type through float32 (exact for bool; what eager's float32 compute does for float64), as
+    Triton's CPU interpreter mis-converts them to half types directly."""
     if v.dtype == dtype:
         return v
     if isinstance(v, Constant):
@@ -28,6 +33,8 @@ def cast(v: Value, dtype: torch.dtype) -> Value:
             return Constant(float(v.value), dtype)
         if not dtype.is_complex:
             return Constant(int(v.value), dtype)
+    if dtype in HALF and v.dtype in (torch.bool, torch.float64):
+        return Op("cast", (Op("cast", (v,), torch.float32),), dtype)
     return Op("cast", (v,), dtype)
 
 

@@ -225,6 +225,8 @@ def iota(lw: LowererLike, node: torch.fx.Node, length: Any, *, start: Any = 0, s
 
 @register(aten.arange)
 def arange(lw: LowererLike, node: torch.fx.Node, *args: Any, **kw: Any) -> TensorRef:
+    """start + step * i. Integer start and step: exact index arithmetic; float ones: computed in
+    float64 and rounded to the output dtype, as eager's CPU kernel does."""
     start, step = 0, 1
     if node.target is aten.arange.start_step:
         start = args[0]
@@ -233,10 +235,19 @@ def arange(lw: LowererLike, node: torch.fx.Node, *args: Any, **kw: Any) -> Tenso
         start = args[0]
     elif node.target is not aten.arange.default:
         raise Unsupported("arange overload")
-    if not (isinstance(start, int) and isinstance(step, int)):
-        raise Unsupported("float or symbolic arange")
+    if not all(isinstance(v, int | float) for v in (start, step)):
+        raise Unsupported("symbolic arange")
     dt = out_dtype(lw)
-    return lw.pointwise(lambda p: cast(IndexValue(start + step * p[0], torch.int64), dt))
+    if isinstance(start, int) and isinstance(step, int):
+        return lw.pointwise(lambda p: cast(IndexValue(start + step * p[0], torch.int64), dt))
+
+    def body(p: list[sympy.Symbol]) -> Value:
+        i = cast(IndexValue(p[0], torch.int64), torch.float64)
+        v = Op("add", (Constant(float(start), torch.float64),
+                       Op("mul", (Constant(float(step), torch.float64), i), torch.float64)), torch.float64)
+        return cast(v, dt)
+
+    return lw.pointwise(body)
 
 
 def _fill(lw: LowererLike, value: Any) -> TensorRef:
@@ -261,3 +272,12 @@ def zeros_like(lw: LowererLike, node: torch.fx.Node, *args: Any, **kw: Any) -> T
 @register(aten.ones_like, aten.new_ones, aten.ones)
 def ones_like(lw: LowererLike, node: torch.fx.Node, *args: Any, **kw: Any) -> TensorRef:
     return _fill(lw, 1)
+
+
+@register(aten.empty.memory_format, aten.empty_strided.default, aten.new_empty_strided.default,
+          aten.empty_permuted.default, aten.new_empty.default, aten.empty_like.default)
+def empty(lw: LowererLike, node: torch.fx.Node, *args: Any, **kw: Any) -> TensorRef:
+    """An uninitialised allocation with the FakeTensor's sizes and strides. Any content is
+    allowed; coil writes zeros (one cheap kernel, and no stale data can leak through it). A
+    buffer nobody reads (an empty only used for its shape) is dropped after lowering."""
+    return _fill(lw, 0)

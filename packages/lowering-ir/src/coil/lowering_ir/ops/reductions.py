@@ -137,8 +137,8 @@ def prod(lw: Lowerer, node: torch.fx.Node, x: Any, dim: Any = None, keepdim: boo
 def amax(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any = (), keepdim: bool = False) -> TensorRef:
     val = lw.out_val()
     rtype = "max" if node.target is aten.amax.default else "min"
-    if x.layout.dtype == torch.bool:
-        raise Unsupported("bool amax")
+    if x.layout.dtype == torch.bool:  # the max of bools is any, the min all
+        rtype = "any" if rtype == "max" else "all"
     return _reduce(lw, x, _dims(x, dims), keepdim, rtype, val, val.dtype)
 
 
