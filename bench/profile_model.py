@@ -1,10 +1,11 @@
 """Where the GPU time goes: Inductor vs coil on one model, kernel by kernel (torch.profiler).
 
-    python bench/profile_model.py OUT_DIR [gpt2_infer|gpt2_train] [--top N]
+    python bench/profile_model.py OUT_DIR CASE [--top N]     (CASE: a `coil bench` model case,
+                                                               e.g. gpt2_infer_bf16, bert_base_train_amp)
 
 For each compiler: compile, warm up, profile 5 iterations; prints per-iteration wall time, the
-number of kernel launches and their summed GPU time, and the top kernels by GPU time. The coil
-run also writes its debug folder (COIL_DEBUG_DIR) under OUT_DIR/coil-debug.
+number of kernel launches and their summed GPU time, and the top kernels by GPU time. With
+--debug-dir the coil run also writes its debug folder (COIL_DEBUG_DIR) under OUT_DIR.
 """
 
 from __future__ import annotations
@@ -21,27 +22,17 @@ from torch.profiler import ProfilerActivity, profile
 ITERS = 5
 
 
-def _model(kind: str) -> tuple[Any, Any]:
-    from transformers import GPT2Config, GPT2LMHeadModel
+def _model(case: str) -> tuple[Any, Any]:
+    """The model of a `coil bench` model case and its step function (coil.backend.bench_models)."""
+    from coil.backend import bench_models as bm
 
-    torch.manual_seed(0)
-    cfg = GPT2Config(attn_implementation="eager")
-    m = GPT2LMHeadModel(cfg).cuda()
-    ids = torch.randint(0, cfg.vocab_size, (4, 512), device="cuda")
-    if kind == "gpt2_infer":
+    spec, kind = bm._split(case)
+    m = bm._model(spec)
+    inputs = spec.inputs(m)
+    if kind == "infer_bf16":
         m = m.to(torch.bfloat16).eval()
-
-        def infer(model: Any) -> Any:
-            with torch.no_grad():
-                return model(ids).logits
-        return m, infer
-
-    def train(model: Any) -> Any:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(ids, labels=ids).loss
-        loss.backward()
-        return loss
-    return m, train
+        return m, lambda model: bm._infer_step(spec, model, inputs)
+    return m, lambda model: bm._train_step(spec, model, inputs)
 
 
 def profile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
@@ -69,14 +60,15 @@ def profile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
 
 def main() -> None:
     out = Path(sys.argv[1])
-    kind = sys.argv[2] if len(sys.argv) > 2 else "gpt2_infer"
+    kind = sys.argv[2] if len(sys.argv) > 2 else "gpt2_infer_bf16"
     top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 30
     out.mkdir(parents=True, exist_ok=True)
     model, step = _model(kind)
     for comp in ("inductor", "coil"):
         torch._dynamo.reset()
         if comp == "coil":
-            os.environ["COIL_DEBUG_DIR"] = str(out / f"{kind}-coil-debug")
+            if "--debug-dir" in sys.argv:
+                os.environ["COIL_DEBUG_DIR"] = str(out / f"{kind}-coil-debug")
             cm = torch.compile(model, backend="coil")
         else:
             cm = torch.compile(model)

@@ -1,4 +1,6 @@
-"""Shared fixtures: the device (CUDA when present, else CPU through the Triton interpreter)."""
+"""Shared fixtures: the device (CUDA when present, else CPU through the Triton interpreter), and
+a fresh coil cache per test (COIL_CACHE_DIR): a test's compiles go through the whole pipeline
+(and store their graphs), never reuse a graph another test compiled (a test may patch a stage)."""
 
 from __future__ import annotations
 
@@ -24,3 +26,8 @@ def _fresh() -> None:
 
     torch._dynamo.reset()
     coil.backend.reset()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COIL_CACHE_DIR", str(tmp_path / "coil-cache"))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from coil.runtime import KernelCompileError, compile_kernels
+from coil.runtime import KernelCompileError, compile_kernels, disk_cache
 from coil.runtime.compile import clear_memo
 from coil.runtime.disk_cache import (
     cache_stats,
@@ -86,3 +86,40 @@ def test_unwritable_entry_is_a_compile_error(cache_dir: Path, specs: Any) -> Non
     with pytest.raises(KernelCompileError) as info:
         compile_kernels([specs.add()], CPU)
     assert info.value.path == path and isinstance(info.value.__cause__, OSError)
+
+
+def test_blob_round_trip_and_layout(tmp_path: Path) -> None:
+    key = "ab" + "0" * 62
+    path = disk_cache.blob_path(tmp_path, "graphs", key)
+    assert path == tmp_path / "graphs" / "ab" / f"{key}.blob"
+    assert disk_cache.read_blob(path, key) is None  # missing
+    disk_cache.write_blob(path, key, "payload \u00e9\n")
+    assert disk_cache.read_blob(path, key) == "payload \u00e9\n"
+    assert disk_cache.read_blob(path, "cd" + "0" * 62) is None  # recorded under another key
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    with pytest.raises(ValueError):
+        disk_cache.blob_path(tmp_path, "../x", key)
+    with pytest.raises(ValueError):
+        disk_cache.blob_path(tmp_path, "graphs", "../" + key)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "header", "empty", "not utf-8"])
+def test_damaged_blob_reads_as_none_without_a_warning(tmp_path: Path, damage: str,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    key = "ef" + "1" * 62
+    path = disk_cache.blob_path(tmp_path, "graphs", key)
+    disk_cache.write_blob(path, key, "x" * 200)
+    raw = path.read_bytes()
+    damaged = {
+        "truncate": raw[:-10],
+        "flip": raw[:-5] + b"y" + raw[-4:],
+        "header": raw.replace(b"coil-blob-v1", b"coil-blob-v0", 1),
+        "empty": b"",
+        "not utf-8": raw.partition(b"\n")[0] + b"\n" + b"\xff" * 200,
+    }[damage]
+    path.write_bytes(damaged)
+    with caplog.at_level("INFO", logger="coil.runtime"):
+        assert disk_cache.read_blob(path, key) is None
+    assert not [r for r in caplog.records if r.levelno >= 30]  # reported at INFO, not as a warning
+    disk_cache.write_blob(path, key, "x" * 200)  # a rewrite replaces it
+    assert disk_cache.read_blob(path, key) == "x" * 200

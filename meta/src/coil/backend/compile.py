@@ -2,12 +2,14 @@
 
 `coil_backend` runs pre-grad passes, then AOTAutograd with coil's decomposition table and the
 min-cut partitioner; each forward/backward/inference graph goes through `compile_graph`, the
-whole pipeline in one readable function, one named call per stage.
+whole pipeline in one readable function, one named call per stage. Before the pipeline, the
+whole-graph cache (`graph_cache`, COIL_GRAPH_CACHE) is consulted: on a hit only the kernels and
+the stored wrapper are loaded. Every stage's wall time goes to `GraphStats.stage_times`
+(COIL_LOGS=compile_time logs it).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import logging
@@ -19,6 +21,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+from coil.backend import graph_cache, logs
 from coil.backend.artefacts import Artefacts
 from coil.backend.checks import (
     TRACKER,
@@ -31,16 +34,8 @@ from coil.backend.dump import spans
 from coil.backend.errors import CoilCompileError
 from coil.backend.knobs import knobs
 from coil.backend.progress import compile_with_progress
-from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats
-from coil.fx_passes import (
-    GraphPass,
-    PassManager,
-    PassResult,
-    Stage,
-    post_grad_passes,
-    run_post_grad_passes,
-    run_pre_grad_passes,
-)
+from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats, format_stage_times
+from coil.fx_passes import run_post_grad_passes, run_pre_grad_passes
 from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, decomposition_table, lower
 from coil.runtime import KernelSpec, TensorArg
 from coil.scheduler import Schedule, schedule
@@ -133,6 +128,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, ki
 
 def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, out: Artefacts,
              check_inputs: bool) -> CompiledFn:
+    check_inputs = check_inputs or knobs.check_inputs
+    cache: graph_cache.Lookup = _stage(stats, "graph cache", graph_cache.lookup, gm, kind, check_inputs)
+    stats.graph_cache = cache.status
+    if cache.cached is not None:
+        call = _from_cache(gm, name, stats, cache.cached)
+        if call is not None:
+            return _finish(call, name, kind, stats, torch.device(cache.cached.device), cache.cached.static_shapes)
+        stats.graph_cache = "miss"
     gm = _stage(stats, "post-grad passes", _post_grad_passes, gm, kind, out)
     out.post_grad(gm)
     lowered: LoweredGraph = _stage(stats, "lowering", lower, gm, name)
@@ -149,7 +152,7 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     _stage(stats, "device", _check_kernel_devices, sources, lowered, device)
     launches = {s.name: KernelLaunch(s.name, s.pointer_args, s.size_args, s.grid) for s in sources}
     program: WrapperProgram = _stage(stats, "wrapper codegen", build, sched, launches, reuse=knobs.reuse,
-                                     check_inputs=check_inputs or knobs.check_inputs)
+                                     check_inputs=check_inputs)
     out.memory_plan(sched, program)
     source: str = _stage(stats, "wrapper codegen", emit_python, program.lines, [s.name for s in sources],
                          sorted(program.constants), name)
@@ -160,18 +163,64 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
             name, spans(sched), returned_storage(program.lines), dict(program.reuse.storage) if program.reuse else None)
     out.wrapper(source)
     out.wrapper_fx(program.lines)
-    kernels = _stage(stats, "runtime compile", compile_with_progress, _specs(sources, lowered), device, name)
+    specs = _specs(sources, lowered)
+    kernels = _stage(stats, "runtime compile", compile_with_progress, specs, device, name)
     call = _stage(stats, "load", _load, source, name, namespace, device, program.constants, kernels)
     _record(stats, lowered, sched, sources, program, source)
     log.info("compiled %s: %d kernels, %d externs, fallbacks %s", name, stats.kernels, stats.externs, stats.fallbacks)
-    if (knobs.cuda_graphs and device.type == "cuda" and not lowered.symbol_hints and kind == "inference"
+    if cache.stores:
+        _stage(stats, "graph cache", graph_cache.store, cache, name, kind, source, specs, program.constants, device,
+               not lowered.symbol_hints, _cached_stats(stats))
+    return _finish(call, name, kind, stats, device, not lowered.symbol_hints)
+
+
+def _finish(call: Callable[[list[Any]], Any], name: str, kind: str, stats: GraphStats, device: torch.device,
+            static_shapes: bool) -> CompiledFn:
+    """The boxed callable: CUDA-graph replay when it applies, NaN checks when asked; logs the
+    stage times (COIL_LOGS=compile_time)."""
+    if (knobs.cuda_graphs and device.type == "cuda" and static_shapes and kind == "inference"
             and not stats.fallbacks):
         # replay the whole graph as one CUDA graph (static shapes; parameters stay in place; no
         # ATen fallbacks, whose ops may synchronise or allocate data-dependent shapes)
         from coil.runtime import cudagraphify
 
-        call = cudagraphify(call)
+        call = cudagraphify(call, launches=stats.kernels + stats.externs)
+    logs.emit("compile_time", f"{name}: compile time (graph cache {stats.graph_cache})",
+              format_stage_times(stats.stage_times))
     return _boxed(call, name if knobs.check_nan else None)
+
+
+def _from_cache(gm: torch.fx.GraphModule, name: str, stats: GraphStats,
+                cached: graph_cache.CachedGraph) -> Callable[[list[Any]], Any] | None:
+    """Load a graph-cache hit: its kernels (kernel disk cache) and its wrapper, with the constants
+    read from `gm`. None when the entry does not load (it is then rebuilt by the full pipeline)."""
+    device = torch.device(cached.device)
+    wrapper = cached.wrapper
+    if wrapper.startswith("# coil wrapper for "):  # the first line names the graph it was compiled as
+        wrapper = f"# coil wrapper for {name} (graph cache)" + wrapper[wrapper.index("\n"):]
+    try:
+        constants = graph_cache.constant_values(gm, cached)
+        kernels = _stage(stats, "runtime compile", compile_with_progress, list(cached.specs), device, name)
+        call: Callable[[list[Any]], Any] = _stage(stats, "load", _load, wrapper, name, {}, device, constants,
+                                                  kernels)
+    except Exception as e:  # a damaged entry: rebuilt by the full pipeline, no warning
+        log.info("graph cache: the entry for %s did not load (%s): rebuilding it", name, e)
+        return None
+    for field, value in cached.stats.items():
+        if field in _CACHED_STATS:
+            setattr(stats, field, tuple(value) if field == "planned_peak" and value is not None else value)
+    stats.kernel_sources = {s.name: s.source for s in cached.specs}
+    stats.wrapper_source = wrapper
+    log.info("compiled %s from the graph cache: %d kernels, %d externs", name, stats.kernels, stats.externs)
+    return call
+
+
+# GraphStats fields a graph-cache entry keeps (kernel_sources and wrapper_source come with the code)
+_CACHED_STATS = ("ir_ops", "kernels", "externs", "fallbacks", "kernel_origins", "reused_buffers", "planned_peak")
+
+
+def _cached_stats(stats: GraphStats) -> dict[str, Any]:
+    return {f: getattr(stats, f) for f in _CACHED_STATS}
 
 
 def _load(source: str, name: str, namespace: dict[str, Any], device: torch.device,
@@ -182,21 +231,9 @@ def _load(source: str, name: str, namespace: dict[str, Any], device: torch.devic
 
 
 def _post_grad_passes(gm: torch.fx.GraphModule, kind: str, out: Artefacts) -> torch.fx.GraphModule:
-    """fx_passes.run_post_grad_passes; the same pipeline with each pass reported to `out` when
-    per-pass graphs are wanted (debug dir or COIL_LOGS=graph)."""
-    if not out.wants_passes:
-        return run_post_grad_passes(gm, is_backward=kind == "backward")
-
-    def reported(p: GraphPass) -> GraphPass:
-        def fn(g: torch.fx.GraphModule) -> PassResult:
-            result = p.fn(g)
-            out.after_pass(p.name, result.graph_module, result.modified)
-            return result
-
-        return dataclasses.replace(p, fn=fn)
-
-    passes = [reported(p) for p in post_grad_passes(is_backward=kind == "backward")]
-    return PassManager(passes, stage=Stage.POST_GRAD, fixpoint=True).run(gm).graph_module
+    """fx_passes.run_post_grad_passes, each pass reported to `out` when per-pass graphs are
+    wanted (debug dir or COIL_LOGS=graph)."""
+    return run_post_grad_passes(gm, is_backward=kind == "backward", on_pass=out.after_pass if out.wants_passes else None)
 
 
 def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: list[KernelSource],
@@ -236,6 +273,17 @@ def _eager(gm: torch.fx.GraphModule) -> CompiledFn:
     return call
 
 
+@functools.cache
+def _decomposition_table() -> dict[Any, Callable[..., Any]]:
+    return decomposition_table()
+
+
+def _decompositions() -> dict[Any, Callable[..., Any]]:
+    """lowering_ir.decomposition_table(), built once per process (0.1-0.3 s a call); each
+    backend call gets its own copy of the dict."""
+    return dict(_decomposition_table())
+
+
 def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: Any) -> Callable[..., Any]:
     """The torch.compile backend (registered as "coil" through the torch_dynamo_backends entry point)."""
     call = BackendCall()
@@ -252,7 +300,7 @@ def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: A
         fw_compiler=functools.partial(compile_graph, kind="forward", check_inputs=False),
         bw_compiler=functools.partial(compile_graph, kind="backward", check_inputs=False),
         inference_compiler=functools.partial(compile_graph, kind="inference", check_inputs=False),
-        decompositions=decomposition_table(),
+        decompositions=_decompositions(),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
     )

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from coil.backend.stats import COMPILED, reset
+from coil.backend.stats import COMPILED, format_stage_times, reset, stage_totals
 
 
 def _time(fn: Callable[[], Any], device: torch.device, reps: int) -> float:
@@ -81,6 +81,8 @@ def run_demo() -> int:
     fallbacks = sorted({f for s in COMPILED for f in s.fallbacks})
     eager_graphs = [s.name for s in COMPILED if s.eager_fallback]
     print(f"graphs compiled: {len(COMPILED)}; first call (compile + run): {compile_s:.1f} s")
+    cache = ", ".join(sorted({s.graph_cache for s in COMPILED}))
+    print(f"coil's compile stages (graph cache: {cache}): {format_stage_times(stage_totals(COMPILED))}")
     print(f"Triton kernels generated: {kernels} (from {ir_ops} pointwise/reduction ops: {fused} fused away)")
     print(f"extern calls: {sum(s.externs for s in COMPILED)}; ATen fallbacks: {', '.join(fallbacks) or 'none'}")
     if eager_graphs:

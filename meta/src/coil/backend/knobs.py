@@ -48,10 +48,13 @@ KNOBS: dict[str, Knob] = {
     "cuda_graphs": Knob("COIL_CUDA_GRAPHS", True, bool,
                         "replay inference graphs as CUDA graphs (CUDA, static shapes, no ATen fallbacks; "
                         "outputs are fresh clones, non-parameter inputs are copied in)"),
+    "graph_cache": Knob("COIL_GRAPH_CACHE", True, bool,
+                        "reuse whole compiled graphs from <COIL_CACHE_DIR>/graphs/ (keyed by graph, input metadata, "
+                        "knobs and versions); bypassed while COIL_DEBUG_DIR or a pipeline COIL_LOGS artefact is set"),
     # debugging (docs/debugging.md)
     "logs": Knob("COIL_LOGS", "", str,
                  "comma list of artefacts to log at INFO on logger coil.<artefact>: "
-                 "graph, fusion, kernels, wrapper, memory_plan (or all)"),
+                 "graph, fusion, kernels, wrapper, memory_plan, compile_time (or all)"),
     "debug_dir": Knob("COIL_DEBUG_DIR", "", str,
                       "write every compiled graph's artefacts and a repro.py to <dir>/<graph name>/"),
     "progress": Knob("COIL_PROGRESS", True, bool, "progress bar while kernels compile (TTY and tqdm only)"),

@@ -2,7 +2,8 @@
 
 Artefacts: graph (the FX graph after each post-grad pass), fusion (every fusion attempt, with the
 reason a pair was not fused), kernels (Triton source), wrapper (the Python wrapper), memory_plan
-(buffer lifetimes and reuse). `all` selects every one. Selecting an artefact sets its logger to
+(buffer lifetimes and reuse), compile_time (seconds per compile stage of each graph, and whether the
+graph cache was hit). `all` selects every one. Selecting an artefact sets its logger to
 INFO and, when the `coil` logger has no handler of its own, adds one stderr handler to it, so
 the artefact shows without further logging setup.
 """
@@ -13,7 +14,7 @@ import logging
 
 from coil.backend.knobs import knobs
 
-ARTEFACTS = ("graph", "fusion", "kernels", "wrapper", "memory_plan")
+ARTEFACTS = ("graph", "fusion", "kernels", "wrapper", "memory_plan", "compile_time")
 
 _handler: logging.Handler | None = None
 

@@ -1,8 +1,9 @@
-"""The on-disk cache of kernel module sources.
+"""The on-disk cache of kernel module sources, and a store of keyed text blobs.
 
 Layout::
 
     <COIL_CACHE_DIR>/kernels/<key[:2]>/<key>.py
+    <COIL_CACHE_DIR>/<namespace>/<key[:2]>/<key>.blob   (blobs; coil.backend's graph cache: graphs/)
 
 `key` is the sha256 of (cache format, triton version, torch version, module source), so a new
 Triton or torch gets fresh entries. An entry is the module source under a three-line header that
@@ -15,6 +16,13 @@ file, never a partial one; two processes writing the same entry write identical 
 Corruption: an entry is valid only if it decodes as UTF-8 and equals, byte for byte, what would be
 written now (header with the right key included). Anything else (unreadable, truncated, wrong key
 recorded, edited) is discarded and rewritten, with a warning on the `coil.runtime` logger.
+
+Blobs (`write_blob`/`read_blob`) hold any text a caller keys itself (coil.backend stores whole
+compiled graphs there). A blob is one header line recording the format, the key, the payload's
+length and its sha256, then the payload; it is written atomically like a kernel entry. A blob that
+is missing, unreadable, truncated, edited or recorded under another key reads as None (an INFO
+line on the `coil.runtime` logger for a damaged one, no warning): the caller rebuilds it and
+writes it again, which replaces the damaged file.
 """
 
 from __future__ import annotations
@@ -131,3 +139,62 @@ def _atomic_write(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+BLOB_FORMAT = "coil-blob-v1"
+
+
+def blob_path(cache_dir: Path, namespace: str, key: str) -> Path:
+    """Where the blob `key` of `namespace` (a folder name, e.g. "graphs") lives under `cache_dir`."""
+    if not namespace.isidentifier() or not key.isalnum():
+        raise ValueError(f"bad blob namespace or key: {namespace!r}, {key!r}")
+    return cache_dir / namespace / key[:2] / f"{key}.blob"
+
+
+def _blob_header(key: str, data: bytes) -> bytes:
+    return f"{BLOB_FORMAT} {key} {len(data)} {hashlib.sha256(data).hexdigest()}\n".encode("ascii")
+
+
+def write_blob(path: Path, key: str, payload: str) -> None:
+    """Store `payload` under `key` at `path` atomically (temporary file + `os.replace`).
+
+    Concurrent writers of one key are safe: a reader sees one whole file. Raises `OSError` when
+    the blob cannot be written."""
+    data = payload.encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:16]}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_blob_header(key, data))
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_blob(path: Path, key: str) -> str | None:
+    """The payload stored under `key` at `path`, or None when there is no valid blob.
+
+    Valid means: the header names this format and `key`, and the payload has the recorded length
+    and sha256 and decodes as UTF-8. Anything else is reported at INFO and reads as None (the
+    caller rebuilds and rewrites it); this function never raises for a bad or missing file."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _log.info("coil: unreadable cache blob %s (%s): rebuilding it", path, exc)
+        return None
+    head, sep, data = raw.partition(b"\n")
+    try:
+        fmt, got_key, length, digest = head.decode("ascii").split(" ")
+        ok = (sep == b"\n" and fmt == BLOB_FORMAT and got_key == key and int(length) == len(data)
+              and hashlib.sha256(data).hexdigest() == digest)
+        text = data.decode("utf-8") if ok else None
+    except (UnicodeDecodeError, ValueError):
+        text = None
+    if text is None:
+        _log.info("coil: corrupted cache blob %s: rebuilding it", path)
+    return text

@@ -11,12 +11,13 @@ weakly, so it lives as long as the lowered graph.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sympy
-from coil.lowering_ir import Expr, Pointwise, Reduction, Value, map_indices
+from coil.lowering_ir import Expr, Pointwise, Reduction, Value, loads, map_indices
 from coil.lowering_ir.values import IndexValue, Load, children
 
 
@@ -30,6 +31,11 @@ class LoopNest:
     r_syms: tuple[sympy.Symbol, ...]
     body: Value
     store_index: Expr
+
+    @functools.cached_property
+    def body_loads(self) -> tuple[Load, ...]:
+        """The loads of `body` (as `lowering_ir.loads`), computed once per nest."""
+        return tuple(loads(self.body))
 
     @property
     def x_numel(self) -> Expr:
@@ -61,15 +67,27 @@ def index_exprs(body: Value) -> list[Expr]:
 
 
 def _linear_coeff(e: Expr, v: sympy.Symbol) -> Expr | None:
-    """Coefficient of `v` if `e` is affine in `v` with no other occurrence, else None."""
+    """Coefficient of `v` if `e` (expanded) is affine in `v` with no other occurrence, else None.
+
+    Reads the terms of the sum directly: each term holding `v` must be `v` or a product with one
+    factor `v` and no other factor holding `v` (what `expand(e).coeff(v, 1)` and a check that
+    nothing else holds `v` computed before, without re-expanding)."""
     if not e.has(v):
         return sympy.Integer(0)
-    e = sympy.expand(e)
-    c = e.coeff(v, 1)
-    rest = sympy.expand(e - c * v)
-    if rest.has(v) or c.has(v):
+    coeffs: list[Expr] = []
+    for t in e.args if e.is_Add else (e,):
+        if not t.has(v):
+            continue
+        if t == v:
+            coeffs.append(sympy.Integer(1))
+            continue
+        if t.is_Mul:
+            rest = [f for f in t.args if f != v]
+            if len(rest) == len(t.args) - 1 and not any(f.has(v) for f in rest):
+                coeffs.append(sympy.Mul(*rest))
+                continue
         return None
-    return c
+    return sympy.Add(*coeffs)
 
 
 def simplify_loops(sizes: Sequence[Expr], syms_in: Sequence[sympy.Symbol], exprs: Sequence[Expr]
@@ -98,7 +116,7 @@ def simplify_loops(sizes: Sequence[Expr], syms_in: Sequence[sympy.Symbol], exprs
         ok = True
         for e in cur:
             ca, cb = _linear_coeff(e, a), _linear_coeff(e, b)
-            if ca is None or cb is None or sympy.expand(ca - cb * keep_s[j]) != 0:
+            if ca is None or cb is None or (ca != cb * keep_s[j] and sympy.expand(ca - cb * keep_s[j]) != 0):
                 ok = False
                 break
         if ok:

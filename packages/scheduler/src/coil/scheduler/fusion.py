@@ -64,6 +64,16 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
         groups[i] = [op]
 
     op_reads = {id(op): op.reads() for op in ops}
+    # sympy sizes are slow to evaluate: each op's emptiness and output bytes, once per op
+    empty = {id(op): _empty(op) for op in ops}
+    nbytes_memo: dict[tuple[int, str], int] = {}
+
+    def nbytes(op: Operation, name: str) -> int:
+        key = (id(op), name)
+        got = nbytes_memo.get(key)
+        if got is None:
+            got = nbytes_memo[key] = _nbytes(op, name)
+        return got
 
     def compute_preds(g: int) -> set[int]:
         out: set[int] = set()
@@ -80,6 +90,10 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
         return out
 
     pred_cache: dict[int, set[int]] = {g: compute_preds(g) for g in groups}
+    # every dependency edge p -> g has an op of p before an op of g (ops are in a valid order), so
+    # a group whose last op precedes s's first op cannot be reached from s: the search stops there
+    first_pos = {g: pos[id(groups[g][0])] for g in groups}
+    last_pos = dict(first_pos)
 
     def preds(g: int) -> set[int]:
         return pred_cache[g]
@@ -87,19 +101,22 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
     def creates_cycle(a: int, b: int) -> bool:
         """Is there a path between a and b (either way) through some third group?"""
         for s, d in ((a, b), (b, a)):
+            lo = first_pos[s]
             stack = [p for p in preds(d) if p != s]
             seen: set[int] = set()
             while stack:
                 g = stack.pop()
                 if g == s:
                     return True
-                if g in seen:
+                if g in seen or last_pos[g] < lo:
                     continue
                 seen.add(g)
                 stack.extend(preds(g))
         return False
 
     def merged_into(keep: int, drop: int) -> None:
+        first_pos[keep] = min(first_pos[keep], first_pos.pop(drop))
+        last_pos[keep] = max(last_pos[keep], last_pos.pop(drop))
         pred_cache[keep] = (pred_cache[keep] | pred_cache.pop(drop)) - {keep, drop}
         for ps in pred_cache.values():
             if drop in ps:
@@ -123,17 +140,17 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
             changed = False
             cands: list[tuple[int, int, int]] = []
             for op in ops:
-                if not isinstance(op, Pointwise | Reduction) or _is_scan(op) or _empty(op):
+                if not isinstance(op, Pointwise | Reduction) or _is_scan(op) or empty[id(op)]:
                     continue
                 for r in op_reads[id(op)]:
                     w = writer.get(r)
-                    if isinstance(w, Pointwise | Reduction) and not _is_scan(w) and not _empty(w) \
+                    if isinstance(w, Pointwise | Reduction) and not _is_scan(w) and not empty[id(w)] \
                             and gid[id(w)] != gid[id(op)]:
-                        cands.append((2 * _nbytes(w, r), gid[id(w)], gid[id(op)]))
+                        cands.append((2 * nbytes(w, r), gid[id(w)], gid[id(op)]))
                     for other in readers.get(r, []):
                         if other is not op and isinstance(other, Pointwise | Reduction) and not _is_scan(other) \
-                                and not _empty(other) and gid[id(other)] != gid[id(op)]:
-                            cands.append((_nbytes(writer[r], r) if r in writer else 1, gid[id(other)], gid[id(op)]))
+                                and not empty[id(other)] and gid[id(other)] != gid[id(op)]:
+                            cands.append((nbytes(writer[r], r) if r in writer else 1, gid[id(other)], gid[id(op)]))
             cands.sort(key=lambda c: -c[0])
             for _, a, b in cands:
                 if a == b or a not in groups or b not in groups:

@@ -14,12 +14,13 @@ from "r" members (broadcast over r), never the reverse.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import sympy
-from coil.lowering_ir import Expr, Pointwise, Reduction, loads
+from coil.lowering_ir import Expr, Pointwise, Reduction
 from coil.scheduler.canonical import LoopNest, canonicalize, syms
 
 
@@ -38,7 +39,7 @@ class Member:
     mapping: dict[sympy.Symbol, Expr]
 
     def kernel_expr(self, e: Expr) -> Expr:
-        return sympy.expand(e.xreplace(self.mapping))
+        return _substituted(e, tuple(self.mapping.items()))
 
 
 @dataclass(eq=False)
@@ -73,6 +74,24 @@ class KernelGroup:
 
 
 X_PREFIX, R_PREFIX = "x", "r"
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _substituted(e: Expr, mapping: tuple[tuple[sympy.Symbol, Expr], ...]) -> Expr:
+    """`expand(e.xreplace(mapping))`, memoised: fusion asks again at every attempt that involves
+    the same member (sympy expressions are immutable and hashable)."""
+    return sympy.expand(e.xreplace(dict(mapping)))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _text(e: Expr) -> str:
+    """`str(e)`, memoised (printing sympy is slow; fusion logs the same indices repeatedly)."""
+    return str(e)
+
+
+def _same(a: Expr, b: Expr) -> bool:
+    """`expand(a - b) == 0`, with the structural test first (most equal pairs are identical)."""
+    return bool(a == b or sympy.expand(a - b) == 0)
 
 
 def refine(a: Sequence[Expr], b: Sequence[Expr]) -> list[Expr] | None:
@@ -146,13 +165,13 @@ def _nest_for(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr) -> tuple[
 def _classify(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr) -> tuple[str, LoopNest]:
     nest = canonicalize(op)
     if isinstance(op, Reduction):
-        if sympy.expand(nest.x_numel - x_numel) != 0 or sympy.expand(nest.r_numel - r_numel) != 0:
+        if not _same(nest.x_numel, x_numel) or not _same(nest.r_numel, r_numel):
             raise FusionIllegal(f"{op.name}: reduction of ({nest.x_numel}, {nest.r_numel}) in ({x_numel}, {r_numel})")
         return ("scan" if op.reduction_type in ("cumsum", "cumprod") else "reduce"), nest
     numel = nest.x_numel
-    if sympy.expand(numel - x_numel) == 0:
+    if _same(numel, x_numel):
         return "x", nest
-    if r_numel != 1 and sympy.expand(numel - x_numel * r_numel) == 0:
+    if r_numel != 1 and _same(numel, x_numel * r_numel):
         cut = split_sizes(nest.x_sizes, x_numel)
         if cut is None:
             raise FusionIllegal(f"{op.name}: loops {nest.x_sizes} do not split at {x_numel}")
@@ -181,12 +200,31 @@ def _classify(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr) -> tuple[
 def _mapping(sizes: Sequence[Expr], node_syms: Sequence[sympy.Symbol], dims: Sequence[Expr],
              dim_syms: Sequence[sympy.Symbol]) -> dict[sympy.Symbol, Expr]:
     """Express each node loop variable as a linear combination of the refined group dims."""
+    got = _mapping_memo(tuple(sizes), tuple(node_syms), tuple(dims), tuple(dim_syms))
+    if isinstance(got, str):
+        raise FusionIllegal(got)
+    return dict(got)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _mapping_memo(sizes: tuple[Expr, ...], node_syms: tuple[sympy.Symbol, ...], dims: tuple[Expr, ...],
+                  dim_syms: tuple[sympy.Symbol, ...]) -> tuple[tuple[sympy.Symbol, Expr], ...] | str:
+    """`_mapping` memoised (the FusionIllegal message as a str): every fusion attempt re-plans
+    its members, mostly over the same loops and dims."""
+    try:
+        return tuple(_compute_mapping(sizes, node_syms, dims, dim_syms).items())
+    except FusionIllegal as e:
+        return str(e)
+
+
+def _compute_mapping(sizes: Sequence[Expr], node_syms: Sequence[sympy.Symbol], dims: Sequence[Expr],
+                     dim_syms: Sequence[sympy.Symbol]) -> dict[sympy.Symbol, Expr]:
     out: dict[sympy.Symbol, Expr] = {}
     j = 0
     for s, v in zip(sizes, node_syms, strict=True):
         block: list[int] = []
         acc: Expr = sympy.Integer(1)
-        while sympy.expand(acc - s) != 0:
+        while not _same(acc, s):
             if j >= len(dims):
                 raise FusionIllegal("dims do not refine the node loops")
             block.append(j)
@@ -245,14 +283,14 @@ def plan(name: str, ops: Sequence[Pointwise | Reduction], outside_readers: set[s
 def _check_dependencies(group: KernelGroup, r_syms: set[sympy.Symbol]) -> None:
     writer: dict[str, Member] = {}
     for m in group.members:
-        for ld in loads(m.nest.body):
+        for ld in m.nest.body_loads:
             w = writer.get(ld.buffer)
             if w is None:
                 continue
             got = m.kernel_expr(ld.index)
             want = w.kernel_expr(w.nest.store_index)
-            if sympy.expand(got - want) != 0:
-                raise FusionIllegal(f"{m.op.name} reads {ld.buffer} at {got}, written at {want}")
+            if not _same(got, want):
+                raise FusionIllegal(f"{m.op.name} reads {ld.buffer} at {_text(got)}, written at {_text(want)}")
             if w.kind == "r" and m.kind != "r" and m.kind != "reduce":
                 raise FusionIllegal(f"{m.op.name} (per x) reads per-(x, r) values of {ld.buffer}")
         writer[m.op.output.name] = m

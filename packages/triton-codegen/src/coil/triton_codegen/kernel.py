@@ -574,6 +574,14 @@ def _coil_atan2(y, x):
 """
 
 
+def _helpers(source: str, target: str) -> str:
+    """The helper functions `source` calls (only those: each @triton.jit costs ~2 ms to load)."""
+    out = HELPERS if "_coil_mul" in source else ""
+    if target != "cuda" and "_coil_atan" in source:  # _coil_atan2 calls _coil_atan
+        out += INTERPRET_HELPERS
+    return out
+
+
 def generate(group: KernelGroup, buffers: dict[str, Buffer], target: str, strategy: str = "auto",
              hints: dict[sympy.Symbol, int] | None = None, options: CodegenOptions | None = None) -> KernelSource:
     """Triton source (a whole module) for `group`. target: "cuda" or "interpret".
@@ -583,7 +591,6 @@ def generate(group: KernelGroup, buffers: dict[str, Buffer], target: str, strate
     adds checks, e.g. bounds asserts on data-dependent accesses (then `KernelSource.debug`).
     """
     ks = KernelWriter(group, buffers, target, strategy, hints, options).generate()
-    extra = "" if target == "cuda" else INTERPRET_HELPERS
-    module = PRELUDE["cuda" if target == "cuda" else "interpret"] + HELPERS + extra + ks.source
+    module = PRELUDE["cuda" if target == "cuda" else "interpret"] + _helpers(ks.source, target) + ks.source
     return KernelSource(ks.name, module, ks.pointer_args, ks.size_args, ks.constexprs, ks.grid,
                         ks.num_warps, ks.strategy, ks.origins, ks.stores, ks.debug)

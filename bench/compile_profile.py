@@ -1,0 +1,224 @@
+"""Where coil's compile time goes: HF GPT-2 compiled with backend="coil", time per stage.
+
+    python bench/compile_profile.py [--mode infer|train|both] [--layers N] [--seq N]
+                                    [--cprofile N] [--json PATH]
+    python bench/compile_profile.py --case CASE [--compiler coil|inductor] [--json PATH]
+
+Default: `GPT2LMHeadModel(GPT2Config(n_layer=N, attn_implementation="eager"))` (random weights,
+fp32, batch 1 x seq tokens; on CUDA when available, else on the CPU with kernels in Triton's
+interpreter), compiled with `torch.compile(model, backend="coil")`; the first call is timed:
+inference under `torch.no_grad()`, or a training step (forward, `loss.backward()`).
+`--case` takes a `coil bench` model case instead (e.g. gpt2_infer_bf16, gpt2_train_amp,
+bert_base_infer_bf16: CUDA, the bench's batch, dtype and step; coil.backend.bench_models), and
+`--compiler inductor` compiles with `torch.compile`'s default for comparison. Prints:
+
+- first call (compile + first run) and a second call (run only): wall seconds and this
+  process's CPU seconds (all threads; steadier than wall time on a shared machine);
+- Dynamo capture (Dynamo's own time, without the backend call), coil's pre-grad passes, and
+  AOTAutograd (tracing + partitioning, without coil's compile of the graphs it hands over);
+- per coil stage, summed over the graphs (GraphStats.stage_times): graph cache, post-grad
+  passes, lowering, scheduling (split into fusion and memory-planner ordering), triton
+  codegen, wrapper codegen, runtime compile (kernel disk cache and Triton's compile; ~0 under
+  the interpreter), load (exec of the wrapper module);
+- with `--cprofile N`, the top N of coil's own functions by cumulative and by own time (under
+  cProfile, which slows Python ~1.5-2x: take stage times from a run without it).
+
+Caches: the environment decides (COIL_CACHE_DIR, COIL_GRAPH_CACHE; TRITON_CACHE_DIR and
+TORCHINDUCTOR_CACHE_DIR for Triton and Inductor). For a cold compile point them at empty
+folders; run again with the same folders, in a new process, for a warm one. `--json PATH`
+writes every figure. docs/perf.md (compile time) has the measurements and how they were made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def _model(layers: int, device: torch.device) -> Any:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    kwargs: dict[str, Any] = {"n_layer": layers, "attn_implementation": "eager"}
+    model: Any = GPT2LMHeadModel(GPT2Config(**kwargs))
+    return model.to(device)
+
+
+@contextmanager
+def _timed_scheduler(times: dict[str, float]) -> Iterator[None]:
+    """Time the scheduler's two parts (fusion, memory-planner ordering) by wrapping them where
+    `coil.scheduler.schedule` calls them."""
+
+    sched_mod = sys.modules["coil.scheduler.schedule"]  # the package attribute is the function
+    saved = {n: getattr(sched_mod, n) for n in ("fuse", "order_steps")}
+
+    def wrap(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                times[label] = times.get(label, 0.0) + time.perf_counter() - t0
+        return timed
+
+    sched_mod.fuse = wrap("fusion", saved["fuse"])  # type: ignore[attr-defined]
+    sched_mod.order_steps = wrap("ordering", saved["order_steps"])  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(sched_mod, n, f)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _gpt2_step(mode: str, layers: int, seq: int, device: torch.device) -> tuple[Any, Callable[[Any], None]]:
+    """The default model and its step (see the module docstring)."""
+    model = _model(layers, device)
+    ids = torch.randint(0, model.config.vocab_size, (1, seq), device=device)
+    if mode == "infer":
+        model.eval()
+
+    def step(m: Any) -> None:
+        if mode == "infer":
+            with torch.no_grad():
+                m(ids)
+        else:
+            m(ids, labels=ids).loss.backward()
+    return model, step
+
+
+def _case_step(case: str) -> tuple[Any, Callable[[Any], None]]:
+    """A `coil bench` model case's model and step (coil.backend.bench_models)."""
+    from coil.backend import bench_models as bm
+
+    spec, kind = bm._split(case)
+    model = bm._model(spec)
+    inputs = spec.inputs(model)
+    if kind == "infer_bf16":
+        model = model.to(torch.bfloat16).eval()
+        return model, lambda m: bm._infer_step(spec, m, inputs)
+    return model, lambda m: bm._train_step(spec, m, inputs)
+
+
+def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
+        compiler: str = "coil") -> dict[str, Any]:
+    """Compile and time one mode (infer or train) or bench case in this process; returns the figures."""
+    import coil.backend
+    from coil.backend.stats import BACKEND_CALLS, COMPILED, stage_totals
+    from torch._dynamo.utils import compilation_time_metrics
+
+    device = torch.device("cuda" if torch.cuda.is_available() or case else "cpu")
+    model, model_step = _case_step(case) if case else _gpt2_step(mode, layers, seq, device)
+    torch._dynamo.reset()
+    coil.backend.reset()
+    compilation_time_metrics.clear()
+    compiled: Any = torch.compile(model, backend="coil") if compiler == "coil" else torch.compile(model)
+
+    def step() -> None:
+        model_step(compiled)
+        _sync(device)
+
+    sched_times: dict[str, float] = {}
+    prof = cProfile.Profile() if profile else None
+    with _timed_scheduler(sched_times):
+        t0, c0 = time.perf_counter(), time.process_time()
+        if prof is not None:
+            prof.enable()
+        step()
+        if prof is not None:
+            prof.disable()
+        first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
+    t0, c0 = time.perf_counter(), time.process_time()
+    step()
+    second, second_cpu = time.perf_counter() - t0, time.process_time() - c0
+
+    dynamo_total = sum(compilation_time_metrics.get("_compile.compile_inner", []))
+    backend_total = sum(compilation_time_metrics.get("OutputGraph.call_user_compiler", []))
+    pre_grad = sum(c.pre_grad_s for c in BACKEND_CALLS)
+    in_aot = {g for c in BACKEND_CALLS for g in c.graphs}
+    aot = sum(c.aot_s for c in BACKEND_CALLS) - sum(s.compile_s for s in COMPILED if s.name in in_aot)
+    stages = stage_totals(COMPILED)
+    res: dict[str, Any] = {
+        "mode": mode, "layers": layers, "seq": seq, "case": case, "compiler": compiler,
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "torch": torch.__version__, "first_call_s": first, "second_call_s": second,
+        "first_call_cpu_s": first_cpu, "second_call_cpu_s": second_cpu,
+        "dynamo_capture_s": dynamo_total - backend_total, "pre_grad_s": pre_grad, "aot_autograd_s": aot,
+        "coil_stages_s": stages, "scheduler_parts_s": sched_times,
+        "graphs": [{"name": s.name, "fx_nodes": s.fx_nodes, "kernels": s.kernels, "graph_cache": getattr(s, "graph_cache", "n/a"),
+                    "stage_times": s.stage_times} for s in COMPILED],
+    }
+    _print(res)
+    if prof is not None:
+        _print_profile(prof, profile)
+    return res
+
+
+def _print(r: dict[str, Any]) -> None:
+    what = r["case"] or f"GPT-2 {r['layers']} layers, batch 1 x {r['seq']}, {r['mode']}"
+    print(f"\n== {what}, {r['compiler']}, {r['device']}, torch {r['torch']}")
+    print(f"first call (compile + run) {r['first_call_s']:.2f} s ({r['first_call_cpu_s']:.2f} s CPU); "
+          f"second call (run) {r['second_call_s']:.2f} s ({r['second_call_cpu_s']:.2f} s CPU)")
+    print(f"  Dynamo capture (without backend)   {r['dynamo_capture_s']:7.2f} s")
+    print(f"  pre-grad passes                    {r['pre_grad_s']:7.2f} s")
+    print(f"  AOTAutograd (without coil compile) {r['aot_autograd_s']:7.2f} s")
+    for stage, t in r["coil_stages_s"].items():
+        print(f"  {stage:<34} {t:7.2f} s")
+        if stage == "scheduling":
+            for part, tp in r["scheduler_parts_s"].items():
+                print(f"    {part:<32} {tp:7.2f} s")
+    total = sum(r["coil_stages_s"].values())
+    print(f"  coil stages total                  {total:7.2f} s")
+    for g in r["graphs"]:
+        print(f"  graph {g['name']}: {g['fx_nodes']} FX nodes, {g['kernels']} kernels, graph cache {g['graph_cache']}, "
+              f"{sum(g['stage_times'].values()):.2f} s")
+
+
+def _print_profile(prof: cProfile.Profile, top: int) -> None:
+    st = pstats.Stats(prof)
+    raw: dict[Any, Any] = st.stats  # type: ignore[attr-defined]
+    rows = [(k, v) for k, v in raw.items() if "/coil/" in k[0]]
+    for label, idx in (("cumulative", 3), ("own", 2)):
+        print(f"\ncProfile, coil functions by {label} time (top {top}):")
+        print(f"{'cum s':>8} {'own s':>8} {'calls':>9}  function")
+        for (file, line, fn), v in sorted(rows, key=lambda kv: -kv[1][idx])[:top]:
+            short = file.split("/coil/", 1)[1]
+            print(f"{v[3]:8.2f} {v[2]:8.2f} {v[1]:9d}  {short}:{line} {fn}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=("infer", "train", "both"), default="both")
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--cprofile", type=int, default=0, metavar="N", help="print the top N coil functions")
+    ap.add_argument("--case", default=None, help="a coil bench model case (CUDA), e.g. gpt2_train_amp")
+    ap.add_argument("--compiler", choices=("coil", "inductor"), default="coil")
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args(argv)
+    modes = ("infer", "train") if a.mode == "both" else (a.mode,)
+    if a.case:
+        results = [run(a.case, a.layers, a.seq, a.cprofile, a.case, a.compiler)]
+    else:
+        results = [run(m, a.layers, a.seq, a.cprofile, None, a.compiler) for m in modes]
+    if a.json is not None:
+        a.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
