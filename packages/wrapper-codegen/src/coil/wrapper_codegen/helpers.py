@@ -9,6 +9,19 @@ try:  # torch's C fast paths for an uninitialised allocation (what Inductor's wr
     from torch._C._dynamo.guards import _empty_strided_cpu, _empty_strided_cuda  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - older or trimmed torch builds
     _empty_strided_cpu = _empty_strided_cuda = None
+try:  # torch's C fast path for a view with given sizes and strides (~1.6 us vs ~7.6 us for as_strided)
+    from torch._C._dynamo.guards import _reinterpret_tensor  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - older or trimmed torch builds
+    _reinterpret_tensor = None
+
+
+def reinterpret(base: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> torch.Tensor:
+    """`base`'s storage seen with `size` and `stride`, starting `offset` elements after `base`'s own
+    storage offset (a wrapper-internal alias: no autograd view tracking, as the wrapper runs
+    outside autograd)."""
+    if _reinterpret_tensor is not None:
+        return _reinterpret_tensor(base, size, stride, offset)  # type: ignore[no-any-return]
+    return torch.as_strided(base, size, stride, base.storage_offset() + offset)
 
 
 def fast_empty(device: torch.device):  # type: ignore[no-untyped-def]
