@@ -216,6 +216,8 @@ def main():
     args = parser.parse_args()
     meta = json.loads((HERE / "repro_inputs.json").read_text())
     inputs = make_inputs(meta["inputs"], args.seed)
+    import coil.lowering_ir  # noqa: F401  (registers coil's torch.library ops the graph may call)
+
     gm = build(inputs)
     expected = gm(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
 

@@ -5,6 +5,9 @@ pieces it can fuse (layer norm, softmax, GELU, batch norm, ...). `var_mean`/`var
 stay whole: lowering computes them with a two-pass (centred) formula in one kernel. `addmm` stays
 whole too: its decomposition upcasts bf16/fp16 operands to fp32 (`pw_cast_for_opmath`), which
 turned every bf16 linear layer into an fp32 SIMT GEMM (8 of GPT-2's 11 ms on the H200).
+`max_pool2d_with_indices` becomes coil's pooling op with int8 window offsets plus their
+conversion to eager's int64 indices, so what the partitioner saves for the backward is the int8
+tensor (ops/pooling.py says why this happens here, before the partition).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from coil.lowering_ir.ops.pooling import max_pool2d_with_int8_offsets
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 aten = torch.ops.aten
@@ -52,4 +56,5 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table.update(get_decompositions(EXTRA))
     for op in KEEP_WHOLE:
         table.pop(op, None)
+    table[aten.max_pool2d_with_indices.default] = max_pool2d_with_int8_offsets
     return table

@@ -1,10 +1,12 @@
 """Native lowerings, registered into coil.lowering_ir.registry on import."""
 
 from coil.lowering_ir.ops import (
+    avg_pooling,
     bessel,
     extern,
     indexing,
     pointwise,
+    pooling,
     random,
     reduce_by_index,
     reductions,
@@ -14,6 +16,6 @@ from coil.lowering_ir.ops import (
 )
 
 __all__ = [
-    "bessel", "extern", "indexing", "pointwise", "random", "reduce_by_index", "reductions", "remap",
-    "special", "views",
+    "avg_pooling", "bessel", "extern", "indexing", "pointwise", "pooling", "random", "reduce_by_index",
+    "reductions", "remap", "special", "views",
 ]
