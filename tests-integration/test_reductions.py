@@ -31,7 +31,7 @@ def _softmax_and_sums(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return x.softmax(-1), x.sum(0), torch.var_mean(x, 1), x.amax(1)
 
 
-@pytest.mark.parametrize("strategy", ["persistent", "looped"])
+@pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])
 def test_forced_strategy_runs_and_is_the_one_generated(strategy: str, device: torch.device) -> None:
     _run(_softmax_and_sums, torch.randn(6, 300, device=device), strategy=strategy)
     kinds = _strategies()
@@ -39,9 +39,29 @@ def test_forced_strategy_runs_and_is_the_one_generated(strategy: str, device: to
     assert {k for k in kinds if k != "pointwise"} == {strategy}, kinds
 
 
-def test_auto_picks_looped_for_long_rows(device: torch.device) -> None:
-    _run(lambda x: x.sum(1), torch.randn(2, 1 << 15, device=device))
+def test_auto_picks_looped_for_long_rows(monkeypatch: pytest.MonkeyPatch, device: torch.device) -> None:
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", str(1 << 30))  # two rows this long would split
+    # integer values: the sum is exact in any order (random floats made this test flaky)
+    _run(lambda x: x.sum(1), torch.randint(-8, 8, (2, 1 << 15), device=device).float())
     assert _strategies() == ["looped"]
+
+
+def test_strided_rows_tile_outer(monkeypatch: pytest.MonkeyPatch, device: torch.device) -> None:
+    # sum over dim 0: x (dim 1) is contiguous, r strided. On CUDA "auto" tiles it "outer" (a
+    # wide-x block looping over r), not one persistent column per program; the interpreter keeps
+    # such rows persistent (no coalescing to gain); forced, "outer" runs on both
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", str(1 << 30))  # 70 outputs would split
+    exact = torch.randint(-8, 8, (2048, 70), device=device).float()  # sums exact in any order
+    _run(lambda x: (x.sum(0), x.t().amax(1)), exact)
+    assert set(_strategies()) == {"outer" if device.type == "cuda" else "persistent"}
+    torch._dynamo.reset()
+    COMPILED.clear()
+    _run(lambda x: (x.sum(0), x.t().amax(1)), exact, strategy="outer")
+    assert set(_strategies()) == {"outer"}
+    torch._dynamo.reset()
+    COMPILED.clear()
+    _run(lambda x: x.sum(1), exact.t().contiguous())  # the contiguous dim reduced
+    assert _strategies() == ["persistent"]
 
 
 def test_split_reduction_makes_two_kernels(monkeypatch: pytest.MonkeyPatch, device: torch.device) -> None:
@@ -65,15 +85,72 @@ def test_several_reductions_share_one_kernel(device: torch.device) -> None:
     assert "tl.max(" in src and "tl.sum(" in src
 
 
-@pytest.mark.parametrize("strategy", ["persistent", "looped"])
+@pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])
 def test_arg_reductions(strategy: str, device: torch.device) -> None:
     x = torch.randn(5, 37, device=device)
     x[2] = 1.0  # ties: the first index wins, as in eager
     _run(lambda t: (t.argmax(1), t.argmin(0, keepdim=True), t.argmax(), t.max(1), t.min(dim=0)), x, strategy=strategy)
 
 
-@pytest.mark.parametrize("strategy", ["persistent", "looped"])
+@pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])
 def test_scans(strategy: str, device: torch.device) -> None:
     x = torch.randn(5, 37, device=device)
     _run(lambda t: (torch.cumsum(t * 2, 1) + 1, torch.cumsum(t, 0), torch.cumprod(t[:, :6], 1),
                     torch.cumsum((t > 0).int(), 1)), x, strategy=strategy)
+
+
+def _close64(out: object, ref: object, dtype: torch.dtype) -> None:
+    rtol, atol = (1e-5, 1e-5) if dtype == torch.float32 else (2**-7, 1e-2)
+    flat_out, flat_ref = torch.utils._pytree.tree_leaves(out), torch.utils._pytree.tree_leaves(ref)
+    assert len(flat_out) == len(flat_ref)
+    for o, r in zip(flat_out, flat_ref, strict=True):
+        assert o.dtype == dtype and o.shape == r.shape
+        torch.testing.assert_close(o.double(), r.double(), rtol=rtol, atol=atol * max(1.0, float(r.abs().max())))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_split_batch_norm_statistics(monkeypatch: pytest.MonkeyPatch, device: torch.device, dtype: torch.dtype,
+                                     channels_last: bool) -> None:
+    # per-channel var_mean and sum over (N, H, W), forced to split: partial (count, mean, M2) per
+    # chunk, combined by Chan's formula; checked against float64 eager
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "16")
+    torch.manual_seed(0)
+    x = (torch.randn(3, 5, 6, 7, device=device) * 2 + 3).to(dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+
+    def fn(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (*torch.var_mean(t, (0, 2, 3)), t.sum((0, 2, 3)), t.std((0, 2, 3), keepdim=True))
+
+    with knobs.override(fallback_on_error=False):
+        out = torch.compile(fn, backend="coil")(x)
+    _close64(out, [r.to(dtype) for r in fn(x.double())], dtype)
+    kernels = [k for s in COMPILED for k in s.kernel_origins]
+    assert sum(any(o.startswith("var_mean") for o in k) for k in kernels) == 2, kernels  # partials, combine
+    assert [f for s in COMPILED for f in s.fallbacks] == []
+
+
+def test_split_batch_norm_training_step(monkeypatch: pytest.MonkeyPatch, device: torch.device) -> None:
+    # BatchNorm2d forward and backward in training mode, channels-last: the statistics and the
+    # backward's per-channel sums all split; gradients match eager
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "16")
+    torch.manual_seed(1)
+    bn = torch.nn.BatchNorm2d(5).to(device)
+    x = torch.randn(3, 5, 6, 7, device=device).to(memory_format=torch.channels_last).requires_grad_()
+
+    def step(m: torch.nn.Module, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = m(t)
+        (y * y.detach().sin()).sum().backward()
+        return y, t.grad, m.weight.grad, m.bias.grad
+
+    ref_bn = torch.nn.BatchNorm2d(5).to(device)
+    ref_bn.load_state_dict(bn.state_dict())
+    x_ref = x.detach().clone().requires_grad_()
+    want = step(ref_bn, x_ref)
+    with knobs.override(fallback_on_error=False):
+        got = step(torch.compile(bn, backend="coil"), x)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(bn.running_var, ref_bn.running_var)
+    assert sum(s.kernels for s in COMPILED) >= 4

@@ -15,12 +15,12 @@ def small_blocks(monkeypatch):
     """Force tiny blocks so that every loop runs several iterations with ragged tails."""
     real = kernel_mod.choose
 
-    def choose(xnumel, rnumel, is_reduction, target, strategy="auto"):
-        cfg = real(xnumel, rnumel, is_reduction, target, strategy)
+    def choose(xnumel, rnumel, is_reduction, target, strategy="auto", x_contiguous=False):
+        cfg = real(xnumel, rnumel, is_reduction, target, strategy, x_contiguous)
         if cfg.strategy == "pointwise":
             return KernelConfig("pointwise", 4, 1, cfg.num_warps)
-        if cfg.strategy == "looped":
-            return KernelConfig("looped", 2, 4, cfg.num_warps)
+        if cfg.strategy in ("looped", "outer"):
+            return KernelConfig(cfg.strategy, 2, 4, cfg.num_warps)
         return KernelConfig("persistent", 2, cfg.rblock, cfg.num_warps)
 
     monkeypatch.setattr(kernel_mod, "choose", choose)
@@ -122,7 +122,7 @@ RED_CASES = {
 }
 
 
-@pytest.mark.parametrize("strategy", ["persistent", "looped"])
+@pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])
 @pytest.mark.parametrize("case", sorted(RED_CASES))
 def test_reduction_strategies_match_eager(tk, small_blocks, case, strategy):
     fn = RED_CASES[case]
@@ -143,8 +143,9 @@ def test_three_d_reductions_over_inner_and_outer_dims(tk, small_blocks):
         tk.check(fn, x, strategy=strategy, rtol=1e-4, atol=1e-5)
 
 
-def test_looped_reduction_over_several_real_blocks(tk):
+def test_looped_reduction_over_several_real_blocks(tk, monkeypatch):
     """rnumel 5000 > the interpreter's 4096 RBLOCK cap: two iterations with a ragged tail."""
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", str(1 << 30))  # one kernel, not split
 
     def fn(x):
         return (x.sum(1), torch.softmax(x, -1))

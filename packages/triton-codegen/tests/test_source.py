@@ -22,7 +22,7 @@ def test_public_api_snapshot():
     assert sorted(T.__all__) == [
         "CodegenOptions", "KernelConfig", "KernelSource", "STRATEGIES", "choose", "generate", "generate_scatter", "generate_schedule", "texpr",
     ]
-    assert T.STRATEGIES == ("auto", "persistent", "looped")
+    assert T.STRATEGIES == ("auto", "persistent", "looped", "outer")
 
 
 # -- printer -------------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ KNOBS: dict[str, Knob] = {
     "fusion": Knob("COIL_FUSION", True, bool, "fuse operations into shared kernels"),
     "reuse": Knob("COIL_REUSE", True, bool, "reuse freed buffers (memory planner, reuse mode)"),
     "reduction_strategy": Knob("COIL_REDUCTION_STRATEGY", "auto", str,
-                               "auto | persistent | looped: how reductions are generated"),
+                               "auto | persistent | looped | outer: how reductions are generated"),
     "verify": Knob("COIL_VERIFY", False, bool, "check graph and IR invariants after every stage"),
     "order_time": Knob("COIL_ORDER_TIME", 0.5, float,
                        "seconds the memory planner may search for a lower-peak order of the fused steps (0: off)"),

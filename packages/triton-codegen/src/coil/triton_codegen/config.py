@@ -4,7 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STRATEGIES = ("auto", "persistent", "looped")
+from coil.lowering_ir.knobs import SPLIT_MIN_PROGRAMS
+
+STRATEGIES = ("auto", "persistent", "looped", "outer")
+
+# CUDA tiles of an "outer" reduction (the reduced dim is strided, the kept one contiguous): each
+# program owns OUTER_XBLOCK neighbouring outputs, so every load of the [XBLOCK, RBLOCK] tile reads
+# OUTER_XBLOCK consecutive elements of each of RBLOCK rows (128 B of bf16, 256 B of fp32: whole
+# cache lines), and accumulates in registers until one tl.sum/max/... at the end of the loop.
+# coil.lowering_ir.knobs.SPLIT_OUTER_ROWS (how many outputs the split rule assumes one program
+# of such a kernel reduces) must equal OUTER_XBLOCK: a test checks it.
+OUTER_XBLOCK = 64
+OUTER_RBLOCK = 16
+OUTER_WARPS = 4
+OUTER_TINY_RMAX = 1024  # see `choose`: tiny grids over short strided rows go persistent
+SPREAD_MIN_TILE = 512   # see `_spread`
+# rows up to this long are reduced persistently by "auto" (see `choose`), and the tile budgets
+# (elements of one [XBLOCK, RBLOCK] block) on CUDA and on the interpreter
+RMAX_PERSISTENT = 1 << 14
+CUDA_BUDGET = 4096
+INTERP_BUDGET = 1 << 16
 
 
 def next_pow2(n: int) -> int:
@@ -35,7 +54,7 @@ class CodegenOptions:
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Block sizes and launch options. `strategy` is "pointwise", "persistent" or "looped"."""
+    """Block sizes and launch options. `strategy` is "pointwise", "persistent", "looped" or "outer"."""
 
     strategy: str
     xblock: int
@@ -43,11 +62,35 @@ class KernelConfig:
     num_warps: int
 
 
-def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: str = "auto") -> KernelConfig:
+def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: str = "auto",
+           x_contiguous: bool = False) -> KernelConfig:
     """Pick a configuration. On the interpreter, big blocks (few programs) run fastest.
 
-    On CUDA, rows of up to 16384 elements are reduced persistently (one read of the input;
-    measured on the H200 to bring 8192-wide layernorm/softmax/RMSNorm to Inductor's speed).
+    Reductions (`strategy` "auto" picks; any other value forces that one):
+      - "persistent": the whole row in one RBLOCK (one read of the input). On CUDA rows of up to
+        16384 elements (measured on the H200 to bring 8192-wide layernorm/softmax/RMSNorm to
+        Inductor's speed).
+      - "looped": a loop over r in RBLOCK steps accumulating into an [XBLOCK, RBLOCK] register
+        tile, reduced once after the loop; for rows too long to be persistent.
+      - "outer": the looped kernel with a wide x block (OUTER_XBLOCK on CUDA) and a small RBLOCK,
+        for reductions whose loads are contiguous along x and strided along r (`x_contiguous`,
+        e.g. a sum over dim 0 of a row-major matrix, or per-channel statistics of a
+        channels-last image): each load reads XBLOCK consecutive elements per row. A persistent
+        kernel over a long strided row would give each program one column instead: uncoalesced
+        loads, one element per row.
+
+    "auto" on CUDA picks "outer" when `x_contiguous` and a persistent block would be narrower
+    than OUTER_XBLOCK in x (rows longer than CUDA_BUDGET // OUTER_XBLOCK = 64), except when that
+    tiling would leave fewer than SPLIT_MIN_PROGRAMS programs over rows of at most
+    OUTER_TINY_RMAX (the second kernel of a split reduction: a few hundred partials for each of a
+    few hundred outputs): then "persistent" with one or a few outputs per program, strided loads
+    but hundreds of programs at once instead of a handful looping. Otherwise rows up to
+    RMAX_PERSISTENT are persistent, longer ones looped. "auto" never picks "outer" on the
+    interpreter: there is no coalescing to gain, and Triton 3.6's interpreter cannot run a loop
+    over a run-time bound with NumPy 2 (packages/runtime/README.md); forced, it runs there too.
+
+    On CUDA, persistent and looped blocks hold fewer rows while that leaves too few programs
+    (`_spread`).
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"reduction strategy must be one of {STRATEGIES}, not {strategy!r}")
@@ -56,14 +99,36 @@ def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: 
         cap = 1 << 16 if interp else 1024
         x = min(next_pow2(max(xnumel, 1)), cap)
         return KernelConfig("pointwise", max(x, 16 if not interp else 1), 1, 4 if x >= 512 else 2)
-    rmax_persistent = 1 << 14
-    persistent = strategy == "persistent" or (strategy == "auto" and rnumel <= rmax_persistent)
-    budget = 1 << 16 if interp else 4096
-    if persistent:
-        r = next_pow2(max(rnumel, 1))
-        x = max(1, min(next_pow2(max(xnumel, 1)), budget // r))
-        warps = 16 if r * x >= 8192 else 8 if r * x >= 2048 else 4
-        return KernelConfig("persistent", x, r, warps)
-    r = min(next_pow2(max(rnumel, 1)), 4096 if interp else 1024)
-    x = max(1, min(next_pow2(max(xnumel, 1)), budget // r))
+    budget = INTERP_BUDGET if interp else CUDA_BUDGET
+    xp, rp = next_pow2(max(xnumel, 1)), next_pow2(max(rnumel, 1))
+    if strategy == "auto":
+        if x_contiguous and not interp and budget // rp < min(xp, OUTER_XBLOCK):
+            tiny_grid = -(-xnumel // OUTER_XBLOCK) < SPLIT_MIN_PROGRAMS and rnumel <= OUTER_TINY_RMAX
+            strategy = "persistent" if tiny_grid else "outer"
+        else:
+            strategy = "persistent" if rnumel <= RMAX_PERSISTENT else "looped"
+    if strategy == "persistent":
+        x = _spread(max(1, min(xp, budget // rp)), rp, xnumel, interp)
+        warps = 16 if rp * x >= 8192 else 8 if rp * x >= 2048 else 4
+        return KernelConfig("persistent", x, rp, warps)
+    if strategy == "outer":
+        if interp:  # big tiles: the interpreter's cost is per operation, not per element
+            x = min(xp, 1024)
+            return KernelConfig("outer", x, max(1, min(rp, budget // x)), 4)
+        x = min(xp, OUTER_XBLOCK)
+        return KernelConfig("outer", x, min(rp, max(OUTER_RBLOCK, (OUTER_XBLOCK * OUTER_RBLOCK) // x)), OUTER_WARPS)
+    r = min(rp, 4096 if interp else 1024)
+    x = _spread(max(1, min(xp, budget // r)), r, xnumel, interp)
     return KernelConfig("looped", x, r, 8 if r * x >= 2048 else 4)
+
+
+def _spread(x: int, r: int, xnumel: int, interp: bool) -> int:
+    """XBLOCK `x` halved on CUDA while the grid has fewer than SPLIT_MIN_PROGRAMS programs (the
+    count lowering-ir's split rule aims above, assuming one row per program of a reduction over
+    the contiguous dim) and the [x/2, r] tile still holds SPREAD_MIN_TILE elements: e.g. a split
+    reduction's 256 partial rows of 64 K elements get 256 programs, not 64 of four rows each,
+    and short x-contiguous rows keep blocks wide enough to coalesce. The interpreter keeps big
+    blocks."""
+    while not interp and x > 1 and -(-xnumel // x) < SPLIT_MIN_PROGRAMS and (x // 2) * r >= SPREAD_MIN_TILE:
+        x //= 2
+    return x

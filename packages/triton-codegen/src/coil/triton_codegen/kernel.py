@@ -25,6 +25,7 @@ from coil.lowering_ir.printing import texpr
 from coil.scheduler import KernelGroup, Member
 from coil.triton_codegen.config import CodegenOptions, KernelConfig, choose
 from coil.triton_codegen.optable import register_dtype, template, tl_dtype
+from coil.triton_codegen.tiling import x_contiguous_loads
 
 
 @dataclass(frozen=True)
@@ -92,12 +93,14 @@ class KernelWriter:
         self.reduction = group.is_reduction
         xn, rn = group.xnumel, group.rnumel
         xh, rh = sympy.sympify(xn).xreplace(hints or {}), sympy.sympify(rn).xreplace(hints or {})
+        x_contiguous = self.reduction and x_contiguous_loads(group)
         if not isinstance(rn, sympy.Integer) and strategy == "auto":
-            strategy = "looped"  # a persistent block sized from a hint would be wrong for larger rows
+            # a persistent block sized from a hint would be wrong for larger rows
+            strategy = "outer" if x_contiguous and target == "cuda" else "looped"
         self.cfg: KernelConfig = choose(
             int(xh) if isinstance(xh, sympy.Integer) else 1 << 20,
             int(rh) if isinstance(rh, sympy.Integer) else 1 << 20,
-            self.reduction, target, strategy,
+            self.reduction, target, strategy, x_contiguous,
         )
         touched = {r for m in group.members for r in m.op.reads()} | {m.op.output.name for m in group.members}
         extents = [buffers[b].layout.storage_extent() for b in touched if b in buffers]
@@ -424,7 +427,7 @@ class KernelWriter:
         fn = "tl.cumsum" if op.reduction_type == "cumsum" else "tl.cumprod"
         ident = "0" if op.reduction_type == "cumsum" else "1"
         acc_t = tl_dtype(register_dtype(op.acc_dtype))
-        looped = self.cfg.strategy == "looped"
+        looped = self.cfg.strategy in ("looped", "outer")
         if looped:
             self.emit(xs, f"carry = tl.full([XBLOCK, 1], {ident}, {acc_t})")
             self.emit(xs, "for roffset in range(0, rnumel, RBLOCK):")

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
 import torch
 import torch.fx
 from coil.lowering_ir.errors import Unsupported
-from coil.lowering_ir.knobs import SPLIT_MAX_ROWS, split_reduction_min
+from coil.lowering_ir.knobs import (
+    SPLIT_MAX_CHUNKS,
+    SPLIT_MIN_CHUNKS,
+    SPLIT_MIN_PROGRAMS,
+    SPLIT_MIN_TOTAL_FACTOR,
+    SPLIT_OUTER_ROWS,
+    SPLIT_TARGET_PROGRAMS,
+    split_reduction_min,
+)
 from coil.lowering_ir.layout import Expr
 from coil.lowering_ir.lowerer import Lowerer, TensorMeta
 from coil.lowering_ir.nodes import TensorRef, load
@@ -59,14 +68,12 @@ SPLITTABLE = {"sum": "0", "prod": "1", "max": "-inf", "min": "inf", "any": "0", 
 
 
 def _reduce(lw: Lowerer, x: TensorRef, dims: list[int], keepdim: bool, rtype: str, val: torch.Tensor | TensorMeta,
-            body_dtype: torch.dtype, transform: Any = None) -> TensorRef:
+            body_dtype: torch.dtype, transform: Any = None, may_split: bool = True) -> TensorRef:
     rranges, index = _split(x, dims, keepdim)
     acc = upcast_compute(body_dtype) if rtype in ("sum", "prod") else body_dtype
-    rnumel = sympy.Mul(*rranges) if rranges else sympy.Integer(1)
-    xnumel = sympy.Mul(*[sympy.sympify(s) for s in val.shape]) if val.dim() else sympy.Integer(1)
-    if (rtype in SPLITTABLE and rnumel.is_Integer and xnumel.is_Integer and int(rnumel) >= split_reduction_min()
-            and int(xnumel) <= SPLIT_MAX_ROWS and int(rnumel) >= 4):
-        return _split_reduce(lw, x, rranges, index, rtype, val, body_dtype, acc, transform)
+    plan = _split_plan(x, dims, val) if may_split and rtype in SPLITTABLE else None
+    if plan is not None:
+        return _split_reduce(lw, x, plan, index, rtype, val, body_dtype, acc, transform)
 
     def body(p: list[sympy.Symbol], r: list[sympy.Symbol]) -> Value:
         v = cast(load(x, index(p, r)), body_dtype)
@@ -87,37 +94,186 @@ def _identity(ident: str, dtype: torch.dtype) -> float | int | bool:
     return int(ident)
 
 
-def _split_reduce(lw: Lowerer, x: TensorRef, rranges: list[Expr], index: Any, rtype: str, val: torch.Tensor | TensorMeta,
+# -- split reductions ---------------------------------------------------------------------------------
+#
+# Why here: a split makes a new buffer and two IR nodes, which the scheduler (fusion), the memory
+# planner and the wrapper must all see; codegen sees one kernel group at a time. The rule needs
+# one codegen fact, how many outputs one program reduces: `rows` below, mirrored from
+# triton-codegen's tiling (config.OUTER_XBLOCK; a codegen test checks they agree).
+#
+# The rule (constants in coil.lowering_ir.knobs): a reduction of a splittable type (sum, prod,
+# max, min, any, all; mean and var/std/var_mean through them) with static sizes is split when
+#   - rows = SPLIT_OUTER_ROWS (64) if the input's innermost (stride-1) dim is kept ("outer":
+#     codegen tiles 64 neighbouring outputs per program), else 1 (one row per program);
+#   - its outputs occupy few programs: ceil(xnumel / rows) < SPLIT_MIN_PROGRAMS (2 x 132 SMs);
+#   - each program has much work: rnumel * rows >= split_reduction_min() (default 4096);
+#   - there is enough data in all: xnumel * rnumel >= SPLIT_MIN_TOTAL_FACTOR (8) *
+#     split_reduction_min() (below that a few programs finish in about a launch's time);
+#   - it yields S >= SPLIT_MIN_CHUNKS (4) chunks per output, where S = the power of two that
+#     brings programs * S to SPLIT_TARGET_PROGRAMS (8 x 132), at most SPLIT_MAX_CHUNKS (1024) and
+#     at most rnumel / max(2, split_reduction_min() / (2 rows)) (every chunk keeps at least half
+#     the minimum work). With the defaults: inner reductions from 8192 elements per row, outer
+#     ones from 128 rows.
+# The chunks are cut from the reduced dims in memory order, outermost first: whole dims while they
+# fit in S, then one dim cut into f pieces of width w = ceil(n / ceil(n / remaining)) (the last
+# piece may be shorter; a mask covers it). Every index stays affine in the loop variables (no
+# div/mod), so codegen's loops and tiling see the input's strides. Partials of an "outer" reduction
+# are laid out chunk-major ([*chunks, *out]: the contiguous output dim stays innermost for both
+# kernels); of an inner one chunk-minor ([*out, *chunks]).
+
+
+@dataclass(frozen=True)
+class _SplitPlan:
+    """How one reduction is cut into chunks (see the rule above).
+
+    `rsizes`: the reduced dims' sizes, in the order `_split` lists them (logical order).
+    `chunks`: (position in rsizes, pieces f, width w) for each dim the chunks cut: whole dims
+    (w == 1, f == n) then possibly one cut dim (w > 1). `rest`: positions of the dims a partial
+    reduces over (the cut dim first, as width w, then the untouched ones in memory order).
+    `outer`: partials are chunk-major.
+    """
+
+    rsizes: tuple[int, ...]
+    chunks: tuple[tuple[int, int, int], ...]
+    rest: tuple[int, ...]
+    outer: bool
+
+    @property
+    def chunk_sizes(self) -> list[Expr]:
+        return [sympy.Integer(f) for _, f, _ in self.chunks]
+
+    def rest_sizes(self) -> list[Expr]:
+        width = {k: w for k, _, w in self.chunks if w > 1}
+        return [sympy.Integer(width.get(k, self.rsizes[k])) for k in self.rest]
+
+    def rvars(self, s: Sequence[Expr], r: Sequence[Expr]) -> tuple[list[Expr], Expr | None]:
+        """The input's reduced-dim indices from chunk indices `s` and within-chunk indices `r`,
+        and the index that must stay below its dim's size (the cut dim when ragged), or None."""
+        out: list[Expr] = [sympy.Integer(0)] * len(self.rsizes)
+        for i, k in enumerate(self.rest):
+            out[k] = r[i]
+        inside: Expr | None = None
+        for j, (k, f, w) in enumerate(self.chunks):
+            if w == 1:
+                out[k] = s[j]
+            else:  # the cut dim: rest[0] is its position inside the piece
+                out[k] = s[j] * w + r[0]
+                if f * w != self.rsizes[k]:
+                    inside = out[k]
+        return out, inside
+
+    def count(self, s: Sequence[Expr], dtype: torch.dtype) -> Value:
+        """Elements in chunk `s` (a Value in `dtype`): the cut dim's last piece may be short."""
+        full = 1
+        for k in self.rest:
+            cut = [w for c, _, w in self.chunks if c == k and w > 1]
+            full *= cut[0] if cut else self.rsizes[k]
+        for j, (k, f, w) in enumerate(self.chunks):
+            last = self.rsizes[k] - (f - 1) * w
+            if w > 1 and last != w:
+                is_last = Op("eq", (IndexValue(s[j], torch.int64), Constant(f - 1, torch.int64)), torch.bool)
+                short = full // w * last
+                return Op("where", (is_last, Constant(float(short), dtype), Constant(float(full), dtype)), dtype)
+        return Constant(float(full), dtype)
+
+    def partial_meta(self, val: torch.Tensor | TensorMeta, dtype: torch.dtype) -> TensorMeta:
+        shape = [*self.chunk_sizes, *val.shape] if self.outer else [*val.shape, *self.chunk_sizes]
+        return TensorMeta.contiguous(shape, dtype, val.device)
+
+    def split_p(self, p: Sequence[sympy.Symbol]) -> tuple[list[sympy.Symbol], list[sympy.Symbol]]:
+        """(chunk indices, output indices) of a partial buffer's index variables."""
+        n = len(self.chunks)
+        return (list(p[:n]), list(p[n:])) if self.outer else (list(p[len(p) - n:]), list(p[:len(p) - n]))
+
+    def partial_index(self, c: Sequence[Expr], p: Sequence[Expr]) -> list[Expr]:
+        return [*c, *p] if self.outer else [*p, *c]
+
+
+def _split_plan(x: TensorRef, dims: list[int], val: torch.Tensor | TensorMeta) -> _SplitPlan | None:
+    """The split of a reduction of `x` over `dims` into `val`, or None (see the rule above)."""
+    size, stride = x.layout.size, x.layout.stride
+    rsizes = [size[d] for d in dims]
+    xsizes = [sympy.sympify(s) for s in val.shape]
+    if not all(sympy.sympify(e).is_Integer for e in (*rsizes, *xsizes)) or not dims:
+        return None
+    total = int(sympy.Mul(*rsizes))
+    xnumel = int(sympy.Mul(*xsizes)) if xsizes else 1
+    least = split_reduction_min()
+    if total < 2 or xnumel * total < SPLIT_MIN_TOTAL_FACTOR * least:
+        return None  # so little data in all that a few programs finish at once
+    static_strides = all(sympy.sympify(st).is_Integer for st in stride)
+    live = [d for d in range(len(size)) if size[d] != 1 and (not static_strides or int(stride[d]) != 0)]
+    innermost = min(live, key=lambda d: abs(int(stride[d]))) if live and static_strides else len(size) - 1
+    outer = bool(live) and innermost not in dims
+    rows = SPLIT_OUTER_ROWS if outer else 1
+    programs = -(-xnumel // rows)
+    if programs >= SPLIT_MIN_PROGRAMS or total * rows < least:
+        return None  # enough programs, or each does little work
+    min_chunk = max(2, least // (2 * rows))
+    want = 1
+    while want * programs < SPLIT_TARGET_PROGRAMS:
+        want *= 2
+    want = min(want, SPLIT_MAX_CHUNKS, total // min_chunk)
+    if want < SPLIT_MIN_CHUNKS:
+        return None
+    order = list(range(len(dims)))
+    if static_strides:
+        order.sort(key=lambda k: -abs(int(stride[dims[k]])))
+    chunks: list[tuple[int, int, int]] = []
+    remaining = want
+    for k in order:
+        n = int(rsizes[k])
+        if remaining <= 1:
+            break
+        if n == 1:
+            continue
+        if n <= remaining:
+            chunks.append((k, n, 1))
+            remaining = -(-remaining // n)
+        else:
+            w = -(-n // remaining)
+            chunks.append((k, -(-n // w), w))
+            break
+    if not chunks:
+        return None
+    cut = [k for k, _, w in chunks if w > 1]
+    rest = cut + [k for k in order if all(k != c for c, _, _ in chunks)]
+    if not rest:
+        return None  # every element its own chunk: nothing left to reduce per chunk
+    return _SplitPlan(tuple(int(n) for n in rsizes), tuple(chunks), tuple(rest), outer)
+
+
+def _split_reduce(lw: Lowerer, x: TensorRef, plan: _SplitPlan, index: Any, rtype: str, val: torch.Tensor | TensorMeta,
                   body_dtype: torch.dtype, acc: torch.dtype, transform: Any) -> TensorRef:
-    """Two kernels: partial reductions over S chunks of each row, then a reduction of the chunks."""
-    total = int(sympy.Mul(*rranges))
-    chunks = 1
-    while chunks * chunks < total and chunks < 1024:
-        chunks *= 2
-    width = -(-total // chunks)
-    strides = [int(sympy.Mul(*rranges[k + 1:])) if k + 1 < len(rranges) else 1 for k in range(len(rranges))]
-    ident = SPLITTABLE[rtype]
-    ident_value = _identity(ident, body_dtype)
-    partial_val = TensorMeta.contiguous([*val.shape, chunks], acc, val.device)
-    nout = val.dim()
+    """Two kernels: partial reductions over the chunks of each output, then their reduction."""
+    ident_value = _identity(SPLITTABLE[rtype], body_dtype)
 
     def body1(p: list[sympy.Symbol], r: list[sympy.Symbol]) -> Value:
-        flat = p[nout] * width + r[0]
-        inside = Op("lt", (IndexValue(flat, torch.int64), Constant(total, torch.int64)), torch.bool)
-        rvars = [sympy.Mod(sympy.floor(flat / st), n) if st != 1 else sympy.Mod(flat, n)
-                 for st, n in zip(strides, rranges, strict=True)]
-        ld = load(x, index(p[:nout], rvars))
-        v = cast(Load(ld.buffer, ld.index, ld.dtype, inside), body_dtype)
+        c, q = plan.split_p(p)
+        v, inside = _chunk_value(x, plan, index, c, q, r, body_dtype)
         if transform is not None:
-            v = transform(v, p[:nout])
-        return Op("where", (inside, v, Constant(ident_value, v.dtype)), v.dtype)
+            v = transform(v, q)
+        return v if inside is None else Op("where", (inside, v, Constant(ident_value, v.dtype)), v.dtype)
 
-    partial = lw.reduction(partial_val, [sympy.Integer(width)], rtype, body1, acc)
+    partial = lw.reduction(plan.partial_meta(val, acc), plan.rest_sizes(), rtype, body1, acc)
 
     def body2(p: list[sympy.Symbol], r: list[sympy.Symbol]) -> Value:
-        return load(partial, [*p, r[0]])
+        return load(partial, plan.partial_index(r, p))
 
-    return lw.reduction(val, [sympy.Integer(chunks)], rtype, body2, acc)
+    return lw.reduction(val, plan.chunk_sizes, rtype, body2, acc)
+
+
+def _chunk_value(x: TensorRef, plan: _SplitPlan, index: Any, c: Sequence[Expr], q: Sequence[Expr],
+                 r: Sequence[Expr], dtype: torch.dtype) -> tuple[Value, Value | None]:
+    """The input element at chunk `c`, output `q`, within-chunk `r` (cast to `dtype`; a masked
+    load on a ragged chunk), and the bool Value "inside the input" (None when every chunk is full)."""
+    rv, inside_at = plan.rvars(c, r)
+    ld = load(x, index(q, rv))
+    if inside_at is None:
+        return cast(ld, dtype), None
+    k = next(k for k, _, w in plan.chunks if w > 1)
+    inside = Op("lt", (IndexValue(inside_at, torch.int64), Constant(plan.rsizes[k], torch.int64)), torch.bool)
+    return cast(Load(ld.buffer, ld.index, ld.dtype, inside), dtype), inside
 
 
 @register(aten.sum.dim_IntList, aten.sum.default, prims.sum.default)
@@ -161,7 +317,8 @@ def max_dim(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, keepdim: bool = 
     values_val, indices_val = lw.out_val()
     is_max = node.target is aten.max.dim
     dims = _dims(x, dim)
-    values = _reduce(lw, x, dims, keepdim, "max" if is_max else "min", values_val, values_val.dtype)
+    # never split: the indices need a whole-row pass anyway, and both fuse into one kernel
+    values = _reduce(lw, x, dims, keepdim, "max" if is_max else "min", values_val, values_val.dtype, may_split=False)
     indices = _reduce(lw, x, dims, keepdim, "argmax" if is_max else "argmin", indices_val, upcast_compute(x.layout.dtype))
     return values, indices
 
@@ -233,7 +390,13 @@ def number(n: sympy.Expr, dtype: torch.dtype) -> Value:
 
 def _var_mean(lw: Lowerer, x: Any, dims: Any, correction: Any, keepdim: bool, var_val: torch.Tensor,
               want_std: bool = False) -> tuple[TensorRef, TensorRef]:
-    """(var or std, mean) by the centred two-pass formula; both reductions fuse into one kernel."""
+    """(var or std, mean) by the centred two-pass formula; both reductions fuse into one kernel.
+
+    A reduction the split rule splits (see `_split_plan`) is computed as partial (count, mean, M2)
+    per chunk (two passes over the chunk: its sum, then its centred squares, one kernel), combined
+    by Chan et al.'s formula in two passes over the partials: mean = sum(sum_c) / n, then
+    M2 = sum(M2_c + n_c (mean_c - mean)^2) (one kernel). No sum-of-squares anywhere.
+    """
     if not var_val.dtype.is_floating_point:
         raise Unsupported("var of non-float")
     ct = upcast_compute(var_val.dtype)
@@ -241,14 +404,18 @@ def _var_mean(lw: Lowerer, x: Any, dims: Any, correction: Any, keepdim: bool, va
     n = sympy.Mul(*[x.layout.size[i] for i in d]) if d else sympy.Integer(1)
     c = 1 if correction is None else correction
     mean_val = TensorMeta(tuple(var_val.shape), tuple(var_val.stride()), ct, var_val.device)
-    total = _reduce(lw, x, d, keepdim, "sum", mean_val, ct)
-    mean_buf = lw.pointwise(lambda p: Op("truediv", (value_of(total, p, ct), number(n, ct)), ct), mean_val)
+    plan = _split_plan(x, d, var_val)
+    if plan is not None:
+        mean_buf, sq = _split_moments(lw, x, d, keepdim, plan, mean_val, ct, n)
+    else:
+        total = _reduce(lw, x, d, keepdim, "sum", mean_val, ct, may_split=False)
+        mean_buf = lw.pointwise(lambda p: Op("truediv", (value_of(total, p, ct), number(n, ct)), ct), mean_val)
 
-    def centred_square(v: Value, p: list[sympy.Symbol]) -> Value:
-        diff = Op("sub", (v, load(mean_buf, list(p))), ct)
-        return Op("mul", (diff, diff), ct)
+        def centred_square(v: Value, p: list[sympy.Symbol]) -> Value:
+            diff = Op("sub", (v, load(mean_buf, list(p))), ct)
+            return Op("mul", (diff, diff), ct)
 
-    sq = _reduce(lw, x, d, keepdim, "sum", mean_val, ct, centred_square)
+        sq = _reduce(lw, x, d, keepdim, "sum", mean_val, ct, centred_square, may_split=False)
     denom: Value = Constant(float(max(int(n) - c, 0)), ct) if n.is_Integer else \
         Op("maximum", (number(n - c, ct), Constant(0.0, ct)), ct)
 
@@ -260,6 +427,44 @@ def _var_mean(lw: Lowerer, x: Any, dims: Any, correction: Any, keepdim: bool, va
 
     out = lw.pointwise(finish, var_val)
     return out, mean_buf
+
+
+def _split_moments(lw: Lowerer, x: TensorRef, d: list[int], keepdim: bool, plan: _SplitPlan, mean_val: TensorMeta,
+                   ct: torch.dtype, n: Expr) -> tuple[TensorRef, TensorRef]:
+    """(mean, M2) of a split var_mean: partial moments per chunk, then Chan's combination."""
+    _, index = _split(x, d, keepdim)
+    part = plan.partial_meta(mean_val, ct)
+    zero = Constant(0.0, ct)
+
+    def chunk_sum(p: list[sympy.Symbol], r: list[sympy.Symbol]) -> Value:
+        v, inside = _chunk_value(x, plan, index, *plan.split_p(p), r, ct)
+        return v if inside is None else Op("where", (inside, v, zero), ct)
+
+    sum_c = lw.reduction(part, plan.rest_sizes(), "sum", chunk_sum, ct)
+
+    def chunk_mean(p: Sequence[Expr]) -> Value:
+        return Op("truediv", (load(sum_c, list(p)), plan.count(plan.split_p(p)[0], ct)), ct)
+
+    mean_c = lw.pointwise(chunk_mean, part)
+
+    def chunk_m2(p: list[sympy.Symbol], r: list[sympy.Symbol]) -> Value:
+        v, inside = _chunk_value(x, plan, index, *plan.split_p(p), r, ct)
+        diff = Op("sub", (v, load(mean_c, list(p))), ct)
+        sq = Op("mul", (diff, diff), ct)
+        return sq if inside is None else Op("where", (inside, sq, zero), ct)
+
+    m2_c = lw.reduction(part, plan.rest_sizes(), "sum", chunk_m2, ct)
+    total = lw.reduction(mean_val, plan.chunk_sizes, "sum", lambda p, r: load(sum_c, plan.partial_index(r, p)), ct)
+    mean_buf = lw.pointwise(lambda p: Op("truediv", (load(total, list(p)), number(n, ct)), ct), mean_val)
+
+    def combine(p: list[sympy.Symbol], r: list[sympy.Symbol]) -> Value:
+        at = plan.partial_index(r, p)
+        count = plan.count(r, ct)
+        delta = Op("sub", (Op("truediv", (load(sum_c, at), count), ct), load(mean_buf, list(p))), ct)
+        spread = Op("mul", (count, Op("mul", (delta, delta), ct)), ct)
+        return Op("add", (load(m2_c, at), spread), ct)
+
+    return mean_buf, lw.reduction(mean_val, plan.chunk_sizes, "sum", combine, ct)
 
 
 @register(aten.var_mean.correction)

@@ -1,0 +1,96 @@
+"""The split-reduction rule (coil.lowering_ir.ops.reductions): which reductions become partials
+plus a reduction of the partials, how the chunks are cut, and what the split IR computes (the
+brute-force evaluator of conftest.py against eager float64)."""
+
+from __future__ import annotations
+
+import coil.lowering_ir as L
+import pytest
+import torch
+from coil.lowering_ir import knobs
+
+META = torch.device("meta")  # GPU-scale shapes: lowering reads only sizes and strides
+
+
+def _reductions(g):
+    return [(tuple(int(s) for s in op.ranges), tuple(int(s) for s in op.reduction_ranges))
+            for op in g.operations if isinstance(op, L.Reduction)]
+
+
+def _var_mean(t):
+    return tuple(torch.var_mean(t, (0, 2, 3)))
+
+
+def _image(*shape, channels_last=False, device=META, dtype=torch.bfloat16):
+    x = torch.empty(*shape, device=device, dtype=dtype) if device == META else torch.randn(*shape, dtype=dtype)
+    return x.to(memory_format=torch.channels_last) if channels_last else x
+
+
+def test_sum_over_dim0_of_a_wide_matrix_splits_chunk_major(ir):
+    # 8192 contiguous outputs: 128 programs of 64 outputs, too few; 16 chunks of 1024 rows
+    g = ir.lower(lambda t: (t.sum(0),), torch.empty(16384, 8192, device=META, dtype=torch.bfloat16))
+    assert _reductions(g) == [((16, 8192), (1024,)), ((8192,), (16,))]
+
+
+def test_enough_outputs_or_short_rows_do_not_split(ir):
+    assert len(_reductions(ir.lower(lambda t: (t.sum(1),), torch.empty(16384, 8192, device=META)))) == 1
+    # 2048 channels of 7x7 images, NCHW: 2048 programs already
+    assert len(_reductions(ir.lower(_var_mean, _image(32, 2048, 7, 7)))) == 2
+    # inner rows below 2 x SPLIT_MIN_CHUNKS x the chunk floor (8192): one kernel
+    assert len(_reductions(ir.lower(lambda t: (t.sum(1),), torch.empty(8, 8000, device=META)))) == 1
+    # little data in all
+    assert len(_reductions(ir.lower(lambda t: (t.sum(),), torch.empty(4096, device=META)))) == 1
+
+
+def test_batch_norm_statistics_split_along_memory_order(ir):
+    # NCHW: W is contiguous and reduced (inner): one row per channel, 256 < 264 programs;
+    # chunks cut N into 8 pieces of 4, partials laid out [C, chunks]
+    nchw = _reductions(ir.lower(_var_mean, _image(32, 256, 56, 56)))
+    assert nchw == [((256, 8), (4, 56, 56))] * 2 + [((256,), (8,))] * 2
+    # channels-last: C is contiguous and kept (outer): 4 programs of 64 channels; chunks take
+    # all of N, then cut H into 14 pieces of 4; partials [N, H-pieces, C]
+    cl = _reductions(ir.lower(_var_mean, _image(32, 256, 56, 56, channels_last=True)))
+    assert cl == [((32, 14, 256), (4, 56))] * 2 + [((256,), (32, 14))] * 2
+
+
+def test_knob_lowers_and_raises_the_threshold(ir, monkeypatch):
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", str(1 << 40))
+    assert len(_reductions(ir.lower(lambda t: (t.sum(0),), torch.empty(16384, 8192, device=META)))) == 1
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "16")
+    assert len(_reductions(ir.lower(lambda t: (t.sum(1),), torch.randn(3, 50)))) == 2
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "many")
+    with pytest.raises(ValueError, match="COIL_SPLIT_REDUCTION_MIN"):
+        knobs.split_reduction_min()
+
+
+def test_arg_reductions_and_max_with_indices_never_split(ir, monkeypatch):
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "16")
+    x = torch.randn(3, 50)
+    g = ir.lower(lambda t: (t.argmax(1), *t.max(1)), x)
+    assert len(_reductions(g)) == 3
+    ir.assert_same(ir.evaluate(g, [x]), [x.argmax(1), *x.max(1)])
+
+
+SMALL = {
+    # forced split (COIL_SPLIT_REDUCTION_MIN=16) on sizes no chunk width divides
+    "sum_dim0": (lambda t: (t.sum(0),), (37, 5), False),
+    "sum_dim1_keepdim": (lambda t: (t.sum(1, keepdim=True),), (3, 47), False),
+    "mean_023_channels_last": (lambda t: (t.mean((0, 2, 3)),), (3, 2, 5, 7), True),
+    "var_mean_nchw": (_var_mean, (3, 2, 5, 7), False),
+    "var_mean_channels_last": (_var_mean, (3, 2, 5, 7), True),
+    "std_correction0": (lambda t: (torch.std(t, 0, correction=0),), (47, 3), False),
+    "amax_amin_prod": (lambda t: (t.amax(0), t.amin(0), (t * 0.1 + 1).prod(0)), (47, 3), False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SMALL))
+def test_split_ir_computes_what_eager_does(ir, monkeypatch, case):
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "16")
+    fn, shape, cl = SMALL[case]
+    torch.manual_seed(0)
+    x = _image(*shape, channels_last=cl, device=torch.device("cpu"), dtype=torch.float32)
+    g = ir.lower(fn, x)
+    # the partials: a reduction with more outputs than any result has
+    assert max(torch.Size(r).numel() for r, _ in _reductions(g)) > max(w.numel() for w in fn(x))
+    want = [w.float() for w in fn(x.double())]
+    ir.assert_same(ir.evaluate(g, [x]), want, rtol=1e-5, atol=1e-5)
