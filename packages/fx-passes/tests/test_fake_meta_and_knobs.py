@@ -45,7 +45,25 @@ def test_knobs_read_env_and_override(monkeypatch: pytest.MonkeyPatch) -> None:
         _ = k.verify
     with pytest.raises(TypeError), k.override(nope=True):
         pass
-    assert FxPassesKnobs.names() == ("verify", "reinplace", "pad_mm")
+    assert FxPassesKnobs.names() == ("verify", "reinplace", "pad_mm", "channels_last")
+
+
+def test_channels_last_knob_is_auto_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    k = FxPassesKnobs()
+    monkeypatch.delenv("COIL_CHANNELS_LAST", raising=False)
+    assert k.channels_last is None  # auto: CUDA bf16/fp16 convolution graphs
+    for raw, want in (("1", True), ("0", False), ("auto", None), ("", None)):
+        monkeypatch.setenv("COIL_CHANNELS_LAST", raw)
+        assert k.channels_last is want
+    with k.override(channels_last=True):
+        assert k.channels_last is True
+        with k.override(channels_last=None):
+            assert k.channels_last is None
+    monkeypatch.setenv("COIL_CHANNELS_LAST", "sometimes")
+    with pytest.raises(ValueError, match="COIL_CHANNELS_LAST"):
+        _ = k.channels_last
+    with pytest.raises(TypeError), k.override(verify=None):
+        pass
 
 
 def test_verify_is_on_in_tests() -> None:

@@ -75,12 +75,14 @@ def test_reduction_fuses_with_producer_and_consumer(sch, fn):
     sch.check_topological(s)
 
 
-def test_transposed_consumer_is_not_fused_and_log_says_why(sch):
+def test_transposed_consumer_is_not_fused_and_log_says_why(sch, monkeypatch):
+    monkeypatch.setenv("COIL_INLINE", "0")  # lowering would inline y into its transposed read
+
     def fn(x):
         y = x + 1
-        return (y.t().contiguous() * 2,)
+        return (y + y.t(),)  # reads y in two orders: no loop order makes both the written index
 
-    s = sch.schedule(fn, torch.randn(3, 5))
+    s = sch.schedule(fn, torch.randn(4, 4))
     kernels = s.kernels()
     assert len(kernels) == 2
     producer, consumer = kernels
@@ -90,6 +92,30 @@ def test_transposed_consumer_is_not_fused_and_log_says_why(sch):
     refused = [a for a in s.log.attempts if not a[2]]
     assert refused
     assert any(f"reads {y}" in reason for (_, _, _, reason) in refused), refused
+    sch.check_groups(s)
+    sch.check_topological(s)
+
+
+def test_transposing_copy_fuses_in_its_producers_order(sch, monkeypatch):
+    """y.t().contiguous() reads y transposed: it fuses with y's producer running in y's memory
+    order (its read order), so y stays in registers and only the copy's result is stored."""
+    monkeypatch.setenv("COIL_INLINE", "0")  # lowering would inline y into its transposed read
+
+    def fn(x):
+        y = x + 1
+        return (y.t().contiguous() * 2,)
+
+    s = sch.schedule(fn, torch.randn(3, 5))
+    kernels = s.kernels()
+    assert len(kernels) == 2
+    first, second = kernels
+    y = first.members[0].op.output.name
+    copy = first.members[1]
+    assert first.internal == [y] and first.stores == [copy.op.output.name]
+    assert copy.order not in ("store", "logical")  # ordered by its read of y
+    assert copy.op.output.name in second.members[0].op.reads()
+    # the multiply reads the copy contiguously while the copy was written in y's order
+    assert any(not t and f"reads {copy.op.output.name}" in why for (_, _, t, why) in s.log.attempts)
     sch.check_groups(s)
     sch.check_topological(s)
 
@@ -195,8 +221,10 @@ def test_plan_rejects_mismatched_iteration_spaces(sch):
         plan("k", [red, pw], set(), {red.output.name, pw.output.name})
 
 
-def test_plan_rejects_per_x_reader_of_per_r_value(sch):
+def test_plan_rejects_per_x_reader_of_per_r_value(sch, monkeypatch):
     # e = exp(x) is per (x, r); s = e[:, 0] read per x only: not expressible in one kernel
+    # (lowering's inlining would substitute exp into the reader: off, to keep e an operation)
+    monkeypatch.setenv("COIL_INLINE", "0")
     g = sch.lower(lambda x: (x.sum(1) + x.exp()[:, 0],), torch.randn(3, 4))
     ops = [op for op in g.operations if isinstance(op, L.Pointwise | L.Reduction)]
     with pytest.raises(FusionIllegal):

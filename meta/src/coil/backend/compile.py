@@ -35,7 +35,8 @@ from coil.backend.errors import CoilCompileError
 from coil.backend.knobs import knobs
 from coil.backend.progress import compile_with_progress
 from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats, format_stage_times
-from coil.fx_passes import run_post_grad_passes, run_pre_grad_passes
+from coil.fx_passes import adopt_input_strides, run_post_grad_passes, run_pre_grad_passes
+from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
 from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, decomposition_table, lower
 from coil.runtime import KernelSpec, TensorArg
 from coil.scheduler import Schedule, schedule
@@ -115,21 +116,65 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, ki
     stats = GraphStats(name, fx_nodes=len(gm.graph.nodes))
     COMPILED.append(stats)
     out = Artefacts.open(gm, name, kind)
+    reporting = _layout_free_outputs(gm, kind)
     try:
-        return _compile(gm, name, kind, stats, out, check_inputs)
+        if kind == "backward":  # saved activations come with the strides the forward reported
+            adopt_input_strides(gm, example_inputs)
+        call = _compile(gm, name, kind, stats, out, check_inputs)
     except Exception as e:
         out.failed(e)
         if not knobs.fallback_on_error:
             raise
         warnings.warn(f"{e} -- running this graph eagerly (set COIL_FALLBACK_ON_ERROR=0 to raise)", stacklevel=2)
         stats.eager_fallback = str(e)
-        return _eager(gm)
+        stats.output_strides = _output_strides(gm)  # the graph runs as it is now, passes or not
+        call = _eager(gm)
+    if reporting is not None:
+        reporting.extend(tuple(s) if s is not None else None for s in stats.output_strides or ())
+    return call
+
+
+def _layout_free_outputs(gm: torch.fx.GraphModule, kind: str) -> list[Any] | None:
+    """For a forward graph compiled under AOTAutograd's `TracingContext.report_output_strides`:
+    mark the outputs saved for the backward as free to change layout (`gm.meta[FREE_OUTPUTS]`,
+    read by the channels-last pass) and return the list the strides of every output are to be
+    reported in. AOTAutograd then gives the backward's example inputs those strides, which
+    `adopt_input_strides` carries into the backward graph. None (nothing free, nothing reported)
+    outside that context, for other kinds, or when AOTAutograd's metadata is not as expected."""
+    context = torch._guards.TracingContext.try_get()
+    strides = getattr(context, "output_strides", None)
+    if kind != "forward" or strides is None or len(strides) != 0:
+        return None
+    try:
+        saved = context.fw_metadata.tensors_saved_for_backwards_slice  # type: ignore[union-attr]
+        n = len(next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0])
+        gm.meta[FREE_OUTPUTS] = tuple(range(n)[saved])
+    except Exception:  # another AOTAutograd than the one this was written against: keep every layout
+        return None
+    return strides  # type: ignore[no-any-return]
+
+
+def _output_strides(gm: torch.fx.GraphModule) -> list[list[int] | None]:
+    """Each output's strides as its `meta["val"]` says (what coil's wrapper returns: buffers are
+    laid out as their FakeTensors); None for non-tensors and symbolic strides."""
+    outs = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
+    result: list[list[int] | None] = []
+    for a in outs if isinstance(outs, list | tuple) else [outs]:
+        v = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        if isinstance(v, torch.Tensor) and all(isinstance(s, int) for s in v.stride()):
+            result.append([int(s) for s in v.stride()])
+        else:
+            result.append(None)
+    return result
 
 
 def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, out: Artefacts,
              check_inputs: bool) -> CompiledFn:
     check_inputs = check_inputs or knobs.check_inputs
-    cache: graph_cache.Lookup = _stage(stats, "graph cache", graph_cache.lookup, gm, kind, check_inputs)
+    # the outputs free to change layout decide the code, and the graph print does not show them
+    free = gm.meta.get(FREE_OUTPUTS)
+    key_kind = f"{kind} (layout-free outputs {list(free)})" if free else kind
+    cache: graph_cache.Lookup = _stage(stats, "graph cache", graph_cache.lookup, gm, key_kind, check_inputs)
     stats.graph_cache = cache.status
     if cache.cached is not None:
         call = _from_cache(gm, name, stats, cache.cached)
@@ -137,6 +182,7 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
             return _finish(call, name, kind, stats, torch.device(cache.cached.device), cache.cached.static_shapes)
         stats.graph_cache = "miss"
     gm = _stage(stats, "post-grad passes", _post_grad_passes, gm, kind, out)
+    stats.output_strides = _output_strides(gm)
     out.post_grad(gm)
     lowered: LoweredGraph = _stage(stats, "lowering", lower, gm, name)
     out.ir(lowered)
@@ -216,7 +262,8 @@ def _from_cache(gm: torch.fx.GraphModule, name: str, stats: GraphStats,
 
 
 # GraphStats fields a graph-cache entry keeps (kernel_sources and wrapper_source come with the code)
-_CACHED_STATS = ("ir_ops", "kernels", "externs", "fallbacks", "kernel_origins", "reused_buffers", "planned_peak")
+_CACHED_STATS = ("ir_ops", "kernels", "externs", "fallbacks", "kernel_origins", "reused_buffers", "planned_peak",
+                 "output_strides")
 
 
 def _cached_stats(stats: GraphStats) -> dict[str, Any]:

@@ -54,7 +54,7 @@ import torch.fx
 from coil.backend import logs
 from coil.backend.knobs import KNOBS, knobs
 from coil.fx_passes import knobs as fx_knobs
-from coil.lowering_ir.knobs import split_reduction_min
+from coil.lowering_ir.knobs import inline_enabled, split_reduction_min
 from coil.runtime import KernelSpec, TensorArg, disk_cache
 from coil.runtime.knobs import knobs as runtime_knobs
 
@@ -291,6 +291,7 @@ def knob_fingerprint() -> str:
     parts = [f"backend.{n}={getattr(knobs, n)!r}" for n in sorted(KNOBS) if n not in IGNORED_KNOBS]
     parts += [f"fx_passes.{n}={getattr(fx_knobs, n)!r}" for n in type(fx_knobs).names() if n != "verify"]
     parts.append(f"lowering_ir.split_reduction_min={split_reduction_min()}")
+    parts.append(f"lowering_ir.inline={inline_enabled()}")
     parts.append(f"runtime.triton_interpret={runtime_knobs.triton_interpret!r}")
     return ", ".join(parts)
 

@@ -26,6 +26,9 @@ class GraphStats:
     graph_cache: str = "off"
     # seconds per compile stage, in the order the stages ran (a stage that ran twice is summed)
     stage_times: dict[str, float] = field(default_factory=dict)
+    # each graph output's strides as compiled (None: not a tensor, or symbolic); a forward graph
+    # reports them to AOTAutograd (saved activations may be channels-last, coil.fx_passes)
+    output_strides: list[list[int] | None] | None = None
 
     @property
     def ops_fused(self) -> int:

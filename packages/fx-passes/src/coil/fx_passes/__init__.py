@@ -13,12 +13,14 @@ from coil.fx_passes.knobs import knobs
 from coil.fx_passes.manager import PassManager
 from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
 from coil.fx_passes.passes.attention import ATTENTION_RULES, fuse_attention
+from coil.fx_passes.passes.channels_last import adopt_input_strides, channels_last
 from coil.fx_passes.passes.constant_fold import fold_constants
 from coil.fx_passes.passes.cse import common_subexpression_elimination
 from coil.fx_passes.passes.dce import dead_code_elimination
 from coil.fx_passes.passes.noop import remove_noops
 from coil.fx_passes.passes.pad_mm import pad_matmul_strides, pad_matmul_strides_for
 from coil.fx_passes.passes.reinplace import reinplace
+from coil.fx_passes.passes.scatter_fill import scatter_to_where
 from coil.fx_passes.passes.topo_sort import stable_topological_sort
 from coil.fx_passes.passes.view_pairs import simplify_view_pairs
 from coil.fx_passes.patterns.matcher import apply_rule, match_rule, pattern_pass
@@ -44,7 +46,9 @@ __all__ = [
     "PatternRegistry",
     "Rule",
     "Stage",
+    "adopt_input_strides",
     "apply_rule",
+    "channels_last",
     "check_graph",
     "common_subexpression_elimination",
     "compute_val",
@@ -66,6 +70,7 @@ __all__ = [
     "remove_noops",
     "run_post_grad_passes",
     "run_pre_grad_passes",
+    "scatter_to_where",
     "simplify_view_pairs",
     "stable_topological_sort",
     "unfold_addmm",

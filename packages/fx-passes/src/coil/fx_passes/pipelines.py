@@ -10,12 +10,14 @@ from coil.fx_passes.knobs import knobs
 from coil.fx_passes.manager import OnPass, PassManager
 from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
 from coil.fx_passes.passes.attention import fuse_attention
+from coil.fx_passes.passes.channels_last import channels_last
 from coil.fx_passes.passes.constant_fold import fold_constants
 from coil.fx_passes.passes.cse import common_subexpression_elimination
 from coil.fx_passes.passes.dce import dead_code_elimination
 from coil.fx_passes.passes.noop import remove_noops
 from coil.fx_passes.passes.pad_mm import pad_matmul_strides
 from coil.fx_passes.passes.reinplace import reinplace as reinplace_pass
+from coil.fx_passes.passes.scatter_fill import scatter_to_where
 from coil.fx_passes.passes.topo_sort import stable_topological_sort
 from coil.fx_passes.passes.view_pairs import simplify_view_pairs
 from torch.fx import GraphModule
@@ -39,6 +41,7 @@ def post_grad_passes(*, is_backward: bool, reinplace: bool | None = None) -> tup
     del is_backward  # the same pipeline serves forward and backward graphs today
     passes: list[GraphPass] = [
         fold_constants,  # first: turns GPT-2's `w / full([], sqrt(d))` into `w / sqrt(d)`
+        scatter_to_where,  # nll_loss_backward's scatter into zeros becomes a fusable where
         fuse_attention,  # before the view simplifications, which rewrite matmul's layout ops
         remove_noops,
         simplify_view_pairs,
@@ -47,6 +50,7 @@ def post_grad_passes(*, is_backward: bool, reinplace: bool | None = None) -> tup
         fold_addmm,
         unfold_addmm,
         pad_matmul_strides,  # after the addmm rewrites, which decide the products' final form
+        channels_last,  # convolution operands NHWC; after the rewrites that change products
         dead_code_elimination,
         stable_topological_sort,
     ]

@@ -4,14 +4,18 @@ Walks the graph in order. Placeholders become InputBuffers (or SymbolInputs), ge
 ConstantBuffers; each call_function goes through the lowering table (coil.lowering_ir.registry)
 and, when there is no lowering or it raises Unsupported, becomes an ATen fallback ExternKernel.
 Every buffer's layout is taken from the node's `meta["val"]` (a FakeTensor), so coil's outputs
-have exactly the strides eager PyTorch gives. Kernels whose results nobody reads (e.g. the
-allocation behind an `empty_like` used only for its shape) are dropped at the end.
+have exactly the strides eager PyTorch gives. Then cheap Pointwise results read at another
+index are substituted into their readers (coil.lowering_ir.inline; COIL_INLINE=0: off), and
+kernels whose results nobody reads (e.g. the allocation behind an `empty_like` used only for
+its shape) are dropped.
 """
 
 from __future__ import annotations
 
 import torch.fx
 from coil.lowering_ir import ops as _ops  # noqa: F401  (registers the lowerings)
+from coil.lowering_ir.inline import inline_pointwise
+from coil.lowering_ir.knobs import inline_enabled
 from coil.lowering_ir.lowerer import Lowerer
 from coil.lowering_ir.nodes import Buffer, ExternKernel, LoweredGraph, Operation, ReinterpretView
 
@@ -19,6 +23,8 @@ from coil.lowering_ir.nodes import Buffer, ExternKernel, LoweredGraph, Operation
 def lower(gm: torch.fx.GraphModule, name: str = "graph") -> LoweredGraph:
     """Lower a functional ATen graph whose nodes carry meta["val"]. Raises LoweringError."""
     graph = Lowerer(gm, name).run()
+    if inline_enabled():
+        graph.operations = inline_pointwise(graph.operations, graph.outputs)
     graph.operations = drop_unread(graph.operations, graph.outputs)
     graph.verify()
     return graph

@@ -119,12 +119,25 @@ def children(v: Value) -> list[Value]:
 
 
 _indirect_count = [0]
+_indirect_bounds: dict[sympy.Symbol, sympy.Expr] = {}
 
 
-def indirect_symbol() -> sympy.Symbol:
-    """A fresh symbol for a data-dependent index (named ind<N>, unique in the process)."""
+def indirect_symbol(bound: sympy.Expr | None = None) -> sympy.Symbol:
+    """A fresh symbol for a data-dependent index (named ind<N>, unique in the process).
+
+    `bound`: the op's contract puts the value in [0, bound) (gather, index_select, embedding:
+    an index out of range is an error in eager PyTorch and undefined in coil), so index
+    arithmetic may rely on it (`indirect_bound`)."""
     _indirect_count[0] += 1
-    return sympy.Symbol(f"ind{_indirect_count[0]}", integer=True)
+    sym = sympy.Symbol(f"ind{_indirect_count[0]}", integer=True)
+    if bound is not None:
+        _indirect_bounds[sym] = bound
+    return sym
+
+
+def indirect_bound(sym: sympy.Symbol) -> sympy.Expr | None:
+    """The bound `indirect_symbol(bound)` recorded for `sym` (values lie in [0, bound)), if any."""
+    return _indirect_bounds.get(sym)
 
 
 def map_indices(value: Value, fn: object) -> Value:

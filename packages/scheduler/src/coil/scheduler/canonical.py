@@ -1,8 +1,21 @@
-"""Canonical loop nests: drop size-1 loops and merge loops that index memory as one.
+"""Canonical loop nests: drop size-1 loops, order loops by memory, merge loops that index memory as one.
 
 `canonicalize(op)` rewrites a Pointwise/Reduction over fresh symbols so that two nodes computing
 the same elements in the same order get the same loop structure (e.g. a [B, S, H] contiguous
 pointwise and a [B*S, H] one both become one loop of B*S*H).
+
+Loop order (`order`): by default an op's x loops run in the memory order of what it writes:
+sorted by the store index's stride, largest outermost, so the smallest stride is innermost and
+consecutive lanes of a block touch consecutive addresses (a pointwise op writing a channels-last
+[N, C, H, W] buffer iterates c fastest and, once sorted, its loops merge into one). Two ops over
+the same elements in the same memory order therefore get the same nest whatever their logical
+shapes. r loops (reductions) keep their logical order and stay innermost: argmax/argmin
+positions and the summation order depend on it. Other orders, used by fusion when the default
+ones do not fuse (`LoopOrder`): `"logical"` (the op's logical dimension order: coil's nests
+before loop reordering) or an index expression of the op's own loops (typically a load's index:
+the loops run in the memory order of that read). The order is left logical when strides cannot
+be compared (symbolic strides of unknown sign difference, a store that is not affine in a loop,
+a loop the store does not use).
 
 `canonicalize` is memoised per operation object (fusion asks for the same op's nest at every
 attempt that involves it): operations are not mutated after lowering, and the cache holds them
@@ -15,6 +28,7 @@ import functools
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import sympy
 from coil.lowering_ir import Expr, Pointwise, Reduction, Value, loads, map_indices
@@ -31,6 +45,8 @@ class LoopNest:
     r_syms: tuple[sympy.Symbol, ...]
     body: Value
     store_index: Expr
+    # the x loops are not in the op's logical order (they were sorted by memory order)
+    reordered: bool = False
 
     @functools.cached_property
     def body_loads(self) -> tuple[Load, ...]:
@@ -44,6 +60,19 @@ class LoopNest:
     @property
     def r_numel(self) -> Expr:
         return sympy.Mul(*self.r_sizes) if self.r_sizes else sympy.Integer(1)
+
+    @property
+    def shape_key(self) -> tuple[tuple[Expr, ...], tuple[Expr, ...], Expr]:
+        """Identifies the nest of one op: the store index is injective over the x loops, so two
+        nests of the same op with the same sizes and store index run the same iterations in the
+        same order."""
+        return self.x_sizes, self.r_sizes, self.store_index
+
+
+# How an op's x loops are ordered: "store" (the memory order of its output, the default),
+# "logical" (its dimension order) or an index expression over the op's loop symbols p0.. (the
+# memory order of that index, e.g. one of its loads).
+LoopOrder = Literal["store", "logical"] | Expr
 
 
 def syms(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:
@@ -130,35 +159,117 @@ def simplify_loops(sizes: Sequence[Expr], syms_in: Sequence[sympy.Symbol], exprs
     return keep_s, subst, keep_v
 
 
-_NESTS: weakref.WeakKeyDictionary[Pointwise | Reduction, LoopNest] = weakref.WeakKeyDictionary()
+def _at_least(a: Expr, b: Expr) -> bool | None:
+    """a >= b (True/False), or None when sympy cannot tell (symbolic strides).
+
+    Symbolic strides are products of positive size symbols: `s0*s1*s2 - s0*s1` is undecided as
+    a sum, but `a / b = s2` is a positive integer, so a = s2 * b >= b."""
+    if isinstance(a, sympy.Integer) and isinstance(b, sympy.Integer):
+        return int(a) >= int(b)
+    d = sympy.expand(a - b)
+    if d.is_nonnegative is not None:
+        return bool(d.is_nonnegative)
+    if b.is_positive:
+        q = sympy.cancel(a / b)
+        if q.is_integer and q.is_positive:
+            return True
+    return None
 
 
-def canonicalize(op: Pointwise | Reduction) -> LoopNest:
-    """The canonical loop nest of one operation (see module docstring); memoised per `op`."""
-    nest = _NESTS.get(op)
+def memory_order(sizes: Sequence[Expr], vars_: Sequence[sympy.Symbol], index: Expr) -> list[int] | None:
+    """Positions of the loops sorted by their stride in `index`, largest first (stable).
+
+    Size-1 loops keep their place (they are dropped anyway). None when the order cannot be
+    decided: `index` not affine in a loop, a loop of size > 1 it does not use (stride 0), or
+    strides sympy cannot compare."""
+    ex = sympy.expand(index)
+    strides: list[Expr | None] = []
+    for s, v in zip(sizes, vars_, strict=True):
+        if s == 1:
+            strides.append(None)
+            continue
+        c = _linear_coeff(ex, v)
+        if c is None or c == 0:
+            return None
+        strides.append(c)
+    pos = [i for i, c in enumerate(strides) if c is not None]
+    out: list[int] = []
+    for i in pos:  # insertion sort: a comparison sympy cannot decide aborts (no total order)
+        k = len(out)
+        while k > 0:
+            ci, ck = strides[i], strides[out[k - 1]]
+            assert ci is not None and ck is not None
+            ge = _at_least(ck, ci)
+            if ge is None:  # e.g. 1 vs s0: s0 >= 1 decides it (equal strides only for size-1 loops)
+                le = _at_least(ci, ck)
+                if not le:
+                    return None
+                ge = False
+            if ge:
+                break
+            k -= 1
+        out.insert(k, i)
+    # size-1 loops go back to their own positions
+    order = iter(out)
+    return [i if strides[i] is None else next(order) for i in range(len(strides))]
+
+
+_PERMS: weakref.WeakKeyDictionary[Pointwise | Reduction, dict[LoopOrder, tuple[int, ...]]] = (
+    weakref.WeakKeyDictionary())
+_NESTS: weakref.WeakKeyDictionary[Pointwise | Reduction, dict[tuple[int, ...], LoopNest]] = weakref.WeakKeyDictionary()
+
+
+def _p_syms(n: int) -> list[sympy.Symbol]:
+    return [sympy.Symbol(f"p{i}", integer=True, nonnegative=True) for i in range(n)]
+
+
+def loop_permutation(op: Pointwise | Reduction, order: LoopOrder = "store") -> tuple[int, ...]:
+    """The positions of `op`'s x loops (`op.ranges`), outermost first, under `order`: the
+    identity for "logical" and wherever `memory_order` cannot decide. Memoised per (op, order);
+    two orders with the same permutation give the same nest."""
+    memo = _PERMS.get(op)
+    if memo is None:
+        memo = _PERMS[op] = {}
+    got = memo.get(order)
+    if got is None:
+        index = None if order == "logical" else op.store_index if order == "store" else order
+        perm = None if index is None else memory_order(op.ranges, _p_syms(len(op.ranges)), index)
+        got = memo[order] = tuple(perm) if perm is not None else tuple(range(len(op.ranges)))
+    return got
+
+
+def canonicalize(op: Pointwise | Reduction, order: LoopOrder = "store") -> LoopNest:
+    """The canonical loop nest of one operation with its x loops in `order` (see the module
+    docstring); memoised per (`op`, loop permutation)."""
+    perm = loop_permutation(op, order)
+    memo = _NESTS.get(op)
+    if memo is None:
+        memo = _NESTS[op] = {}
+    nest = memo.get(perm)
     if nest is None:
-        nest = _NESTS[op] = _canonicalize(op)
+        nest = memo[perm] = _canonicalize(op, perm)
     return nest
 
 
-def _canonicalize(op: Pointwise | Reduction) -> LoopNest:
+def _canonicalize(op: Pointwise | Reduction, perm: tuple[int, ...]) -> LoopNest:
+    p_in = _p_syms(len(op.ranges))
+    ranges = list(op.ranges)
+    reordered = list(perm) != sorted(perm)
+    if reordered:
+        ranges = [ranges[i] for i in perm]
+        p_in = [p_in[i] for i in perm]
+    exprs = [*index_exprs(op.body), op.store_index]
+    xs, xsub, xv = simplify_loops(ranges, p_in, exprs)
     if isinstance(op, Reduction):
-        p_in = [sympy.Symbol(f"p{i}", integer=True, nonnegative=True) for i in range(len(op.ranges))]
         r_in = [sympy.Symbol(f"r{i}", integer=True, nonnegative=True) for i in range(len(op.reduction_ranges))]
-        exprs = [*index_exprs(op.body), op.store_index]
-        xs, xsub, xv = simplify_loops(op.ranges, p_in, exprs)
         exprs = [sympy.expand(e.xreplace(xsub)) for e in exprs]
         rs, rsub, rv = simplify_loops(op.reduction_ranges, r_in, exprs)
-        sub = {**xsub, **rsub}
-        return _rename(op.body, op.store_index, sub, xs, xv, rs, rv)
-    p_in = [sympy.Symbol(f"p{i}", integer=True, nonnegative=True) for i in range(len(op.ranges))]
-    exprs = [*index_exprs(op.body), op.store_index]
-    xs, xsub, xv = simplify_loops(op.ranges, p_in, exprs)
-    return _rename(op.body, op.store_index, xsub, xs, xv, [], [])
+        return _rename(op.body, op.store_index, {**xsub, **rsub}, xs, xv, rs, rv, reordered)
+    return _rename(op.body, op.store_index, xsub, xs, xv, [], [], reordered)
 
 
 def _rename(body: Value, store: Expr, sub: dict[sympy.Symbol, Expr], xs: list[Expr], xv: list[sympy.Symbol],
-            rs: list[Expr], rv: list[sympy.Symbol]) -> LoopNest:
+            rs: list[Expr], rv: list[sympy.Symbol], reordered: bool) -> LoopNest:
     xn, rn = syms("p", len(xs)), syms("r", len(rs))
     tmp = {v: sympy.Symbol(f"_t{v.name}", integer=True, nonnegative=True) for v in (*xv, *rv)}
     final = {tmp[v]: n for v, n in zip([*xv, *rv], [*xn, *rn], strict=True)}
@@ -166,4 +277,4 @@ def _rename(body: Value, store: Expr, sub: dict[sympy.Symbol, Expr], xs: list[Ex
     def f(e: Expr) -> Expr:
         return sympy.expand(sympy.expand(e.xreplace(sub)).xreplace(tmp).xreplace(final))
 
-    return LoopNest(tuple(xs), tuple(rs), xn, rn, map_indices(body, f), f(store))
+    return LoopNest(tuple(xs), tuple(rs), xn, rn, map_indices(body, f), f(store), reordered)

@@ -6,18 +6,30 @@ need not be written and read back; an input read once instead of twice) and trie
 A fusion is taken when `group.plan` accepts the merged group (same iteration space, reads at the
 written index) and it makes no cycle among the remaining groups. Every decision, taken or not,
 is recorded with its reason in `FusionLog`.
+
+Loop orders: each op's loops start in the memory order of what it writes (`canonicalize`). When
+the merged group does not plan with the orders its two halves already use, two other orders
+are tried (`_order_candidates`), each only when it changes some member's nest:
+  1. every pointwise member that reads the shared buffer runs in the memory order of that read
+     (e.g. a consumer reading a channels-last buffer and writing a contiguous one: it then runs
+     in the producer's order and the value stays in registers; its own store is strided);
+  2. every member in its logical order (coil's nests before loop reordering: whatever fused
+     then fuses now, e.g. a channels-last producer of a reduction over trailing logical dims).
+`plan` checks legality for each candidate from the index expressions, as for the default.
 """
 
 from __future__ import annotations
 
 import heapq
 import re
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import sympy
-from coil.lowering_ir import ExternKernel, Operation, Pointwise, Reduction
+from coil.lowering_ir import ExternKernel, Operation, Pointwise, Reduction, loads
 from coil.lowering_ir.nodes import SCAN_TYPES, Scatter
+from coil.scheduler.canonical import LoopOrder, loop_permutation
 from coil.scheduler.group import FusionIllegal, KernelGroup, plan
 
 
@@ -44,6 +56,45 @@ def _empty(op: Operation) -> bool:
 def _is_scan(op: Operation) -> bool:
     """Scans run in kernels of their own (their running carry does not mix with other loops)."""
     return isinstance(op, Reduction) and op.reduction_type in SCAN_TYPES
+
+
+def _first_read(op: Pointwise, buffer: str) -> sympy.Expr | None:
+    """The index of `op`'s first load of `buffer` (None if it reads none), memoised per op."""
+    memo = _READS.get(op)
+    if memo is None:
+        memo = _READS[op] = {}
+        for ld in loads(op.body):
+            memo.setdefault(ld.buffer, ld.index)
+    return memo.get(buffer)
+
+
+_READS: weakref.WeakKeyDictionary[Pointwise, dict[str, sympy.Expr]] = weakref.WeakKeyDictionary()
+
+
+def _order_candidates(merged: Sequence[Pointwise | Reduction], base: dict[int, LoopOrder], shared: str,
+                      shared_writer: Operation | None) -> list[dict[int, LoopOrder]]:
+    """The loop orders to try for a merged group, in turn (see the module docstring): `base`,
+    then pointwise readers of `shared` in the order of that read, then all logical; an
+    alternative is kept only when it puts some member's loops in a permutation no earlier
+    candidate gave (loop permutations are memoised and cheap; nests are built only by `plan`)."""
+    def key(orders: dict[int, LoopOrder]) -> tuple[tuple[int, ...], ...]:
+        return tuple(loop_permutation(o, orders[id(o)]) for o in merged)
+
+    read = dict(base)
+    for o in merged:
+        if isinstance(o, Pointwise) and o is not shared_writer:
+            idx = _first_read(o, shared)
+            if idx is not None:
+                read[id(o)] = idx
+    logical: dict[int, LoopOrder] = {id(o): "logical" for o in merged}
+    out = [base]
+    seen = {key(base)}
+    for alt in (read, logical):
+        k = key(alt)
+        if k not in seen:
+            seen.add(k)
+            out.append(alt)
+    return out
 
 
 def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool = True,
@@ -134,11 +185,26 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
         return out
 
     plans: dict[int, KernelGroup] = {}
+    order_of: dict[int, LoopOrder] = {}  # op id -> the loop order of its group's plan (default "store")
+
+    def try_plan(names: str, merged: list[Operation], shared: str) -> KernelGroup:
+        """Plan `merged` with the first loop orders that work (`_order_candidates`)."""
+        pw = [o for o in merged if isinstance(o, Pointwise | Reduction)]
+        base: dict[int, LoopOrder] = {id(o): order_of.get(id(o), "store") for o in pw}
+        first: FusionIllegal | None = None
+        for orders in _order_candidates(pw, base, shared, writer.get(shared)):
+            try:
+                return plan(names, pw, outside_readers(merged), graph_outputs, orders)
+            except FusionIllegal as e:
+                first = first or e
+        assert first is not None
+        raise first
+
     if enabled:
         changed = True
         while changed:
             changed = False
-            cands: list[tuple[int, int, int]] = []
+            cands: list[tuple[int, int, int, str]] = []
             for op in ops:
                 if not isinstance(op, Pointwise | Reduction) or _is_scan(op) or empty[id(op)]:
                     continue
@@ -146,13 +212,13 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                     w = writer.get(r)
                     if isinstance(w, Pointwise | Reduction) and not _is_scan(w) and not empty[id(w)] \
                             and gid[id(w)] != gid[id(op)]:
-                        cands.append((2 * nbytes(w, r), gid[id(w)], gid[id(op)]))
+                        cands.append((2 * nbytes(w, r), gid[id(w)], gid[id(op)], r))
                     for other in readers.get(r, []):
                         if other is not op and isinstance(other, Pointwise | Reduction) and not _is_scan(other) \
                                 and not empty[id(other)] and gid[id(other)] != gid[id(op)]:
-                            cands.append((nbytes(writer[r], r) if r in writer else 1, gid[id(other)], gid[id(op)]))
+                            cands.append((nbytes(writer[r], r) if r in writer else 1, gid[id(other)], gid[id(op)], r))
             cands.sort(key=lambda c: -c[0])
-            for _, a, b in cands:
+            for _, a, b, shared in cands:
                 if a == b or a not in groups or b not in groups:
                     continue
                 merged = sorted(groups[a] + groups[b], key=lambda o: pos[id(o)])
@@ -162,7 +228,7 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                         log.attempts.append((groups[a][0].name, groups[b][0].name, False, "would create a cycle through another kernel"))
                     continue
                 try:
-                    p = plan(names, merged, outside_readers(merged), graph_outputs)  # type: ignore[arg-type]
+                    p = try_plan(names, merged, shared)
                 except FusionIllegal as e:
                     if log is not None:
                         log.attempts.append((groups[a][0].name, groups[b][0].name, False, str(e)))
@@ -175,6 +241,7 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                     gid[id(o)] = keep
                 plans.pop(drop, None)
                 plans[keep] = p
+                order_of.update({id(m.op): m.order for m in p.members})
                 merged_into(keep, drop)
                 changed = True
     # order: Kahn's algorithm, earliest original position first

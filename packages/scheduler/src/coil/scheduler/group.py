@@ -10,18 +10,20 @@ refinement of the members' loop sizes). A member is one of:
 Legality (`plan`): a member that reads a buffer written inside the group must read it at exactly
 the index it was written (so the value stays in registers); "x"/"reduce" values may be read
 from "r" members (broadcast over r), never the reverse.
+Each member's loops are in the order `plan` is given for it (`orders`, default: the memory order
+of its store; see `coil.scheduler.canonical`); the group's dims follow the members' nests.
 """
 
 from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sympy
 from coil.lowering_ir import Expr, Pointwise, Reduction
-from coil.scheduler.canonical import LoopNest, canonicalize, syms
+from coil.scheduler.canonical import LoopNest, LoopOrder, canonicalize, syms
 
 
 class FusionIllegal(Exception):
@@ -37,6 +39,7 @@ class Member:
     nest: LoopNest
     # node symbol -> linear expression of group dim symbols
     mapping: dict[sympy.Symbol, Expr]
+    order: LoopOrder = "store"  # how `nest`'s x loops were ordered (canonicalize's `order`)
 
     def kernel_expr(self, e: Expr) -> Expr:
         return _substituted(e, tuple(self.mapping.items()))
@@ -140,30 +143,33 @@ def split_sizes(sizes: Sequence[Expr], head: Expr) -> tuple[list[Expr], list[Exp
     return None
 
 
-_NEST_FOR: weakref.WeakKeyDictionary[Pointwise | Reduction, dict[tuple[Expr, Expr], tuple[str, LoopNest] | str]] = (
+_NEST_FOR: weakref.WeakKeyDictionary[Pointwise | Reduction,
+                                      dict[tuple[Expr, Expr, LoopOrder], tuple[str, LoopNest] | str]] = (
     weakref.WeakKeyDictionary())
 
 
-def _nest_for(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr) -> tuple[str, LoopNest]:
+def _nest_for(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr, order: LoopOrder = "store"
+              ) -> tuple[str, LoopNest]:
     """Classify `op` inside a group of (x_numel, r_numel) and give its nest with an x/r split.
 
-    Memoised per (op, x_numel, r_numel), the FusionIllegal outcome included (fusion asks again
-    at every attempt that involves `op`; operations are not mutated after lowering)."""
+    Memoised per (op, x_numel, r_numel, order), the FusionIllegal outcome included (fusion asks
+    again at every attempt that involves `op`; operations are not mutated after lowering)."""
     memo = _NEST_FOR.setdefault(op, {})
-    got = memo.get((x_numel, r_numel))
+    key = (x_numel, r_numel, order)
+    got = memo.get(key)
     if got is None:
         try:
-            got = _classify(op, x_numel, r_numel)
+            got = _classify(op, x_numel, r_numel, order)
         except FusionIllegal as e:
             got = str(e)
-        memo[(x_numel, r_numel)] = got
+        memo[key] = got
     if isinstance(got, str):
         raise FusionIllegal(got)
     return got
 
 
-def _classify(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr) -> tuple[str, LoopNest]:
-    nest = canonicalize(op)
+def _classify(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr, order: LoopOrder) -> tuple[str, LoopNest]:
+    nest = canonicalize(op, order)
     if isinstance(op, Reduction):
         if not _same(nest.x_numel, x_numel) or not _same(nest.r_numel, r_numel):
             raise FusionIllegal(f"{op.name}: reduction of ({nest.x_numel}, {nest.r_numel}) in ({x_numel}, {r_numel})")
@@ -193,7 +199,8 @@ def _classify(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr) -> tuple[
         def f(e: Expr) -> Expr:
             return sympy.expand(sympy.expand(e.xreplace(sub)).xreplace(ren))
 
-        return "r", LoopNest(tuple(xs), tuple(rs), xn, rn, map_indices(nest.body, f), f(nest.store_index))
+        return "r", LoopNest(tuple(xs), tuple(rs), xn, rn, map_indices(nest.body, f), f(nest.store_index),
+                             nest.reordered)
     raise FusionIllegal(f"{op.name}: {numel} elements do not fit a group of ({x_numel}, {r_numel})")
 
 
@@ -239,19 +246,22 @@ def _compute_mapping(sizes: Sequence[Expr], node_syms: Sequence[sympy.Symbol], d
     return out
 
 
-def plan(name: str, ops: Sequence[Pointwise | Reduction], outside_readers: set[str], graph_outputs: set[str]) -> KernelGroup:
+def plan(name: str, ops: Sequence[Pointwise | Reduction], outside_readers: set[str], graph_outputs: set[str],
+         orders: Mapping[int, LoopOrder] | None = None) -> KernelGroup:
     """Build the group for `ops` (in execution order) or raise FusionIllegal.
 
     `outside_readers`: buffers read by something outside these ops; with `graph_outputs` they
-    decide which results must be stored; the rest stay in registers.
+    decide which results must be stored; the rest stay in registers. `orders`: the loop order of
+    an op (by `id(op)`; default "store", the memory order of its output).
     """
+    order_of = {id(op): (orders or {}).get(id(op), "store") for op in ops}
     reductions = [op for op in ops if isinstance(op, Reduction)]
     if reductions:
-        first = canonicalize(reductions[0])
+        first = canonicalize(reductions[0], order_of[id(reductions[0])])
         x_numel, r_numel = first.x_numel, first.r_numel
     else:
-        x_numel, r_numel = canonicalize(ops[0]).x_numel, sympy.Integer(1)
-    classified = [(op, *_nest_for(op, x_numel, r_numel)) for op in ops]
+        x_numel, r_numel = canonicalize(ops[0], order_of[id(ops[0])]).x_numel, sympy.Integer(1)
+    classified = [(op, *_nest_for(op, x_numel, r_numel, order_of[id(op)])) for op in ops]
     x_dims: list[Expr] | None = None
     r_dims: list[Expr] | None = None
     for _, kind, nest in classified:
@@ -270,7 +280,7 @@ def plan(name: str, ops: Sequence[Pointwise | Reduction], outside_readers: set[s
         mapping = _mapping(nest.x_sizes, nest.x_syms, x_dims, xs)
         if kind != "x":
             mapping.update(_mapping(nest.r_sizes, nest.r_syms, r_dims, rs))
-        members.append(Member(op, kind, nest, mapping))
+        members.append(Member(op, kind, nest, mapping, order_of[id(op)]))
     group = KernelGroup(name, members, x_dims, r_dims)
     _check_dependencies(group, set(rs))
     written = {m.op.output.name for m in members}

@@ -115,7 +115,7 @@ def _indirect_load(x: TensorRef, idx: list[Expr | None], values: dict[int, Value
     full: list[Expr] = []
     for d, i in enumerate(idx):
         if d in values:
-            s = indirect_symbol()
+            s = indirect_symbol(x.layout.size[d])  # a valid index lies in [0, size of dim d)
             bound.append((s, values[d]))
             full.append(s)
         else:
