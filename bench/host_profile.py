@@ -23,19 +23,13 @@ def main(argv: list[str]) -> int:
     mode = argv[2] if len(argv) > 2 and not argv[2].startswith("--") else "coil"
     top = int(argv[argv.index("--top") + 1]) if "--top" in argv else 30
     from coil.backend import bench_models as bm
+    from profile_model import _model  # bench/ is on sys.path when this file runs as a script
 
-    spec, kind = bm._split(case)
-    model = bm._model(spec)
-    inputs = spec.inputs(model)
-    if kind == "infer_bf16":
-        model = model.to(torch.bfloat16).eval()
+    model, run = _model(case)
     f = bm.compile_mode(model, mode)
 
     def step() -> None:
-        if kind == "infer_bf16":
-            bm._infer_step(spec, f, inputs)
-        else:
-            bm._train_step(spec, f, inputs)
+        run(f)
         torch.cuda.synchronize()
 
     for _ in range(3):

@@ -69,7 +69,6 @@ def measure(case: str, mode: str) -> dict[str, Any]:
     end = torch.cuda.memory_allocated()
     del loss
     model.zero_grad(set_to_none=True)
-    saved: list[tuple[int, str]] = []
 
     def step() -> None:
         fw().backward()
