@@ -51,6 +51,8 @@ def _value_lines(value: Value) -> list[str]:
         dtype = str(v.dtype).removeprefix("torch.")
         if isinstance(v, Load):
             text = f"load {v.buffer}[{v.index}]"
+            if v.mask is not None:
+                text += f" if {go(v.mask)}"
         elif isinstance(v, IndexValue):
             text = f"index {v.index}"
         elif isinstance(v, Op):
