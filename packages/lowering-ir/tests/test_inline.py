@@ -357,3 +357,32 @@ def test_random_compositions_equal_eager(ir, seed):
 
     g = ir.lower(fn, x)
     ir.assert_same(ir.evaluate(g, [x]), list(fn(x)))
+
+
+def test_narrowing_producer_is_recomputed_by_its_direct_readers(ir, monkeypatch):
+    """float(x_bf16) - mean read by a reduction and a pointwise (a batch norm backward): each
+    reader loads 2 bytes of x instead of 4 bytes of a materialised fp32 copy."""
+
+    def fn(x, mean, dy):
+        xc = x.float() - mean
+        s = (dy * xc).sum((0, 2))
+        return (s, dy - xc * s[None, :, None])
+
+    x = torch.randn(2, 3, 5).to(torch.bfloat16)
+    mean, dy = torch.randn(1, 3, 1), torch.randn(2, 3, 5)
+    plain, g = _lower_both(ir, monkeypatch, fn, x, mean, dy)
+    assert _writes(plain, "sub") and not _writes(g, "sub") and not _writes(g, "_to_copy")
+    ir.assert_same(ir.evaluate(g, [x, mean, dy]), list(fn(x, mean, dy)))
+
+
+def test_producer_of_full_width_reads_stays_with_several_direct_readers(ir):
+    """The same with x already fp32: recomputing reads as many bytes as reloading (and costs
+    the arithmetic), so the scheduler's materialised buffer stays."""
+
+    def fn(x, mean, dy):
+        xc = x - mean
+        s = (dy * xc).sum((0, 2))
+        return (s, dy - xc * s[None, :, None])
+
+    g = ir.lower(fn, torch.randn(2, 3, 5), torch.randn(1, 3, 1), torch.randn(2, 3, 5))
+    assert _writes(g, "sub")

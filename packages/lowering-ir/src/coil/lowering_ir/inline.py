@@ -13,9 +13,15 @@ A Pointwise P is inlined when
   P's elements in P's store order (the reader's index, affine in its loop variables, has P's
   store index's offset and, merging loops that index memory as one, its strides and sizes;
   loops the index does not use are broadcasts). Graphs whose reads are all direct are left to
-  the scheduler. A P that reads no buffer (constants, iota) is also inlined into broadcasting
-  readers: recomputing it costs nothing;
+  the scheduler, unless P is *narrowing* (`_narrowing`: at most `MAX_NARROW_NODES` nodes, and
+  its full-size loads add up to fewer bytes per element than its own dtype, e.g. a widening
+  cast or `float(x_bf16) - mean`): then every reader recomputes it, which reads fewer bytes
+  than a materialised copy would (a batch-norm backward under autocast stored two fp32
+  [N, C, H, W] buffers, read twice each, for its reduction and its final pointwise). A P that
+  reads no buffer (constants, iota) is also inlined into broadcasting readers: recomputing it
+  costs nothing;
 - recomputing it is cheap: P reads no buffer, or P has one reader (its work moves there), or
+  P is narrowing, or
   the reads that are not direct cover at most numel(P) / `FEW_READS` elements (a gather of one
   logit per row) and at most `MAX_DIRECT_READERS` readers read P directly (they are fused with
   P anyway). A P read in full by several readers stays: each would recompute it, and the
@@ -79,6 +85,8 @@ MAX_LOADS = 8           # loads in an inlined body
 MAX_READER_NODES = 128  # a reader grows past this only by at most MAX_NODES per inlining
 FEW_READS = 8           # P with several readers: the reads not direct cover <= numel(P) / this
 MAX_DIRECT_READERS = 2  # ... and at most this many readers read it directly
+MAX_NARROW_NODES = 8    # a P read directly by several readers is recomputed by each when it is
+                        # this small and narrowing (`_narrowing`)
 _INT_DIVISION = ("floordiv", "truncdiv", "remainder", "fmod")
 
 
@@ -199,10 +207,11 @@ def _try_inline(p: Pointwise, at: int, rs: list[int], ops: Sequence[Operation | 
                 direct.add(r.name)
             else:
                 elsewhere += _numel(r)
-    if elsewhere == 0:
+    narrowing = bool(direct) and _narrowing(p, nodes)
+    if elsewhere == 0 and not narrowing:
         return None
     few = len(direct) <= MAX_DIRECT_READERS and index_ranges.le(FEW_READS * elsewhere, _numel(p))
-    if not (load_free or len(readers) == 1 or few):
+    if not (load_free or len(readers) == 1 or few or narrowing):
         return None  # each reader would recompute P over as many elements as P has
     try:
         new = [_substitute(r, p) for r in readers]
@@ -213,6 +222,22 @@ def _try_inline(p: Pointwise, at: int, rs: list[int], ops: Sequence[Operation | 
         if n_new > MAX_READER_NODES and n_new - n_old > MAX_NODES:
             return None  # e.g. a stencil of stencils: each level would double the reader
     return new
+
+
+def _narrowing(p: Pointwise, nodes: list[Value]) -> bool:
+    """P is tiny and recomputing it reads fewer bytes per element than reloading its buffer:
+    the full-size loads of its body (those whose index uses every loop variable of P longer
+    than 1; broadcast loads of per-channel statistics are not counted) add up to fewer bytes
+    than P's dtype holds, e.g. `float(x_bf16) - mean` or a plain widening cast. Each of P's
+    direct readers then recomputes it instead of reading a wider materialised copy."""
+    if len(nodes) > MAX_NARROW_NODES or len(p.ranges) == 0:
+        return False
+    loops = {sym for sym, n in _loop_vars(p) if n != 1}
+    loaded = 0
+    for v in nodes:
+        if isinstance(v, Load) and v.mask is None and loops <= v.index.free_symbols:
+            loaded += v.dtype.itemsize
+    return 0 < loaded < p.output.layout.dtype.itemsize
 
 
 # -- direct reads ----------------------------------------------------------------------------------
