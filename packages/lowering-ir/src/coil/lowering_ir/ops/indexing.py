@@ -28,13 +28,21 @@ def _bool(name: str, *args: Value) -> Value:
     return Op(name, tuple(args), torch.bool)
 
 
-def _in_range(i: Expr, lo: int, hi: int) -> Value:
+def _int(e: Expr | int) -> Value:
+    """An int64 Value for a size or bound: a Constant when known, else the expression (its
+    symbols become kernel arguments)."""
+    e = sympy.sympify(e)
+    return Constant(int(e), torch.int64) if isinstance(e, sympy.Integer) else IndexValue(e, torch.int64)
+
+
+def _in_range(i: Expr, lo: Expr | int, hi: Expr | int) -> Value:
     """lo <= i < hi as a bool Value, for a loop variable i (so i >= 0 needs no test)."""
     iv = IndexValue(i, torch.int64)
-    upper = _bool("lt", iv, Constant(int(hi), torch.int64))
-    if lo <= 0:
+    upper = _bool("lt", iv, _int(hi))
+    lo = sympy.sympify(lo)
+    if lo.is_nonpositive:
         return upper
-    return _bool("logical_and", _bool("ge", iv, Constant(int(lo), torch.int64)), upper)
+    return _bool("logical_and", _bool("ge", iv, _int(lo)), upper)
 
 
 def _masked(x: TensorRef, idx: list[Expr], mask: Value, dt: torch.dtype) -> Value:
@@ -51,18 +59,16 @@ def cat(lw: Lowerer, node: torch.fx.Node, tensors: Any, dim: int = 0) -> TensorR
     if not parts or any(len(t.layout.size) != rank for t in parts):
         raise Unsupported("cat of tensors of different rank")
     d = dim % rank
-    if not all(isinstance(t.layout.size[d], sympy.Integer) for t in parts):
-        raise Unsupported("cat along a symbolic size")
 
     def body(p: list[sympy.Symbol]) -> Value:
-        offsets: list[int] = []
-        acc = 0
+        offsets: list[Expr] = []
+        acc: Expr = sympy.Integer(0)
         for t in parts:
             offsets.append(acc)
-            acc += int(t.layout.size[d])
+            acc = acc + t.layout.size[d]
         out: Value | None = None
         for t, off in reversed(list(zip(parts, offsets, strict=True))):
-            n = int(t.layout.size[d])
+            n = t.layout.size[d]
             idx = list(p)
             idx[d] = p[d] - off
             inside = _in_range(p[d], off, off + n)
@@ -91,7 +97,7 @@ def constant_pad_nd(lw: Lowerer, node: torch.fx.Node, x: Any, pad: Any, value: A
         for d in range(rank):
             if lows[d] == 0 and val.shape[d] == x.layout.size[d]:
                 continue
-            c = _in_range(p[d], lows[d], lows[d] + int(x.layout.size[d]))
+            c = _in_range(p[d], lows[d], lows[d] + x.layout.size[d])
             mask = c if mask is None else _bool("logical_and", mask, c)
         if mask is None:
             return value_of(x, idx, dt)
@@ -106,7 +112,7 @@ def _index_value(t: TensorRef, idx: list[Expr], size: Expr, wrap: bool) -> Value
     if not wrap:
         return v
     neg = _bool("lt", v, Constant(0, torch.int64))
-    return Op("where", (neg, Op("add", (v, Constant(int(size), torch.int64)), torch.int64), v), torch.int64)
+    return Op("where", (neg, Op("add", (v, _int(size)), torch.int64), v), torch.int64)
 
 
 def _indirect_load(x: TensorRef, idx: list[Expr | None], values: dict[int, Value], dt: torch.dtype) -> Value:

@@ -8,6 +8,7 @@ import sympy
 import torch
 import torch.fx
 from coil.lowering_ir.errors import Unsupported
+from coil.lowering_ir.layout import as_expr
 from coil.lowering_ir.lowerer import Lowerer as LowererLike
 from coil.lowering_ir.nodes import TensorRef
 from coil.lowering_ir.ops.common import cast, is_tensor, promoted, value_of
@@ -166,7 +167,7 @@ def rsub(lw: LowererLike, node: torch.fx.Node, a: Any, b: Any, alpha: Any = 1) -
     return lw.pointwise(body)
 
 
-@register(aten.div, prims.div)
+@register(aten.div, aten.true_divide, prims.div)
 def div(lw: LowererLike, node: torch.fx.Node, a: Any, b: Any, rounding_mode: str | None = None) -> TensorRef:
     dt = out_dtype(lw)
     if node.target is prims.div.default and not dt.is_floating_point:
@@ -251,10 +252,18 @@ def arange(lw: LowererLike, node: torch.fx.Node, *args: Any, **kw: Any) -> Tenso
 
 
 def _fill(lw: LowererLike, value: Any) -> TensorRef:
-    """Every element = `value` (a Python number), in the node's dtype."""
+    """Every element = `value` (a Python number, or an integer size expression: a SymInt or
+    sympy expression, whose symbols become kernel arguments), in the node's dtype."""
+    dt = out_dtype(lw)
+    if isinstance(value, torch.SymInt | sympy.Expr) and not isinstance(value, sympy.Number):
+        e = as_expr(value)
+        if not e.is_integer:
+            raise Unsupported(f"fill value {e} is not an integer expression")
+        return lw.pointwise(lambda p: cast(IndexValue(e, torch.int64), dt))
+    if isinstance(value, sympy.Number):
+        value = int(value) if value.is_integer else float(value)
     if not isinstance(value, bool | int | float):
         raise Unsupported("non-constant fill value")
-    dt = out_dtype(lw)
     return lw.pointwise(lambda p: cast(Constant(value, torch.float64 if isinstance(value, float) else torch.int64), dt))
 
 
