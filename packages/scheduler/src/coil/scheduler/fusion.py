@@ -5,7 +5,9 @@ readers of the same buffer (horizontal). Each is scored by the bytes fusion save
 need not be written and read back; an input read once instead of twice) and tried best first.
 A fusion is taken when `group.plan` accepts the merged group (same iteration space, reads at the
 written index) and it makes no cycle among the remaining groups. Every decision, taken or not,
-is recorded with its reason in `FusionLog`.
+is recorded with its reason in `FusionLog`. A fusion that would raise the peak of live bytes
+(the planner's model over the operation order: `peak_bound.LiveProfile`) is refused
+(`peak_slack`).
 
 Loop orders: each op's loops start in the memory order of what it writes (`canonicalize`). When
 the merged group does not plan with the orders its two halves already use, two other orders
@@ -31,6 +33,7 @@ from coil.lowering_ir import ExternKernel, Operation, Pointwise, Reduction, load
 from coil.lowering_ir.nodes import SCAN_TYPES, Scatter
 from coil.scheduler.canonical import LoopOrder, loop_permutation
 from coil.scheduler.group import FusionIllegal, KernelGroup, plan
+from coil.scheduler.peak_bound import LiveProfile
 
 
 @dataclass
@@ -98,8 +101,14 @@ def _order_candidates(merged: Sequence[Pointwise | Reduction], base: dict[int, L
 
 
 def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool = True,
-         log: FusionLog | None = None) -> list[KernelGroup | ExternKernel | Scatter]:
-    """Partition `operations` into kernel groups and externs, in a valid execution order."""
+         log: FusionLog | None = None, peak_slack: float | None = 0.0
+         ) -> list[KernelGroup | ExternKernel | Scatter]:
+    """Partition `operations` into kernel groups and externs, in a valid execution order.
+
+    With `peak_slack` (not None) a fusion is taken only when the peak of live bytes it leaves
+    (`peak_bound.LiveProfile`, the planner's model over the operation order) is at most the
+    current peak times (1 + peak_slack): no fusion raises the peak past that bound. None: no
+    bound."""
     ops = list(operations)
     pos = {id(op): i for i, op in enumerate(ops)}
     writer = {b.name: op for op in ops for b in op.outputs}
@@ -141,8 +150,9 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
         return out
 
     pred_cache: dict[int, set[int]] = {g: compute_preds(g) for g in groups}
-    # every dependency edge p -> g has an op of p before an op of g (ops are in a valid order), so
-    # a group whose last op precedes s's first op cannot be reached from s: the search stops there
+    # no pruning by op position in the search below: an edge p -> g only says that *some* op of p
+    # precedes *some* op of g, so once groups are merged a path from s can pass through a group
+    # whose ops all precede s's first op (a fused group reading s late and feeding it early)
     first_pos = {g: pos[id(groups[g][0])] for g in groups}
     last_pos = dict(first_pos)
 
@@ -152,14 +162,13 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
     def creates_cycle(a: int, b: int) -> bool:
         """Is there a path between a and b (either way) through some third group?"""
         for s, d in ((a, b), (b, a)):
-            lo = first_pos[s]
             stack = [p for p in preds(d) if p != s]
             seen: set[int] = set()
             while stack:
                 g = stack.pop()
                 if g == s:
                     return True
-                if g in seen or last_pos[g] < lo:
+                if g in seen:
                     continue
                 seen.add(g)
                 stack.extend(preds(g))
@@ -184,6 +193,7 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                     out.add(b.name)
         return out
 
+    profile = LiveProfile(ops, graph_outputs, nbytes) if enabled and peak_slack is not None else None
     plans: dict[int, KernelGroup] = {}
     order_of: dict[int, LoopOrder] = {}  # op id -> the loop order of its group's plan (default "store")
 
@@ -227,12 +237,21 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                     if log is not None:
                         log.attempts.append((groups[a][0].name, groups[b][0].name, False, "would create a cycle through another kernel"))
                     continue
+                if profile is not None:
+                    now, after = profile.peak, profile.peak_if_merged(groups[a], groups[b])
+                    if after > now * (1.0 + (peak_slack or 0.0)):
+                        if log is not None:
+                            log.attempts.append((groups[a][0].name, groups[b][0].name, False,
+                                                 f"would raise the peak of live bytes from {now} to {after}"))
+                        continue
                 try:
                     p = try_plan(names, merged, shared)
                 except FusionIllegal as e:
                     if log is not None:
                         log.attempts.append((groups[a][0].name, groups[b][0].name, False, str(e)))
                     continue
+                if profile is not None:
+                    profile.merge(groups[a], groups[b])
                 if log is not None:
                     log.attempts.append((groups[a][0].name, groups[b][0].name, True, "fused"))
                 keep, drop = min(a, b), max(a, b)

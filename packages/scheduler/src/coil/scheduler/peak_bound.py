@@ -1,0 +1,135 @@
+"""Peak-bounded fusion: a fusion is refused when it would raise the peak of live bytes.
+
+`LiveProfile` models memory the way the memory planner does, at the granularity of the original
+operation order: each buffer an operation writes is live from the position its writer runs at to
+the last position a reader runs at (graph outputs: to the end). A fused group runs where its
+earliest member ran (`fuse` orders groups by their first member), so fusing groups `a` and `b`
+moves every member of the later one earlier. That changes three kinds of lifetimes:
+
+- a buffer written and read only inside the merged group (not a graph output) is no longer
+  materialised: its bytes leave the profile (the gain fusion is for);
+- a buffer written by a moved member is allocated earlier: live over a longer span;
+- a buffer read by a moved member may die earlier (its last reader moved up).
+
+`LiveProfile.peak_if_merged` recomputes exactly those lifetimes and returns the profile's peak
+with them, over the positions that changed (elsewhere the profile is as it was); `merge` applies
+them. `fuse` takes a fusion only when its peak stays at most the current peak (times 1 + slack),
+so no fusion raises the planner-model peak, and logs the refusal with both peaks.
+
+Sizes are static byte counts; a symbolic size counts as `SYMBOLIC_BYTES` (a hint). Graph inputs
+are live throughout and do not move the peak, so they are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from coil.lowering_ir import Operation
+
+SYMBOLIC_BYTES = 1 << 20
+
+__all__ = ["SYMBOLIC_BYTES", "LiveProfile"]
+
+
+class LiveProfile:
+    """Live bytes per position of `ops` (see the module docstring), kept up to date as groups
+    merge. `nbytes(op, buffer)` gives a written buffer's bytes; `outputs` are the graph's
+    output buffers (live to the end)."""
+
+    def __init__(self, ops: Sequence[Operation], outputs: set[str],
+                 nbytes: Callable[[Operation, str], int]) -> None:
+        self.n = len(ops)
+        self.pos = {id(op): i for i, op in enumerate(ops)}
+        self.eff = dict(self.pos)  # where each op runs now: its group's first position
+        self.outputs = outputs
+        self.writer: dict[str, Operation] = {}
+        self.size: dict[str, int] = {}
+        self.readers: dict[str, list[Operation]] = {}
+        for op in ops:
+            for b in op.outputs:
+                self.writer[b.name] = op
+                self.size[b.name] = nbytes(op, b.name)
+            for r in op.reads():
+                self.readers.setdefault(r, []).append(op)
+        self.group_of: dict[int, int] = {id(op): i for i, op in enumerate(ops)}
+        self.span: dict[str, tuple[int, int] | None] = {}
+        self.live = [0] * self.n
+        for name in self.writer:
+            s = self._interval(name, self.eff, self.group_of)
+            self.span[name] = s
+            if s is not None:
+                for t in range(s[0], s[1] + 1):
+                    self.live[t] += self.size[name]
+
+    @property
+    def peak(self) -> int:
+        return max(self.live, default=0)
+
+    def _interval(self, name: str, eff: dict[int, int], group_of: dict[int, int]) -> tuple[int, int] | None:
+        """[alloc, last use] of buffer `name` under `eff`; None when it is not materialised (every
+        reader is in its writer's group and it is no graph output)."""
+        w = self.writer[name]
+        rs = self.readers.get(name, [])
+        g = group_of[id(w)]
+        if name not in self.outputs and rs and all(group_of[id(r)] == g for r in rs):
+            return None
+        start = eff[id(w)]
+        end = self.n - 1 if name in self.outputs else max([eff[id(r)] for r in rs], default=start)
+        return (start, max(start, end))
+
+    def _changes(self, a: list[Operation], b: list[Operation]
+                 ) -> tuple[dict[int, int], dict[int, int], dict[str, tuple[int, int] | None]]:
+        """The effective positions, group ids and lifetimes that merging groups a and b gives,
+        for the buffers whose lifetime may change."""
+        members = a + b
+        first = min(self.eff[id(o)] for o in members)
+        gid = self.group_of[id(a[0])]
+        eff = {id(o): first for o in members}
+        group_of = {id(o): gid for o in members}
+        names: set[str] = set()
+        for o in members:
+            names.update(x.name for x in o.outputs)
+            names.update(r for r in o.reads() if r in self.writer)
+        e = {**self.eff, **eff}
+        g = {**self.group_of, **group_of}
+        return eff, group_of, {n: self._interval(n, e, g) for n in names}
+
+    def peak_if_merged(self, a: list[Operation], b: list[Operation]) -> int:
+        """The profile's peak if groups `a` and `b` merged (see the module docstring)."""
+        _, _, spans = self._changes(a, b)
+        delta: dict[int, int] = {}
+        lo, hi = self.n, -1
+        for name, new in spans.items():
+            old = self.span[name]
+            if old == new:
+                continue
+            for s, sign in ((old, -1), (new, 1)):
+                if s is not None:
+                    delta[s[0]] = delta.get(s[0], 0) + sign * self.size[name]
+                    delta[s[1] + 1] = delta.get(s[1] + 1, 0) - sign * self.size[name]
+                    lo, hi = min(lo, s[0]), max(hi, s[1])
+        if hi < lo:
+            return self.peak
+        best, run = 0, 0
+        for t in range(lo, hi + 1):
+            run += delta.get(t, 0)
+            best = max(best, self.live[t] + run)
+        outside = max(self.live[:lo] + self.live[hi + 1:], default=0)
+        return max(best, outside)
+
+    def merge(self, a: list[Operation], b: list[Operation]) -> None:
+        """Record that groups `a` and `b` merged."""
+        eff, group_of, spans = self._changes(a, b)
+        self.eff.update(eff)
+        self.group_of.update(group_of)
+        for name, new in spans.items():
+            old = self.span[name]
+            if old == new:
+                continue
+            if old is not None:
+                for t in range(old[0], old[1] + 1):
+                    self.live[t] -= self.size[name]
+            if new is not None:
+                for t in range(new[0], new[1] + 1):
+                    self.live[t] += self.size[name]
+            self.span[name] = new
