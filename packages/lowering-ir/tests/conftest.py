@@ -127,6 +127,9 @@ class Evaluator:
         if isinstance(op, L.ExternKernel):
             self._extern(op)
             return
+        if isinstance(op, L.Scatter):
+            self._scatter(op)
+            return
         out = self.storage.setdefault(op.output.name, self._fresh(op.output))
         psyms, points = self._points(op.ranges, "p")
         for pt in points:
@@ -158,6 +161,29 @@ class Evaluator:
                 out[dst] = torch.tensor(best_i).to(out.dtype)
             elif not scan:
                 out[dst] = acc.to(out.dtype)
+
+    def _scatter(self, op: L.Scatter) -> None:
+        """A copy of `base` (zeros without one), then, point by point in order, the target
+        element (its mask, then its indirect bindings) gets the value, or adds it."""
+        out = self.storage.setdefault(op.output.name, self._fresh(op.output))
+        logical = self.view(op.output)
+        if op.base is None:
+            logical.zero_()
+        else:
+            logical.copy_(self.view(op.base))
+        psyms, points = self._points(op.ranges, "p")
+        for pt in points:
+            env = {s: sympy.Integer(i) for s, i in zip(psyms, pt, strict=True)}
+            memo: dict[int, torch.Tensor] = {}
+            target = op.target
+            if target.mask is not None and not bool(self.value(target.mask, env, memo)):
+                continue
+            bound = dict(env)
+            bound.update({s: sympy.Integer(int(self.value(val, env, memo))) for s, val in target.indirect})
+            i = int(target.index.xreplace(bound))
+            assert 0 <= i < out.numel(), f"scatter {op.output.name}[{i}] out of bounds {out.numel()}"
+            v = self.value(op.value, env, memo).to(out.dtype)
+            out[i] = out[i] + v if op.accumulate else v
 
     def _extern(self, op: L.ExternKernel) -> None:
         def conv(x: Any) -> Any:

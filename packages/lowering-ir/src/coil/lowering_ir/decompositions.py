@@ -1,7 +1,9 @@
 """coil's decomposition table, handed to AOTAutograd.
 
 Core ATen decompositions, plus the composite ops coil would rather see as pointwise and reduction
-pieces it can fuse (layer norm, softmax, GELU, batch norm, ...). `var_mean`/`var`/`std`
+pieces it can fuse (layer norm, softmax, GELU, batch norm, ...), and composites that would
+otherwise run as ATen fallbacks, decomposed by torch's own rules into ops coil lowers (`repeat`,
+`native_group_norm`, `elu`, the `*_copy` views, `dist`). `var_mean`/`var`/`std`
 stay whole: lowering computes them with a two-pass (centred) formula in one kernel. `addmm` stays
 whole too: its decomposition upcasts bf16/fp16 operands to fp32 (`pw_cast_for_opmath`), which
 turned every bf16 linear layer into an fp32 SIMT GEMM (8 of GPT-2's 11 ms on the H200).
@@ -42,11 +44,25 @@ EXTRA = [
     aten.clamp_max,
     aten.embedding,
     aten.native_dropout,
+    # composites of ops coil lowers: without these they would run as ATen fallbacks
+    aten.repeat,
+    aten.native_group_norm,
+    aten.elu,
+    aten.narrow_copy,
+    aten.view_copy,
+    aten.permute_copy,
+    aten.unbind_copy,
+    aten.as_strided_copy,
+    aten.dist,
 ]
 KEEP_WHOLE = {
     aten.var_mean.correction,
     aten.var.correction,
     aten.std.correction,
+    # torch's decomposition returns the attention probabilities where the op returns logsumexp
+    # (made for export; Inductor leaves it out too): wrong second output, and wrong gradients
+    # when autograd's formula reads that output as logsumexp in the backward
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
 }
 
 

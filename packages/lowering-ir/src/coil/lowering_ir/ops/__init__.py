@@ -6,16 +6,19 @@ from coil.lowering_ir.ops import (
     extern,
     indexing,
     pointwise,
+    pointwise_ieee,
     pooling,
+    put,
     random,
     reduce_by_index,
     reductions,
     remap,
     special,
+    strided_scatter,
     views,
 )
 
 __all__ = [
-    "avg_pooling", "bessel", "extern", "indexing", "pointwise", "pooling", "random", "reduce_by_index",
-    "reductions", "remap", "special", "views",
+    "avg_pooling", "bessel", "extern", "indexing", "pointwise", "pointwise_ieee", "pooling", "put", "random", "reduce_by_index",
+    "reductions", "remap", "special", "strided_scatter", "views",
 ]
