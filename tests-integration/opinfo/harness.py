@@ -13,13 +13,20 @@ devices of outputs and gradients are compared, as for the `empty*` ops (VALUES_U
 
 A case that does not pass gets a category and a reason (the real error, normalised so equal
 errors group together):
-  mismatch       compiled output differs from eager
+  mismatch       compiled output differs from eager (and, in float16/bfloat16, is further from
+                 the float64 reference than eager: see fp64_reference)
   grad-mismatch  compiled gradients differ from eager
   compile-error  coil failed to compile a graph (ran eagerly under fallback_on_error; still a bug)
   runtime-error  the compiled function raised
-  eager-error    eager PyTorch itself raises on this sample
+  accepts-what-eager-rejects  eager raises on this sample, the compiled function returns a value
   timeout        the (op, dtype) pair ran past its time limit
   crash          the worker process died (sweep only)
+
+Two categories mark cases that pass (passed=True) by a rule other than closeness to eager, and
+the summary counts them apart:
+  rejected-by-both  eager raises on the sample and so does the compiled function
+  closer-to-fp64    float16/bfloat16 outputs differ from eager beyond tolerance but are no further
+                    from the float64 reference than eager's (fp64_reference.py states the rule)
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+
+from opinfo.fp64_reference import closer_to_fp64
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -355,13 +364,13 @@ def run_case(op: Any, dtype: str, index: int, sample: Any, graphs: list[Any], br
 
     # eager
     eager_args = _clone(args)
+    eager_error: Exception | None = None
     try:
         torch.manual_seed(0)
         expected = fn(*eager_args)
         expected_grads = _gradients(post(expected), _grad_inputs(eager_args)) if grad else []
     except Exception as e:
-        return CaseResult(key, dtype, index, False, "eager-error",
-                          "eager itself errors on this sample: " + normalise(f"{type(e).__name__}: {e}"), _detail(e))
+        eager_error = e
 
     # compiled
     torch._dynamo.reset()
@@ -379,6 +388,11 @@ def run_case(op: Any, dtype: str, index: int, sample: Any, graphs: list[Any], br
     except Timeout:
         raise
     except Exception as e:
+        if eager_error is not None:
+            # eager rejects the sample and so does the compiled function: the behaviour agrees
+            return CaseResult(key, dtype, index, True, "rejected-by-both",
+                              "eager and coil both raise: " + normalise(f"{type(eager_error).__name__}: {eager_error}"),
+                              _detail(f"eager: {_detail(eager_error, 3)}\ncoil: {_detail(e, 3)}"))
         cat, reason = _exception_reason(e)
         result = CaseResult(key, dtype, index, False, cat, reason, _detail(e))
     finally:
@@ -386,15 +400,22 @@ def run_case(op: Any, dtype: str, index: int, sample: Any, graphs: list[Any], br
         breaks.extend(str(r) for r in counters["graph_break"])
     if result is not None:
         return result
+    if eager_error is not None:
+        return CaseResult(key, dtype, index, False, "accepts-what-eager-rejects",
+                          "coil accepts what eager rejects: " + normalise(f"{type(eager_error).__name__}: {eager_error}"),
+                          _detail(eager_error))
 
     # random ops: eager's generator and coil's in-kernel Philox differ, so only shapes, dtypes
     # and devices are comparable (coil's own tests check reproducibility and distributions)
     values = op.name not in VALUES_UNDEFINED and not (
         unseeded(op) is not None and depends_on_seed(fn, args, expected))
+    closer = ""
     try:
         compare(actual, expected, values=values)
     except Exception as e:
-        return CaseResult(key, dtype, index, False, "mismatch", _mismatch_reason(e), _detail(e))
+        closer = closer_to_fp64(fn, args, dtype, actual, expected) if values else ""
+        if not closer:
+            return CaseResult(key, dtype, index, False, "mismatch", _mismatch_reason(e), _detail(e))
     if grad:
         try:
             compare(actual_grads, expected_grads, values=values)
@@ -404,6 +425,10 @@ def run_case(op: Any, dtype: str, index: int, sample: Any, graphs: list[Any], br
     if errors:
         # the graph ran eagerly so values match, but a compile error is a bug to list
         return CaseResult(key, dtype, index, False, "compile-error", normalise(errors[0]), _detail(errors[0]), grad)
+    if closer:
+        return CaseResult(key, dtype, index, True, "closer-to-fp64",
+                          "differs from eager beyond tolerance, but no further from the float64 reference than eager",
+                          closer, grad)
     return CaseResult(key, dtype, index, True, grad_checked=grad)
 
 

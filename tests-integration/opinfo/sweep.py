@@ -172,6 +172,9 @@ def summarise(results: list[PairResult], meta: dict[str, Any]) -> dict[str, Any]
         "native_pct_all_pairs": pct(sum(r.native for r in results), len(results)),
         "by_dtype": by_dtype,
         "failure_categories": dict(collections.Counter(c.category for c in failed).most_common()),
+        # cases that pass by a rule other than closeness to eager (harness docstring)
+        "passed_categories": dict(collections.Counter(c.category for c in cases if c.passed and c.category)
+                                  .most_common()),
         "top_failure_reasons": [{"reason": r, "cases": n, "ops": len(reason_ops[r]),
                                  "example_ops": sorted(reason_ops[r])[:8]} for r, n in reasons.most_common(40)],
         "top_not_native_reasons": [{"reason": r, "pairs": n} for r, n in not_native.most_common(40)],
@@ -200,7 +203,12 @@ def write_markdown(s: dict[str, Any], path: Path) -> None:
             lines.append(f"| {d} | {v['pairs']} | {v['cases']} | {v['passed']} | "
                          f"{v['native_pairs']} / {v['counted_pairs']} |")
     lines += ["", "## Failure categories (cases)", ""]
-    lines += [f"- {k}: {v}" for k, v in s["failure_categories"].items()]
+    lines += [f"- {k}: {v}" for k, v in s["failure_categories"].items()] or ["- none"]
+    lines += ["", "## Passed by another rule than closeness to eager (cases)", ""]
+    lines += ["- rejected-by-both: eager and coil both raise on the sample",
+              "- closer-to-fp64: float16/bfloat16, no further from the float64 reference than eager "
+              "(opinfo/fp64_reference.py)", ""]
+    lines += [f"- {k}: {v}" for k, v in s.get("passed_categories", {}).items()] or ["- none"]
     lines += ["", "## Top failure reasons", "", "| cases | ops | reason | example ops |", "|---|---|---|---|"]
     for r in s["top_failure_reasons"][:25]:
         reason = r["reason"].replace("|", "\\|")

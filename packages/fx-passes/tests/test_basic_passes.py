@@ -97,6 +97,21 @@ def test_noop_x_times_one_on_intermediate(trace) -> None:
     assert aten.mul.Tensor not in targets(gm)
 
 
+def test_noop_keeps_conj_and_neg_views(trace) -> None:
+    # _conj and _neg_view have their input's layout but read it conjugated / negated: removing
+    # them as identity views broke fft.ifft, polar's and linalg.eig's gradients (OpInfo sweep)
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.ops.aten._conj(torch.view_as_complex(x.exp())), torch.ops.aten._neg_view(x.exp())
+
+    x = torch.randn(3, 2)
+    gm = trace(f, x)
+    assert {aten._conj.default, aten._neg_view.default} <= set(targets(gm))
+    run(gm, remove_noops)
+    assert {aten._conj.default, aten._neg_view.default} <= set(targets(gm))
+    for got, want in zip(gm(x), f(x), strict=True):
+        torch.testing.assert_close(got, want)
+
+
 def test_stable_topological_sort(trace) -> None:
     gm = trace(lambda x: (x.exp() + x.cos()).relu(), torch.randn(4))
     assert not run(gm, stable_topological_sort)  # sorted already: unchanged

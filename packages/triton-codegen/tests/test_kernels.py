@@ -86,13 +86,42 @@ def test_half_math_runs_in_float32_registers(tk):
     tk.check(fn, x, rtol=2e-3, atol=2e-3)
 
 
-def test_bfloat16_casts_within_one_ulp(tk):
-    # Triton's interpreter truncates float32 -> bfloat16 (CUDA rounds to nearest even), so allow
-    # one bfloat16 ulp (2**-7 relative)
+def test_bfloat16_casts_round_to_nearest_even_exactly(tk):
+    # Triton's interpreter truncates float32 -> bfloat16; casts.py rounds first (CUDA rounds to
+    # nearest even natively): results equal eager's bit for bit, stores included
     def fn(x):
-        return ((x * 100).to(torch.bfloat16), x.bfloat16() * 2)
+        return ((x * 100).to(torch.bfloat16), x.bfloat16() * 2, x.to(torch.bfloat16) + 1)
 
-    tk.check(fn, torch.randn(4, 5), rtol=2**-7, atol=1e-6)
+    torch.manual_seed(0)
+    x = torch.randn(64)
+    # ties: 1 + 2**-8 (round down to even), 1 + 3 * 2**-8 (up to even), their negatives; an overflow
+    x[:6] = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), -(1 + 3 * 2**-8), 3.4e38, float("nan")])
+    tk.check(fn, x, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float64])
+@pytest.mark.parametrize("half", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_casts_to_half_go_through_float32_as_eager(tk, dtype, half):
+    # eager builds c10::BFloat16/Half from a float: an int64 or float64 is rounded twice (to
+    # float32, then to the half type); the interpreter reinterpreted the bits of a non-float32 source
+    def fn(x):
+        return (x.to(half), x.to(half) * 3)
+
+    vals = [16777217, 2**24 + 2**16 + 1, 16843009, 65793, 257, -(2**31), 2**31 - 1, 0, -3, 2049]
+    x = torch.tensor(vals, dtype=torch.int64).to(dtype)
+    if dtype == torch.float64:
+        x = x + torch.tensor([2.0**-30] * len(vals), dtype=torch.float64)  # below float32 precision
+    tk.check(fn, x, rtol=0, atol=0)
+
+
+def test_arange_in_bfloat16_within_one_ulp_of_eager(tk):
+    # coil computes start + step * i in float64 and rounds once; eager's vectorised CPU kernel
+    # rounds its partial sums to bfloat16 (no exact formula reproduces it), so up to one bfloat16
+    # ulp (2**-7 relative) apart; before casts.py the interpreter returned reinterpreted bits
+    def fn(x):
+        return (torch.arange(0, 300, 1.7, dtype=torch.bfloat16) + x, torch.arange(5, 90, 0.37, dtype=torch.bfloat16))
+
+    tk.check(fn, torch.zeros((), dtype=torch.bfloat16), rtol=2**-7, atol=0)
 
 
 def test_iota_and_constants(tk):

@@ -216,3 +216,21 @@ def test_huge_tensors_index_in_int64():
     for k in s.kernels():
         ks = generate(k, s.graph.buffers(), "cuda")
         assert "tl.program_id(0).to(tl.int64)" in ks.source
+
+
+@pytest.mark.parametrize("target", ["cuda", "interpret"])
+def test_bool_accumulating_scatter_stores_true_without_atomics(tk, target):
+    # Triton has no int1 atomics (interpreter and GPU alike): bool add is logical or, so the
+    # scatter stores True where the value is True (racing writers all store the same value)
+    from coil.lowering_ir import Scatter
+    from coil.triton_codegen import generate_scatter
+
+    def fn(x, i, v):
+        return (x.index_add(0, i, v),)
+
+    x, i, v = torch.zeros(4, dtype=torch.bool), torch.tensor([0, 2, 2]), torch.tensor([True, False, True])
+    s = tk.schedule(fn, x, i, v)
+    (op,) = [st for st in s.steps if isinstance(st, Scatter)]
+    _, scatter = generate_scatter(op, s.graph.buffers(), target)
+    assert "atomic" not in scatter.source
+    assert "tl.store(" in scatter.source

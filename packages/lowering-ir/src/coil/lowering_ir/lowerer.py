@@ -174,7 +174,9 @@ class Lowerer:
                 return type(val)(make(v) for v in val)
             return None
 
-        results = make(self.out_val()) if not mutates else None
+        assert self.current is not None
+        # ops returning None (aten._assert_async.msg) have no meta["val"]: no result buffers
+        results = make(self.current.meta.get("val")) if not mutates else None
         op = ExternKernel(self.fresh("op"), self.origins(), target, args, kwargs, results, fallback, mutates)
         self.operations.append(op)
         return results

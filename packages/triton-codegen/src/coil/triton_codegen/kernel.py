@@ -23,6 +23,7 @@ import torch
 from coil.lowering_ir import Buffer, Constant, Expr, IndexValue, Load, Op, Reduction, Scatter, Value
 from coil.lowering_ir.printing import texpr
 from coil.scheduler import KernelGroup, Member
+from coil.triton_codegen.casts import HALF, cast_helpers, round_to_half, to_storage
 from coil.triton_codegen.config import CodegenOptions, KernelConfig, choose
 from coil.triton_codegen.optable import register_dtype, template, tl_dtype
 from coil.triton_codegen.tiling import x_contiguous_loads
@@ -142,7 +143,10 @@ class KernelWriter:
             if key not in scope.values:
                 t = self.tmp()
                 idx = self.ix(m.kernel_expr(v.index))
-                self.emit(scope, f"{t} = ({idx} + {self.zero(scope)}).to({tl_dtype(v.dtype)})")
+                base = f"({idx} + {self.zero(scope)})"
+                code = (round_to_half(base, torch.int64, v.dtype, self.target) if v.dtype in HALF
+                        else f"{base}.to({tl_dtype(v.dtype)})")
+                self.emit(scope, f"{t} = {code}")
                 scope.values[key] = t
             return scope.values[key]
         assert isinstance(v, Op)
@@ -160,8 +164,8 @@ class KernelWriter:
             dst = v.dtype
             if dst == torch.bool:
                 code = f"({args[0]} != 0)"
-            elif dst in (torch.float16, torch.bfloat16):
-                code = f"{args[0]}.to({tl_dtype(dst)}).to(tl.float32)"
+            elif dst in HALF:
+                code = round_to_half(args[0], src, dst, self.target)
             elif register_dtype(src) == register_dtype(dst):
                 code = args[0]
             else:
@@ -249,7 +253,9 @@ class KernelWriter:
         e = m.kernel_expr(m.nest.store_index)
         idx = self.ix(e) if _has_loop_var(e) else f"{self.ix(e)} + {self.zero(scope)}"
         dt = self.buffers[name].layout.dtype
-        self.emit(scope, f"tl.store({self.ptr(name)} + {idx}, ({var} + {self.zero(scope)}).to({tl_dtype(dt)}), {self.mask(scope)})")
+        # broadcast by subtracting a zero: x - 0 keeps the sign of -0.0 (x + 0 would make it +0.0)
+        val = to_storage(f"({var} - {self.zero(scope)})", dt, self.target)
+        self.emit(scope, f"tl.store({self.ptr(name)} + {idx}, {val}, {self.mask(scope)})")
 
     def scatter_store(self, m: Member, var: str, scope: _Scope) -> None:
         """Write one scattered value: its target index comes from loaded indices."""
@@ -262,9 +268,15 @@ class KernelWriter:
         if op.target.mask is not None:
             mask = f"{mask} & {self.value(op.target.mask, m, scope)}"
         self.check_bounds("scatter", op.output.name, e, list(bound.values()), mask, scope)
-        dt = tl_dtype(self.buffers[op.output.name].layout.dtype)
+        torch_dt = self.buffers[op.output.name].layout.dtype
+        val = to_storage(f"({var} - {self.zero(scope)})", torch_dt, self.target)  # keeps -0.0
+        if op.accumulate and torch_dt == torch.bool:
+            # bool add is logical or; atomics lack int1: store True where the value is True
+            # (every racing writer stores the same value, so plain stores are exact)
+            self.emit(scope, f"tl.store({self.ptr(op.output.name)} + {idx}, {val}, {mask} & {val})")
+            return
         fn = "tl.atomic_add" if op.accumulate else "tl.store"
-        self.emit(scope, f"{fn}({self.ptr(op.output.name)} + {idx}, ({var} + {self.zero(scope)}).to({dt}), {mask})")
+        self.emit(scope, f"{fn}({self.ptr(op.output.name)} + {idx}, {val}, {mask})")
 
     def check_bounds(self, what: str, buf: str, index: Expr, loaded: list[sympy.Symbol], mask: str,
                      scope: _Scope) -> None:
@@ -579,7 +591,7 @@ def _coil_atan2(y, x):
 
 def _helpers(source: str, target: str) -> str:
     """The helper functions `source` calls (only those: each @triton.jit costs ~2 ms to load)."""
-    out = HELPERS if "_coil_mul" in source else ""
+    out = (HELPERS if "_coil_mul" in source else "") + cast_helpers(source, target)
     if target != "cuda" and "_coil_atan" in source:  # _coil_atan2 calls _coil_atan
         out += INTERPRET_HELPERS
     return out

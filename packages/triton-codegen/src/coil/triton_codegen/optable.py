@@ -71,7 +71,8 @@ INTERPRET: dict[str, str] = {
     "pow": "tl.where({0} == 0, tl.where({1} == 0, 1.0, tl.where({1} < 0, float('inf'), 0.0)), "
            "tl.where(({0} < 0) & (tl.floor({1}) != {1}), float('nan'), "
            "tl.exp({1} * tl.log(tl.abs({0}))) * tl.where(({0} < 0) & (({1} - 2.0 * tl.floor({1} * 0.5)) == 1.0), -1.0, 1.0)))",
-    "round": "(tl.floor({0} + 0.5) - ((({0} + 0.5) == tl.floor({0} + 0.5)) & ((tl.floor({0} + 0.5) % 2.0) != 0)).to({T}))",
+    # half to even; a zero result takes the sign of the input (-0.3 rounds to -0.0, as nearbyint)
+    "round": "tl.where(tl.abs({0}) <= 0.5, {0} * 0.0, (tl.floor({0} + 0.5) - ((({0} + 0.5) == tl.floor({0} + 0.5)) & ((tl.floor({0} + 0.5) % 2.0) != 0)).to({T})))",
     "fmod": "({0} - {1} * tl.where({0} / {1} < 0, tl.ceil({0} / {1}), tl.floor({0} / {1})))",
 }
 INT: dict[str, str] = {

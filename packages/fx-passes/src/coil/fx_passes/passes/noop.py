@@ -67,6 +67,10 @@ def _view_source(node: Node) -> Node | None:
     src = _first_tensor_arg(node)
     if src is None or not (storages_of(node.meta.get("val")) & storages_of(src.meta.get("val"))):
         return None
+    val, src_val = node.meta.get("val"), src.meta.get("val")
+    if isinstance(val, torch.Tensor) and isinstance(src_val, torch.Tensor) and (
+            (val.is_conj(), val.is_neg()) != (src_val.is_conj(), src_val.is_neg())):
+        return None  # _conj / _neg_view: same layout, but the view reads its values negated
     return src
 
 
