@@ -14,6 +14,7 @@ EXPECTED_ALL = [
     "Kernel",
     "KernelCompileError",
     "KernelSpec",
+    "SegmentedRunner",
     "TensorArg",
     "compile_kernels",
     "cudagraphify",
@@ -28,14 +29,23 @@ EXPECTED_SIGNATURES = {
         "(self, call: 'BoxedCall', example_inputs: 'Sequence[Any]', "
         "static_input_indices: 'Iterable[int] | None' = None, *, "
         "mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
-        "pool: 'Any' = None, launches: 'int | None' = None) -> 'None'"
+        "pool: 'Any' = None, launches: 'int | None' = None, "
+        "input_buffers: 'Mapping[int, torch.Tensor] | None' = None, static_outputs: 'Iterable[int]' = (), "
+        "borrow_inputs: 'bool' = False) -> 'None'"
     ),
     "CudaGraphRunner.__call__": "(self, inputs: 'list[Any]') -> 'tuple[Any, ...]'",
     "cudagraphify": (
         "(call: 'BoxedCall', static_input_indices: 'Iterable[int] | None' = None, *, "
         "mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
-        "pool: 'Any' = None, launches: 'int | None' = None) -> 'Callable[[list[Any]], tuple[Any, ...]]'"
+        "pool: 'Any' = None, launches: 'int | None' = None, static_outputs: 'Iterable[int]' = (), "
+        "borrow_inputs: 'bool' = False) -> 'Callable[[list[Any]], tuple[Any, ...]]'"
     ),
+    "SegmentedRunner.__init__": (
+        "(self, plan: 'Mapping[str, Any]', *, capture: 'bool', "
+        "static_input_indices: 'Iterable[int] | None' = None, clone_outputs: 'bool' = True, "
+        "report: 'list[str] | None' = None) -> 'None'"
+    ),
+    "SegmentedRunner.__call__": "(self, args: 'list[Any]') -> 'tuple[Any, ...]'",
 }
 
 EXPECTED_FIELDS = {
@@ -66,6 +76,8 @@ def test_signatures_snapshot() -> None:
         "CudaGraphRunner.__init__": str(inspect.signature(runtime.CudaGraphRunner.__init__)),
         "CudaGraphRunner.__call__": str(inspect.signature(runtime.CudaGraphRunner.__call__)),
         "cudagraphify": str(inspect.signature(runtime.cudagraphify)),
+        "SegmentedRunner.__init__": str(inspect.signature(runtime.SegmentedRunner.__init__)),
+        "SegmentedRunner.__call__": str(inspect.signature(runtime.SegmentedRunner.__call__)),
     }
     assert got == EXPECTED_SIGNATURES
 

@@ -116,6 +116,9 @@ def launches_for(s: Schedule) -> dict[str, KernelLaunch]:
 class W:
     """Build, emit and run wrapper programs (a fixture: conftest is not importable)."""
 
+    launches_for = staticmethod(launches_for)
+    FakeKernel = FakeKernel
+
     @staticmethod
     def schedule(fn: Callable[..., Any], *inputs: Any, fusion: bool = True) -> Schedule:
         gm = make_fx(fn, decomposition_table=L.decomposition_table(), tracing_mode="fake")(*inputs)

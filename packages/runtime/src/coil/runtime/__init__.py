@@ -5,7 +5,8 @@ Generated wrapper code calls `compile_kernels(specs, device)` once per compiled 
 parallel; on the CPU they run under Triton's interpreter. See the package README for the cache
 layout and the knobs (`coil.runtime.knobs`). GPU launches bind Triton's compiled launcher after the
 first launch (`fast_launch`); `CudaGraphRunner`/`cudagraphify` capture a boxed callable into a
-CUDA graph.
+CUDA graph; `SegmentedRunner` replays a graph's capturable segments and runs the steps between
+them eagerly.
 
 Importing this package imports neither torch nor triton: both are imported on first use.
 """
@@ -15,6 +16,7 @@ from coil.runtime.cudagraph import CudaGraphRunner, cudagraphify
 from coil.runtime.errors import KernelCompileError
 from coil.runtime.interpreter import interpreter_enabled
 from coil.runtime.kernel import Kernel
+from coil.runtime.segments import SegmentedRunner
 from coil.runtime.spec import KernelSpec, TensorArg
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "Kernel",
     "KernelCompileError",
     "KernelSpec",
+    "SegmentedRunner",
     "TensorArg",
     "compile_kernels",
     "cudagraphify",

@@ -38,19 +38,49 @@ are detected through `Tensor._version` during the warm-up (ATen in-place ops, co
 externs) and copied back after each replay. A Triton kernel writing into an input does not move
 `_version`: list such inputs in `mutated_input_indices`.
 
+**Borrowed inputs** (`input_buffers={i: tensor}`): input `i`'s static buffer is `tensor`, memory
+another runner owns (the static output of an earlier CUDA-graph segment, or of a training
+forward). The graph reads it in place; no copy is made when the caller passes that very tensor
+(same address and strides), which is what happens while the owner replays. At construction the
+example input is copied into it when it is another tensor (the owner promises nobody else holds
+that memory yet). When a later caller passes another tensor (the owner ran uncaptured), the runner
+runs `call` directly for that call (correct, slower; logged once): copying into memory the owner
+may have handed out could overwrite a tensor still in use. `borrow_inputs=True` finds such inputs
+itself: a copied input with the address, shape, strides and dtype of a live runner's static output
+(one returned through `static_outputs`) is borrowed from it.
+
+**Static outputs and liveness (training graphs).** `static_outputs` are output indices returned
+without a clone: each call gets a new tensor object (`detach()`) over the graph's static output,
+from the first call on (the warm-up result is copied into the static output, so the address is
+stable from the start). The next replay would overwrite that memory, so before every replay the
+runner checks the use count of each such storage (`coil.runtime.liveness`: storages of parameters
+are exempt, a replay does not write them) against its count right after capture: if a tensor
+handed out earlier is still referenced (an autograd graph still holding the previous step's saved
+activations, a caller keeping outputs), this call runs `call` directly (its outputs are fresh
+tensors; the graph's memory is left alone) and a message is logged once. This is the rule of
+TorchInductor's cudagraph trees (storage liveness through `torch._C._storage_Use_Count`), in its
+simplest form: one graph per runner, no re-recording. Gradients returned by a backward graph must
+be fresh tensors: leave `static_outputs` empty there (every output cloned).
+
 The boxed calling convention is kept: `runner(inputs)` clears the `inputs` list once it has
 copied them in (like coil's compiled callables, which free inputs early), and `call` receives a
 new list each time.
 
 `cudagraphify(call, static_input_indices)` wraps this into a boxed callable that builds the runner
 at its first call (returning the warm-up result) and replays afterwards.
+
+A graph with steps a CUDA graph cannot capture is run in segments, one runner per capturable
+segment (`coil.runtime.segments`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from coil.runtime.liveness import StorageLiveness
 
 if TYPE_CHECKING:
     import torch
@@ -63,6 +93,8 @@ BoxedCall = Callable[[list[Any]], Sequence[Any]]
 # kernel or extern replayed from a graph (coil's fast launch path: ~5.6 us, docs/perf.md)
 COPY_BYTES_PER_S = 2e12
 LAUNCH_S = 5e-6
+# runners whose static outputs are handed out uncloned (`static_outputs`): `borrow_inputs` looks here
+_OWNERS: weakref.WeakSet[CudaGraphRunner] = weakref.WeakSet()
 
 
 class CudaGraphRunner:
@@ -83,9 +115,17 @@ class CudaGraphRunner:
             launch); otherwise it runs `call` directly (`capture_error` says why). A 16384 x
             8192 layer norm is not worth a graph; GPT-2 (250 launches, 200 MB of logits) is.
 
+        input_buffers: input index -> the tensor to use as that input's static buffer (borrowed
+            memory; see "Borrowed inputs" in the module docstring).
+        static_outputs: output indices returned as new tensor objects over the graph's static
+            outputs instead of clones, guarded by the liveness rule (module docstring).
+        borrow_inputs: borrow copied inputs that are another runner's live static outputs.
+
     Attributes: `first_outputs` (the warm-up result), `static_indices`, `mutated_indices`,
-    `graph`, `capture_error` (set when the capture raised or a static input moved: every later
-    call then runs `call` directly, with one warning).
+    `borrowed` (the borrowed input indices), `graph`, `graph_outputs` (the captured static
+    outputs), `capture_error` (set when the capture raised or a static input moved: every later
+    call then runs `call` directly, with one warning), `uncaptured_calls` (calls run directly
+    because of the liveness rule or a borrowed input at another address).
     """
 
     def __init__(
@@ -98,10 +138,17 @@ class CudaGraphRunner:
         clone_outputs: bool = True,
         pool: Any = None,
         launches: int | None = None,
+        input_buffers: Mapping[int, torch.Tensor] | None = None,
+        static_outputs: Iterable[int] = (),
+        borrow_inputs: bool = False,
     ) -> None:
         import torch
 
         self._call = call
+        self.uncaptured_calls = 0
+        self._logged_uncaptured = False
+        self._liveness: StorageLiveness | None = None
+        self._alias_idx: tuple[int, ...] = ()
         self.clone_outputs = clone_outputs
         inputs = list(example_inputs)
         self._n = len(inputs)
@@ -115,6 +162,17 @@ class CudaGraphRunner:
             if bad:
                 raise ValueError(f"static_input_indices {bad} are not tensor inputs")
         self.static_indices: tuple[int, ...] = tuple(sorted(static))
+        borrowed = dict(input_buffers or {})
+        if borrow_inputs:
+            for i in tensor_idx:
+                if i not in static and i not in borrowed:
+                    owned = _owned_static_output(inputs[i])
+                    if owned is not None:
+                        borrowed[i] = owned
+        bad = sorted(i for i in borrowed if i in static or i not in tensor_idx)
+        if bad:
+            raise ValueError(f"input_buffers {bad} must be copied (non-static) tensor inputs")
+        self.borrowed: tuple[int, ...] = tuple(sorted(borrowed))
         self._copy_idx: tuple[int, ...] = tuple(i for i in tensor_idx if i not in static)
         self._scalars: dict[int, Any] = {
             i: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)
@@ -141,8 +199,9 @@ class CudaGraphRunner:
         self._static_outputs: tuple[Any, ...] = ()
         self.capture_error: Exception | None = None
         if launches is not None:
-            moved = sum(_nbytes(inputs[i]) for i in self._copy_idx)
-            moved += sum(_nbytes(o) for o in first) if clone_outputs else 0
+            moved = sum(_nbytes(inputs[i]) for i in self._copy_idx if i not in borrowed)
+            keep = set(static_outputs)
+            moved += sum(_nbytes(o) for k, o in enumerate(first) if k not in keep) if clone_outputs else 0
             if moved / COPY_BYTES_PER_S >= launches * LAUNCH_S:
                 self.capture_error = RuntimeError(
                     f"not worth a CUDA graph: copying {moved} bytes in and out costs more than "
@@ -155,8 +214,18 @@ class CudaGraphRunner:
         with torch.no_grad():
             for i in self._copy_idx:
                 x = inputs[i]
-                buf = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
-                buf.copy_(x)
+                if i in borrowed:
+                    buf = borrowed[i]
+                    if (buf.shape != x.shape or buf.dtype != x.dtype or buf.stride() != x.stride()
+                            or buf.device != x.device):
+                        raise ValueError(f"input_buffers[{i}] is {tuple(buf.shape)} {buf.dtype} stride "
+                                         f"{buf.stride()}, the input is {tuple(x.shape)} {x.dtype} stride "
+                                         f"{x.stride()}")
+                    if buf.data_ptr() != x.data_ptr():
+                        buf.copy_(x)
+                else:
+                    buf = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
+                    buf.copy_(x)
                 self._static_inputs[i] = buf
         self._static_ptrs = {i: inputs[i].data_ptr() for i in self.static_indices}
 
@@ -172,6 +241,35 @@ class CudaGraphRunner:
             self.capture_error = exc
             log.warning("CudaGraphRunner: capture failed (%s: %s); running without a CUDA graph",
                         type(exc).__name__, exc)
+            return
+        self._alias_idx = tuple(k for k in sorted(set(static_outputs))
+                                if isinstance(self._static_outputs[k], torch.Tensor))
+        if self._alias_idx:
+            # stable addresses from the first call on: the warm-up result goes into the graph's
+            # memory (parameter storages excepted: the graph returns the parameter itself)
+            params = {int(inputs[i].untyped_storage()._cdata) for i in self.static_indices}
+            with torch.no_grad():
+                for k in self._alias_idx:
+                    out = self._static_outputs[k]
+                    if int(out.untyped_storage()._cdata) not in params and out.data_ptr() != first[k].data_ptr():
+                        out.copy_(first[k])
+            self._liveness = StorageLiveness([self._static_outputs[k] for k in self._alias_idx], exclude=params)
+            self.first_outputs = tuple(self._static_outputs[k].detach() if k in self._alias_idx else o
+                                       for k, o in enumerate(first))
+            _OWNERS.add(self)
+
+    @property
+    def graph_outputs(self) -> tuple[Any, ...]:
+        """The captured graph's static outputs (empty when nothing was captured)."""
+        return self._static_outputs
+
+    def _uncaptured(self, inputs: list[Any], why: str) -> tuple[Any, ...]:
+        """Run `call` directly for this one call (its outputs are fresh); log the first time."""
+        self.uncaptured_calls += 1
+        if not self._logged_uncaptured:
+            self._logged_uncaptured = True
+            log.info("CudaGraphRunner: running a call without the CUDA graph (%s); logged once", why)
+        return tuple(self._call(inputs))
 
     def _capture(self) -> None:
         import torch
@@ -193,11 +291,17 @@ class CudaGraphRunner:
             raise ValueError(f"CudaGraphRunner: expected {self._n} inputs, got {len(inputs)}")
         if self.capture_error is not None:
             return tuple(self._call(inputs))
+        if self._liveness is not None and self._liveness.live():
+            return self._uncaptured(inputs, "an output of the previous replay is still referenced")
         static_inputs = self._static_inputs
+        for i in self.borrowed:
+            src, dst = inputs[i], static_inputs[i]
+            if src.data_ptr() != dst.data_ptr() or src.stride() != dst.stride():
+                return self._uncaptured(inputs, f"borrowed input {i} is not at the address the graph reads")
         moved = [i for i in self.static_indices if inputs[i].data_ptr() != self._static_ptrs[i]]
         for i in self._copy_idx:
             src, dst = inputs[i], static_inputs[i]
-            if src.data_ptr() == dst.data_ptr() and src.stride() == dst.stride():
+            if i in self.borrowed or (src.data_ptr() == dst.data_ptr() and src.stride() == dst.stride()):
                 continue
             if src.shape != dst.shape or src.dtype != dst.dtype:
                 raise ValueError(
@@ -218,6 +322,9 @@ class CudaGraphRunner:
             log.warning("CudaGraphRunner: static inputs %s moved; running without a CUDA graph", moved)
             self.graph = None
             self._static_outputs = ()
+            self._liveness = None
+            self._alias_idx = ()
+            _OWNERS.discard(self)
             return tuple(self._call(inputs))
         keep = [inputs[i] for i in self._copy_back]
         inputs.clear()
@@ -226,9 +333,11 @@ class CudaGraphRunner:
         graph.replay()
         for i, dst in zip(self._copy_back, keep, strict=True):
             dst.copy_(static_inputs[i])
+        alias = self._alias_idx
         if not self.clone_outputs:
-            return self._static_outputs
-        return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in self._static_outputs)
+            return tuple(o.detach() if k in alias else o for k, o in enumerate(self._static_outputs))
+        return tuple(o.detach() if k in alias else o.clone() if isinstance(o, torch.Tensor) else o
+                     for k, o in enumerate(self._static_outputs))
 
 
 def cudagraphify(
@@ -239,6 +348,8 @@ def cudagraphify(
     clone_outputs: bool = True,
     pool: Any = None,
     launches: int | None = None,
+    static_outputs: Iterable[int] = (),
+    borrow_inputs: bool = False,
 ) -> Callable[[list[Any]], tuple[Any, ...]]:
     """A boxed callable running `call` through a `CudaGraphRunner` built at its first call.
 
@@ -247,13 +358,15 @@ def cudagraphify(
     """
     static = None if static_input_indices is None else tuple(static_input_indices)
     mutated = tuple(mutated_input_indices)
+    keep = tuple(static_outputs)
     runner: CudaGraphRunner | None = None
 
     def run(args: list[Any]) -> tuple[Any, ...]:
         nonlocal runner
         if runner is None:
             runner = CudaGraphRunner(call, args, static, mutated_input_indices=mutated,
-                                     clone_outputs=clone_outputs, pool=pool, launches=launches)
+                                     clone_outputs=clone_outputs, pool=pool, launches=launches,
+                                     static_outputs=keep, borrow_inputs=borrow_inputs)
             first = runner.first_outputs
             runner.first_outputs = None
             args.clear()
@@ -262,6 +375,17 @@ def cudagraphify(
         return runner(args)
 
     return run
+
+
+def _owned_static_output(x: torch.Tensor) -> torch.Tensor | None:
+    """The static output of a live runner (`static_outputs`) that `x` is an alias of, or None."""
+    for owner in list(_OWNERS):
+        for k in owner._alias_idx:
+            t = owner._static_outputs[k]
+            if (t.data_ptr() == x.data_ptr() and t.shape == x.shape and t.stride() == x.stride()
+                    and t.dtype == x.dtype and t.device == x.device):
+                return t  # type: ignore[no-any-return]
+    return None
 
 
 def _nbytes(x: object) -> int:

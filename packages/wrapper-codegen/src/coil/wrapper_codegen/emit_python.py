@@ -28,6 +28,7 @@ from coil.wrapper_codegen.lines import (
     Unpack,
     View,
 )
+from coil.wrapper_codegen.segments import SegmentedProgram
 
 
 def pyrepr(x: Any) -> str:
@@ -60,6 +61,8 @@ def pyrepr(x: Any) -> str:
         return repr(x)
     if x is None or isinstance(x, bool | int | str):
         return repr(x)
+    if isinstance(x, complex):  # e.g. the 1j of a complex op's backward; parts may be nan/inf
+        return f"complex({pyrepr(x.real)}, {pyrepr(x.imag)})"
     raise TypeError(f"cannot emit a literal of type {type(x).__name__}: {x!r}")
 
 
@@ -148,19 +151,60 @@ def _written_by_aten(lines: list[Line]) -> set[str]:
     return out
 
 
-def emit_python(lines: list[Line], kernel_names: list[str], constant_names: list[str], title: str) -> str:
-    """The whole wrapper module for one graph."""
-    body: list[str] = []
-    written = _written_by_aten(lines)
+def _emit_body(lines: list[Line], constant_names: list[str], all_lines: list[Line]) -> list[str]:
+    """Statements for `lines`; a View is tracked (`as_strided`) when its base is a graph input,
+    a constant or a view of those, and an in-place ATen extern of `all_lines` writes it."""
+    written = _written_by_aten(all_lines)
     external = set(constant_names)  # graph inputs, constants and views of them
-    for line in lines:
+    for line in all_lines:
         if isinstance(line, Unpack):
             external.update(n for n in line.names if n is not None)
         if isinstance(line, View) and line.base in external:
             external.add(line.name)
-            body.extend(emit_line(line, tracked_view=line.name in written))
-        else:
-            body.extend(emit_line(line, tracked_view=False))
+    body: list[str] = []
+    for line in lines:
+        tracked = isinstance(line, View) and line.base in external and line.name in written
+        body.extend(emit_line(line, tracked_view=tracked))
+    return body
+
+
+def _emit_segments(segmented: SegmentedProgram, lines: list[Line], constant_names: list[str]) -> list[str]:
+    """Inside `make`: one boxed function per segment and `call.segments`, the plan the runtime's
+    segment driver runs (coil.runtime.segments)."""
+    out: list[str] = []
+    specs: list[str] = []
+    for k, seg in enumerate(segmented.segments):
+        body = emit_line(Unpack(seg.inputs)) if seg.inputs else ["args.clear()"]
+        body += _emit_body(list(seg.lines), constant_names, lines)
+        body.append(f"return {pyrepr(tuple(Ref(n) for n in seg.outputs))}")
+        out.append(f"    def segment_{k}(args):")
+        out.extend("        " + b for b in body)
+        out.append("")
+        specs.append(f"        {{'fn': segment_{k}, 'capture': {seg.capture!r}, 'inputs': {seg.inputs!r}, "
+                     f"'outputs': {seg.outputs!r}, 'launches': {seg.launches}, 'why': {seg.why!r}}},")
+    returns = ", ".join(f"('ref', {v.name!r})" if isinstance(v, Ref) else f"('value', {pyrepr(v)})"
+                        for v in segmented.returns)
+    out.append("    call.segments = {")
+    out.append(f"        'inputs': {segmented.graph_inputs!r},")
+    out.append("        'segments': [")
+    out.extend("    " + s for s in specs)
+    out.append("        ],")
+    out.append(f"        'returns': ({returns}{',' if len(segmented.returns) == 1 else ''}),")
+    out.append("    }")
+    return out
+
+
+def emit_python(lines: list[Line], kernel_names: list[str], constant_names: list[str], title: str, *,
+                segments: SegmentedProgram | None = None) -> str:
+    """The whole wrapper module for one graph.
+
+    With `segments` (segments.split_segments of the same program), `make` also defines one boxed
+    function per segment and attaches the plan to the returned callable as `call.segments`: a dict
+    with `inputs` (the graph input names, None for unused ones), `segments` (per segment: `fn`,
+    `capture`, `inputs`, `outputs`, `launches`, `why`) and `returns` (per graph output
+    `('ref', name)` or `('value', literal)`). `call` itself still runs the whole program.
+    """
+    body = _emit_body(lines, constant_names, lines)
     out = [f"# coil wrapper for {title}", PRELUDE, "def make(device, constants, kernels):"]
     for k in kernel_names:
         out.append(f"    k_{k} = kernels[{k!r}]")
@@ -173,5 +217,8 @@ def emit_python(lines: list[Line], kernel_names: list[str], constant_names: list
     out.append("    def call(args):")
     out.extend("        " + b for b in body)
     out.append("")
+    if segments is not None:
+        out.extend(_emit_segments(segments, lines, constant_names))
+        out.append("")
     out.append("    return call")
     return "\n".join(out) + "\n"

@@ -18,6 +18,7 @@ from coil.lowering_ir import (
 )
 from coil.memory_planner import BufferLifetime, ReusePlan, plan_reuse
 from coil.scheduler import KernelGroup, Schedule
+from coil.scheduler.capture import capture_blocker, graph_device
 from coil.scheduler.ordering import step_reads, step_writes
 from coil.wrapper_codegen.lines import (
     Allocate,
@@ -70,12 +71,17 @@ class KernelLaunch:
 
 @dataclass
 class WrapperProgram:
-    """The Wrapper IR of one graph plus what it references."""
+    """The Wrapper IR of one graph plus what it references.
+
+    `blockers` maps the index (in `lines`) of each ExternCall a CUDA graph cannot capture to the
+    reason (coil.scheduler.capture); `segments.split_segments` cuts the program around them.
+    """
 
     lines: list[Line]
     constants: dict[str, torch.Tensor]
     reuse: ReusePlan | None = None
     fallback_ops: list[str] = field(default_factory=list)
+    blockers: dict[int, str] = field(default_factory=dict)
 
 
 def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = True,
@@ -153,6 +159,8 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
         taken = {d for b, d in plan.storage.items() if d != b and b in kernel_stores}
     views_done: set[str] = set()
     fallback_ops: list[str] = []
+    blockers: dict[int, str] = {}
+    device = graph_device(g)
 
     def ref(t: Any) -> Any:
         if isinstance(t, ReinterpretView):
@@ -171,6 +179,8 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
             return {k: ref(v) for k, v in t.items()}
         if isinstance(t, sympy.Expr):
             return ints([t])[0]
+        if isinstance(t, torch.SymInt):  # a size the graph returns (a forward's SymInt outputs)
+            return ints([t.node.expr])[0]
         return t
 
     def place(buf: Buffer) -> None:
@@ -201,10 +211,18 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
         else:
             if st.fallback:
                 fallback_ops.append(str(st.kernel))
-            expect = tuple((b.name, ints(b.layout.size), ints(b.layout.stride)) for b in st.outputs)
+            # results nothing reads are not laid out (ATen may return them other than the meta
+            # function says: embedding_bag's offset2bag is empty on some CPU paths)
+            unused = set(freed_by_step.get(i, []))
+            expect = tuple((b.name, ints(b.layout.size), ints(b.layout.stride)) for b in st.outputs
+                           if b.name not in unused)
             results = ref(st.results) if st.results is not None else None
-            lines.append(ExternCall(op_name(st.kernel), ref(st.args), tuple((k, ref(v)) for k, v in st.kwargs.items()),
-                                    results, expect if st.fallback else ()))
+            call = ExternCall(op_name(st.kernel), ref(st.args), tuple((k, ref(v)) for k, v in st.kwargs.items()),
+                              results, expect if st.fallback else ())
+            why = capture_blocker(st, device)
+            if why is not None:
+                blockers[len(lines)] = why
+            lines.append(call)
             for w in step_writes(st):
                 live_storage[w] = w
         lines.extend(Free(v) for v in step_views)
@@ -219,4 +237,4 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     views_done.clear()
     outs = tuple(ref(o) for o in g.outputs)
     lines.append(Return(outs))
-    return WrapperProgram(lines, constants, plan, fallback_ops)
+    return WrapperProgram(lines, constants, plan, fallback_ops, blockers)
