@@ -15,7 +15,9 @@ bert_base_infer_bf16: CUDA, the bench's batch, dtype and step; coil.backend.benc
 - first call (compile + first run) and a second call (run only): wall seconds and this
   process's CPU seconds (all threads; steadier than wall time on a shared machine);
 - Dynamo capture (Dynamo's own time, without the backend call), coil's pre-grad passes, and
-  AOTAutograd (tracing + partitioning, without coil's compile of the graphs it hands over);
+  AOTAutograd (tracing + partitioning, without coil's compile of the graphs it hands over; on
+  a hit in torch's AOTAutograd cache, COIL_AOT_CACHE, its key and the rebuilding of its runtime
+  wrappers), with the AOT-cache verdict of each backend call (hit, miss, bypass, off);
 - per coil stage, summed over the graphs (GraphStats.stage_times): graph cache, post-grad
   passes, lowering, scheduling (split into fusion and memory-planner ordering), triton
   codegen, wrapper codegen, runtime compile (kernel disk cache and Triton's compile; ~0 under
@@ -23,8 +25,8 @@ bert_base_infer_bf16: CUDA, the bench's batch, dtype and step; coil.backend.benc
 - with `--cprofile N`, the top N of coil's own functions by cumulative and by own time (under
   cProfile, which slows Python ~1.5-2x: take stage times from a run without it).
 
-Caches: the environment decides (COIL_CACHE_DIR, COIL_GRAPH_CACHE; TRITON_CACHE_DIR and
-TORCHINDUCTOR_CACHE_DIR for Triton and Inductor). For a cold compile point them at empty
+Caches: the environment decides (COIL_CACHE_DIR, COIL_GRAPH_CACHE, COIL_AOT_CACHE; TRITON_CACHE_DIR,
+and TORCHINDUCTOR_CACHE_DIR for Triton, Inductor and the AOTAutograd cache). For a cold compile point them at empty
 folders; run again with the same folders, in a new process, for a warm one. `--json PATH`
 writes every figure. docs/perf.md (compile time) has the measurements and how they were made.
 """
@@ -159,8 +161,9 @@ def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
         "first_call_cpu_s": first_cpu, "second_call_cpu_s": second_cpu,
         "dynamo_capture_s": dynamo_total - backend_total, "pre_grad_s": pre_grad, "aot_autograd_s": aot,
         "coil_stages_s": stages, "scheduler_parts_s": sched_times,
+        "aot_cache": [getattr(c, "aot_cache", "n/a") for c in BACKEND_CALLS],
         "graphs": [{"name": s.name, "fx_nodes": s.fx_nodes, "kernels": s.kernels, "graph_cache": getattr(s, "graph_cache", "n/a"),
-                    "stage_times": s.stage_times} for s in COMPILED],
+                    "aot_cache": getattr(s, "aot_cache", "n/a"), "stage_times": s.stage_times} for s in COMPILED],
     }
     _print(res)
     if prof is not None:
@@ -175,7 +178,7 @@ def _print(r: dict[str, Any]) -> None:
           f"second call (run) {r['second_call_s']:.2f} s ({r['second_call_cpu_s']:.2f} s CPU)")
     print(f"  Dynamo capture (without backend)   {r['dynamo_capture_s']:7.2f} s")
     print(f"  pre-grad passes                    {r['pre_grad_s']:7.2f} s")
-    print(f"  AOTAutograd (without coil compile) {r['aot_autograd_s']:7.2f} s")
+    print(f"  AOTAutograd (without coil compile) {r['aot_autograd_s']:7.2f} s  (AOT cache: {', '.join(r['aot_cache'])})")
     for stage, t in r["coil_stages_s"].items():
         print(f"  {stage:<34} {t:7.2f} s")
         if stage == "scheduling":
@@ -184,7 +187,7 @@ def _print(r: dict[str, Any]) -> None:
     total = sum(r["coil_stages_s"].values())
     print(f"  coil stages total                  {total:7.2f} s")
     for g in r["graphs"]:
-        print(f"  graph {g['name']}: {g['fx_nodes']} FX nodes, {g['kernels']} kernels, graph cache {g['graph_cache']}, "
+        print(f"  graph {g['name']}: {g['fx_nodes']} FX nodes, {g['kernels']} kernels, graph cache {g['graph_cache']}, AOT cache {g['aot_cache']}, "
               f"{sum(g['stage_times'].values()):.2f} s")
 
 

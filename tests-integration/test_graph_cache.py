@@ -1,5 +1,8 @@
 """The whole-graph cache (COIL_GRAPH_CACHE): hits in a new process, misses on a changed knob or
-input dtype, damaged entries rebuilt without a warning, the debug dir bypassing the lookup."""
+input dtype, damaged entries rebuilt without a warning, the debug dir bypassing the lookup.
+
+torch's AOTAutograd cache (COIL_AOT_CACHE, test_aot_cache.py) would serve a repeated compile
+before coil's graph cache is consulted: it is off here, so these tests see the graph cache alone."""
 
 from __future__ import annotations
 
@@ -20,6 +23,11 @@ from coil.runtime import disk_cache
 from models import MLP
 
 HERE = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def _graph_cache_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COIL_AOT_CACHE", "0")  # read by the knobs and inherited by the subprocesses
 
 # compiles MLP (training step and inference) in a fresh process, prints stats and the error vs eager
 SCRIPT = """

@@ -196,7 +196,9 @@ def _cold(root: Path, tag: str) -> Iterator[dict[str, str]]:
         except TypeError:
             cm = contextlib.nullcontext()
     with cm:
-        yield env
+        # Inductor's fresh_cache points TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR at a folder of
+        # its own: the warm process must get the folders the cold compile actually filled
+        yield {k: os.environ.get(k, v) for k, v in env.items()}
 
 
 def _bench(fn: Callable[[], object], warmup: int, rep: int) -> float:

@@ -4,12 +4,15 @@
 min-cut partitioner; each forward/backward/inference graph goes through `compile_graph`, the
 whole pipeline in one readable function, one named call per stage. Before the pipeline, the
 whole-graph cache (`graph_cache`, COIL_GRAPH_CACHE) is consulted: on a hit only the kernels and
-the stored wrapper are loaded. Every stage's wall time goes to `GraphStats.stage_times`
-(COIL_LOGS=compile_time logs it).
+the stored wrapper are loaded. Before all of that, torch's AOTAutograd cache (`aot_cache`,
+COIL_AOT_CACHE) may return the whole AOTAutograd result of an earlier process: then no
+AOTAutograd tracing and no coil stage runs, and `load_portable` rebuilds each graph's callable.
+Every stage's wall time goes to `GraphStats.stage_times` (COIL_LOGS=compile_time logs it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -21,7 +24,8 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-from coil.backend import graph_cache, logs
+from coil.backend import aot_cache, graph_cache, logs
+from coil.backend.aot_cache import CoilOutputCode, PortableGraph
 from coil.backend.artefacts import Artefacts
 from coil.backend.checks import (
     TRACKER,
@@ -42,6 +46,7 @@ from coil.runtime import KernelSpec, TensorArg
 from coil.scheduler import Schedule, schedule
 from coil.triton_codegen import CodegenOptions, KernelSource, generate_schedule
 from coil.wrapper_codegen import KernelLaunch, WrapperProgram, build, emit_python
+from coil.wrapper_codegen.segments import split_segments
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
@@ -112,15 +117,32 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, ki
     `<dir>/<graph name>/` (the repro first, so a failed compile leaves one; the error goes to
     error.txt).
     """
+    return _compile_graph(gm, example_inputs, kind, check_inputs)[0]
+
+
+def _compile_for_aot_cache(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, kind: str) -> CoilOutputCode:
+    """`compile_graph` (inputs unchecked: Dynamo guards them) as the CoilOutputCode torch's
+    AOTAutograd cache stores."""
+    t0 = time.perf_counter_ns()
+    call, graph = _compile_graph(gm, example_inputs, kind, False)
+    code = CoilOutputCode(kind, call, None, graph) if isinstance(graph, str) else CoilOutputCode(kind, call, graph)
+    code._time_taken_ns = time.perf_counter_ns() - t0  # torch reports it as the time a hit saves
+    return code
+
+
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str,
+                   check_inputs: bool) -> tuple[CompiledFn, PortableGraph | str]:
+    """`compile_graph`, also returning the graph as the AOT cache would store it (or why not)."""
     name = f"{kind}_{next(_counter)}"
     stats = GraphStats(name, fx_nodes=len(gm.graph.nodes))
     COMPILED.append(stats)
     out = Artefacts.open(gm, name, kind)
     reporting = _layout_free_outputs(gm, kind)
+    graph: PortableGraph | str
     try:
         if kind == "backward":  # saved activations come with the strides the forward reported
             adopt_input_strides(gm, example_inputs)
-        call = _compile(gm, name, kind, stats, out, check_inputs)
+        call, graph = _compile(gm, name, kind, stats, out, check_inputs)
     except Exception as e:
         out.failed(e)
         if not knobs.fallback_on_error:
@@ -128,10 +150,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, ki
         warnings.warn(f"{e} -- running this graph eagerly (set COIL_FALLBACK_ON_ERROR=0 to raise)", stacklevel=2)
         stats.eager_fallback = str(e)
         stats.output_strides = _output_strides(gm)  # the graph runs as it is now, passes or not
-        call = _eager(gm)
+        call, graph = _eager(gm), f"{name} runs eagerly after a compile error"
     if reporting is not None:
         reporting.extend(tuple(s) if s is not None else None for s in stats.output_strides or ())
-    return call
+    return call, graph
 
 
 def _layout_free_outputs(gm: torch.fx.GraphModule, kind: str) -> list[Any] | None:
@@ -169,7 +191,9 @@ def _output_strides(gm: torch.fx.GraphModule) -> list[list[int] | None]:
 
 
 def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, out: Artefacts,
-             check_inputs: bool) -> CompiledFn:
+             check_inputs: bool) -> tuple[CompiledFn, PortableGraph | str]:
+    """The pipeline, one named stage per line (or a graph-cache hit); also the graph as the AOT
+    cache would store it, or why it cannot be."""
     check_inputs = check_inputs or knobs.check_inputs
     # the outputs free to change layout decide the code, and the graph print does not show them
     free = gm.meta.get(FREE_OUTPUTS)
@@ -177,9 +201,11 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     cache: graph_cache.Lookup = _stage(stats, "graph cache", graph_cache.lookup, gm, key_kind, check_inputs)
     stats.graph_cache = cache.status
     if cache.cached is not None:
-        call = _from_cache(gm, name, stats, cache.cached)
+        cached = cache.cached
+        call = _from_cache(name, stats, cached, functools.partial(graph_cache.constant_values, gm, cached))
         if call is not None:
-            return _finish(call, name, kind, stats, torch.device(cache.cached.device), cache.cached.static_shapes)
+            graph = aot_cache.portable(name, kind, cached, graph_cache.constant_values(gm, cached))
+            return _finish(call, name, kind, stats, torch.device(cached.device), cached.static_shapes), graph
         stats.graph_cache = "miss"
     gm = _stage(stats, "post-grad passes", _post_grad_passes, gm, kind, out)
     stats.output_strides = _output_strides(gm)
@@ -200,8 +226,9 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     program: WrapperProgram = _stage(stats, "wrapper codegen", build, sched, launches, reuse=knobs.reuse,
                                      check_inputs=check_inputs)
     out.memory_plan(sched, program)
+    segments = None if knobs.check_lifetimes else split_segments(program)  # CUDA-graph segments
     source: str = _stage(stats, "wrapper codegen", emit_python, program.lines, [s.name for s in sources],
-                         sorted(program.constants), name)
+                         sorted(program.constants), name, segments=segments)
     namespace: dict[str, Any] = {}
     if knobs.check_lifetimes:
         source = _stage(stats, "lifetime tracking", instrument_wrapper, source, program.lines)
@@ -217,48 +244,105 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     if cache.stores:
         _stage(stats, "graph cache", graph_cache.store, cache, name, kind, source, specs, program.constants, device,
                not lowered.symbol_hints, _cached_stats(stats))
-    return _finish(call, name, kind, stats, device, not lowered.symbol_hints)
+    entry = graph_cache.CachedGraph(source, tuple(specs), {}, str(device), not lowered.symbol_hints, _cached_stats(stats))
+    graph = aot_cache.portable(name, kind, entry, program.constants)
+    return _finish(call, name, kind, stats, device, not lowered.symbol_hints), graph
 
 
 def _finish(call: Callable[[list[Any]], Any], name: str, kind: str, stats: GraphStats, device: torch.device,
             static_shapes: bool) -> CompiledFn:
     """The boxed callable: CUDA-graph replay when it applies, NaN checks when asked; logs the
     stage times (COIL_LOGS=compile_time)."""
-    if (knobs.cuda_graphs and device.type == "cuda" and static_shapes and kind == "inference"
-            and not stats.fallbacks):
-        # replay the whole graph as one CUDA graph (static shapes; parameters stay in place; no
-        # ATen fallbacks, whose ops may synchronise or allocate data-dependent shapes)
-        from coil.runtime import cudagraphify
-
-        call = cudagraphify(call, launches=stats.kernels + stats.externs)
+    call = _cuda_graphs(call, kind, stats, device, static_shapes)
     logs.emit("compile_time", f"{name}: compile time (graph cache {stats.graph_cache})",
               format_stage_times(stats.stage_times))
     return _boxed(call, name if knobs.check_nan else None)
 
 
-def _from_cache(gm: torch.fx.GraphModule, name: str, stats: GraphStats,
-                cached: graph_cache.CachedGraph) -> Callable[[list[Any]], Any] | None:
-    """Load a graph-cache hit: its kernels (kernel disk cache) and its wrapper, with the constants
-    read from `gm`. None when the entry does not load (it is then rebuilt by the full pipeline)."""
+def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats, device: torch.device,
+                 static_shapes: bool) -> Callable[[list[Any]], Any]:
+    """`call` replayed as CUDA graphs where that applies (docs/architecture.md, "CUDA graphs").
+
+    COIL_CUDA_GRAPHS, a CUDA device and static shapes are needed; forward and backward graphs
+    also need COIL_CUDA_GRAPHS_TRAINING. A wrapper with steps a graph cannot capture carries a
+    segment plan (`call.segments`): its capturable segments replay, the rest runs eagerly
+    (coil.runtime.segments; `stats.cuda_graph_segments` says what each segment became). Otherwise
+    the whole graph is one CUDA graph; a training forward returns its saved activations uncloned
+    under the liveness rule, a backward reads them in place (coil.runtime.cudagraph).
+    COIL_CUDA_GRAPH_SEGMENTS_UNCAPTURED runs the segment plan without capture on any device.
+    """
+    plan = getattr(call, "segments", None)
+    if plan is not None and knobs.cuda_graph_segments_uncaptured:
+        from coil.runtime.segments import SegmentedRunner
+
+        return SegmentedRunner(plan, capture=False, report=stats.cuda_graph_segments)
+    training = kind in ("forward", "backward")
+    if not (knobs.cuda_graphs and device.type == "cuda" and static_shapes) or (
+            training and not knobs.cuda_graphs_training):
+        return call
+    launches = stats.kernels + stats.externs
+    if plan is not None:
+        from coil.runtime.segments import SegmentedRunner
+
+        return SegmentedRunner(plan, capture=True, report=stats.cuda_graph_segments)
+    from coil.runtime import cudagraphify
+
+    if kind == "forward":
+        return cudagraphify(call, launches=launches, static_outputs=_saved_for_backward(stats))
+    return cudagraphify(call, launches=launches, borrow_inputs=kind == "backward")
+
+
+def _saved_for_backward(stats: GraphStats) -> tuple[int, ...]:
+    """Indices of the forward graph's outputs that AOTAutograd saves for the backward (from its
+    TracingContext; empty when unknown: every output is then cloned)."""
+    context = torch._guards.TracingContext.try_get()
+    try:
+        saved = context.fw_metadata.tensors_saved_for_backwards_slice  # type: ignore[union-attr]
+        assert stats.output_strides is not None
+        return tuple(range(len(stats.output_strides))[saved])
+    except Exception:  # no context, or another AOTAutograd than this was written against
+        return ()
+
+
+def _from_cache(name: str, stats: GraphStats, cached: graph_cache.CachedGraph,
+                constant_values: Callable[[], dict[str, torch.Tensor]],
+                origin: str = "graph cache") -> Callable[[list[Any]], Any] | None:
+    """Load a cached graph: its kernels (kernel disk cache) and its wrapper, with the constants
+    `constant_values()` gives. None when the entry does not load (logged at INFO; a graph-cache
+    entry is then rebuilt by the full pipeline)."""
     device = torch.device(cached.device)
     wrapper = cached.wrapper
     if wrapper.startswith("# coil wrapper for "):  # the first line names the graph it was compiled as
-        wrapper = f"# coil wrapper for {name} (graph cache)" + wrapper[wrapper.index("\n"):]
+        wrapper = f"# coil wrapper for {name} ({origin})" + wrapper[wrapper.index("\n"):]
     try:
-        constants = graph_cache.constant_values(gm, cached)
+        constants = constant_values()
         kernels = _stage(stats, "runtime compile", compile_with_progress, list(cached.specs), device, name)
         call: Callable[[list[Any]], Any] = _stage(stats, "load", _load, wrapper, name, {}, device, constants,
                                                   kernels)
     except Exception as e:  # a damaged entry: rebuilt by the full pipeline, no warning
-        log.info("graph cache: the entry for %s did not load (%s): rebuilding it", name, e)
+        log.info("%s: the entry for %s did not load (%s): rebuilding it", origin, name, e)
         return None
     for field, value in cached.stats.items():
         if field in _CACHED_STATS:
             setattr(stats, field, tuple(value) if field == "planned_peak" and value is not None else value)
     stats.kernel_sources = {s.name: s.source for s in cached.specs}
     stats.wrapper_source = wrapper
-    log.info("compiled %s from the graph cache: %d kernels, %d externs", name, stats.kernels, stats.externs)
+    log.info("compiled %s from the %s: %d kernels, %d externs", name, origin, stats.kernels, stats.externs)
     return call
+
+
+def load_portable(kind: str, cached: graph_cache.CachedGraph, constants: dict[str, torch.Tensor]) -> CompiledFn:
+    """The callable of a graph loaded from torch's AOTAutograd cache (`CoilOutputCode.post_compile`):
+    its kernels and wrapper, as on a graph-cache hit; recorded in COMPILED (graph_cache and
+    aot_cache "hit"). Raises LookupError when it does not load (torch then bypasses its cache
+    and compiles the Dynamo graph again)."""
+    name = f"{kind}_{next(_counter)}"
+    stats = GraphStats(name, graph_cache="hit", aot_cache="hit")
+    call = _from_cache(name, stats, cached, lambda: constants, origin="AOT cache")
+    if call is None:
+        raise LookupError(f"AOT cache: the entry for {name} did not load")
+    COMPILED.append(stats)
+    return _finish(call, name, kind, stats, torch.device(cached.device), cached.static_shapes)
 
 
 # GraphStats fields a graph-cache entry keeps (kernel_sources and wrapper_source come with the code)
@@ -332,7 +416,11 @@ def _decompositions() -> dict[Any, Callable[..., Any]]:
 
 
 def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: Any) -> Callable[..., Any]:
-    """The torch.compile backend (registered as "coil" through the torch_dynamo_backends entry point)."""
+    """The torch.compile backend (registered as "coil" through the torch_dynamo_backends entry point).
+
+    With the AOT cache usable (`aot_cache.unusable`), the compilers are torch's serializable ones
+    and a hit in torch's AOTAutograd cache returns without tracing or compiling; otherwise (the
+    reason is logged at INFO) AOTAutograd runs with plain compilers, as before."""
     call = BackendCall()
     BACKEND_CALLS.append(call)
     first = len(COMPILED)
@@ -340,17 +428,37 @@ def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: A
     gm = run_pre_grad_passes(gm, example_inputs)
     t1 = time.perf_counter()
     call.pre_grad_s = t1 - t0
-    compiled = aot_module_simplified(
-        gm,
-        list(example_inputs),
-        # Dynamo guards the inputs (a mismatch recompiles): no second check in the wrapper
-        fw_compiler=functools.partial(compile_graph, kind="forward", check_inputs=False),
-        bw_compiler=functools.partial(compile_graph, kind="backward", check_inputs=False),
-        inference_compiler=functools.partial(compile_graph, kind="inference", check_inputs=False),
-        decompositions=_decompositions(),
-        partition_fn=min_cut_rematerialization_partition,
-        keep_inference_input_mutations=True,
-    )
+    unusable = aot_cache.unusable(gm)
+    compilers: dict[str, Any] = {}
+    for kind in ("forward", "backward", "inference"):
+        if unusable is None:
+            compilers[kind] = aot_cache.serializable(functools.partial(_compile_for_aot_cache, kind=kind))
+        else:  # Dynamo guards the inputs (a mismatch recompiles): no second check in the wrapper
+            compilers[kind] = functools.partial(compile_graph, kind=kind, check_inputs=False)
+    settings: Any = contextlib.nullcontext()
+    if unusable is None:
+        aot_cache.salt(gm)
+        settings = aot_cache.torch_settings()
+    else:
+        log.info("AOT cache not used: %s", unusable)
+    with settings, aot_cache.watch() as verdict:
+        compiled = aot_module_simplified(
+            gm,
+            list(example_inputs),
+            fw_compiler=compilers["forward"],
+            bw_compiler=compilers["backward"],
+            inference_compiler=compilers["inference"],
+            decompositions=_decompositions(),
+            partition_fn=min_cut_rematerialization_partition,
+            keep_inference_input_mutations=True,
+        )
     call.aot_s = time.perf_counter() - t1
+    call.aot_cache = verdict.status if unusable is None else "off"
+    if call.aot_cache == "bypass":
+        log.info("AOT cache: torch bypassed its cache for this graph (its reason is on the "
+                 "torch._functorch._aot_autograd.autograd_cache logger at INFO)")
     call.graphs = [g.name for g in COMPILED[first:]]
-    return compiled  # type: ignore[no-any-return]
+    for g in COMPILED[first:]:
+        if g.aot_cache == "off":
+            g.aot_cache = call.aot_cache
+    return compiled

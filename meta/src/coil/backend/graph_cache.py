@@ -34,6 +34,9 @@ The lookup is skipped ("bypass") while debug output that needs the pipeline is w
 (COIL_DEBUG_DIR, or COIL_LOGS with graph, fusion, kernels, wrapper or memory_plan): the full
 pipeline runs and writes every artefact, and its result is stored. COIL_CHECK_LIFETIMES
 instruments the wrapper with the schedule's lifetimes, so it neither looks up nor stores.
+
+`render` and `parse` write and read an entry's text; torch's AOTAutograd cache (`aot_cache`)
+embeds the same text in its entries, with the constants by value instead of attribute names.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ NAMESPACE = "graphs"
 # knobs that do not change the compiled code (debugging aids, run-time switches read at load)
 IGNORED_KNOBS = frozenset({
     "logs", "debug_dir", "progress", "check_nan", "check_lifetimes", "fallback_on_error", "verify",
-    "graph_cache", "cuda_graphs",
+    "graph_cache", "cuda_graphs", "aot_cache",
 })
 # COIL_LOGS artefacts that only the full pipeline produces (their selection bypasses the lookup)
 PIPELINE_LOGS = frozenset({"graph", "fusion", "kernels", "wrapper", "memory_plan"})
@@ -134,25 +137,42 @@ def store(entry: Lookup, graph: str, kind: str, wrapper: str, specs: list[Kernel
     """Write a freshly compiled graph under `entry.key`; False when it is not storable (a
     constant that is not a graph attribute) or the write failed (logged at INFO)."""
     assert entry.key is not None
+    names = constant_targets(entry, graph, constants)
+    if names is None:
+        return False
+    text = render(entry.key, graph, kind, wrapper, specs, names, device, static_shapes, stats)
+    path = disk_cache.blob_path(runtime_knobs.cache_dir, NAMESPACE, entry.key)
+    try:
+        disk_cache.write_blob(path, entry.key, text)
+    except OSError as e:
+        log.info("graph cache: could not write %s: %s", path, e)
+        return False
+    return True
+
+
+def constant_targets(entry: Lookup, graph: str, constants: dict[str, torch.Tensor]) -> dict[str, str] | None:
+    """The graph attribute each of the wrapper's constants is (by identity), or None (logged at
+    INFO) when one is not an attribute of the graph as received."""
     names: dict[str, str] = {}
     for cname, tensor in constants.items():
         target = entry.attributes.get(id(tensor))
         if target is None:
             log.info("graph cache: %s captures a constant that is not a graph attribute: not stored", graph)
-            return False
+            return None
         names[cname] = target
+    return names
+
+
+def render(key: str, graph: str, kind: str, wrapper: str, specs: list[KernelSpec] | tuple[KernelSpec, ...],
+           constants: dict[str, str], device: torch.device | str, static_shapes: bool, stats: dict[str, Any]) -> str:
+    """The JSON text of an entry (what `parse` reads back): `constants` maps each wrapper
+    constant to the name it is looked up by when the entry is loaded."""
     doc = {
-        "format": FORMAT_VERSION, "key": entry.key, "graph": graph, "kind": kind, "device": str(device),
-        "static_shapes": static_shapes, "wrapper": wrapper, "constants": names,
+        "format": FORMAT_VERSION, "key": key, "graph": graph, "kind": kind, "device": str(device),
+        "static_shapes": static_shapes, "wrapper": wrapper, "constants": constants,
         "kernels": [_spec_json(s) for s in specs], "stats": stats,
     }
-    path = disk_cache.blob_path(runtime_knobs.cache_dir, NAMESPACE, entry.key)
-    try:
-        disk_cache.write_blob(path, entry.key, json.dumps(doc))
-    except OSError as e:
-        log.info("graph cache: could not write %s: %s", path, e)
-        return False
-    return True
+    return json.dumps(doc)
 
 
 def load(key: str) -> CachedGraph | None:
@@ -161,6 +181,16 @@ def load(key: str) -> CachedGraph | None:
     text = disk_cache.read_blob(path, key)
     if text is None:
         return None
+    try:
+        return parse(text, key)
+    except ValueError as e:
+        log.info("graph cache: discarding entry %s (%s): rebuilding it", path, e)
+        return None
+
+
+def parse(text: str, key: str) -> CachedGraph:
+    """The entry `render` wrote under `key`. Raises ValueError when `text` is not one (another
+    format or key, a missing or malformed field, a kernel spec that does not validate)."""
     try:
         doc = json.loads(text)
         if doc.get("format") != FORMAT_VERSION or doc.get("key") != key:
@@ -172,9 +202,8 @@ def load(key: str) -> CachedGraph | None:
         return CachedGraph(doc["wrapper"], tuple(_spec_from_json(k) for k in doc["kernels"]),
                            {str(k): str(v) for k, v in constants.items()}, str(doc["device"]),
                            bool(doc["static_shapes"]), stats)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        log.info("graph cache: discarding entry %s (%s): rebuilding it", path, e)
-        return None
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{type(e).__name__}: {e}") from e
 
 
 def constant_values(gm: torch.fx.GraphModule, cached: CachedGraph) -> dict[str, torch.Tensor]:
@@ -256,6 +285,11 @@ def _plain(t: torch.Tensor) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
     return type(t) in (torch.Tensor, torch.nn.Parameter, FakeTensor)
+
+
+def plain_data(t: torch.Tensor) -> bool:
+    """Whether `t` is a real, dense tensor with its data (not fake, meta, sparse or a subclass)."""
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type != "meta" and not t.is_sparse
 
 
 def _digest(t: torch.Tensor) -> str:

@@ -46,11 +46,22 @@ KNOBS: dict[str, Knob] = {
     "order_time": Knob("COIL_ORDER_TIME", 0.5, float,
                        "seconds the memory planner may search for a lower-peak order of the fused steps (0: off)"),
     "cuda_graphs": Knob("COIL_CUDA_GRAPHS", True, bool,
-                        "replay inference graphs as CUDA graphs (CUDA, static shapes, no ATen fallbacks; "
-                        "outputs are fresh clones, non-parameter inputs are copied in)"),
+                        "replay inference graphs as CUDA graphs (CUDA, static shapes; outputs are fresh clones, "
+                        "non-parameter inputs are copied in; steps a graph cannot capture run eagerly between "
+                        "captured segments)"),
+    "cuda_graphs_training": Knob("COIL_CUDA_GRAPHS_TRAINING", False, bool,
+                                 "also replay forward/backward graphs as CUDA graphs (saved activations uncloned, "
+                                 "guarded by storage liveness; needs COIL_CUDA_GRAPHS)"),
+    "cuda_graph_segments_uncaptured": Knob("COIL_CUDA_GRAPH_SEGMENTS_UNCAPTURED", False, bool,
+                                           "run a graph's CUDA-graph segments one by one without capturing them, "
+                                           "on any device (tests the segment split)"),
     "graph_cache": Knob("COIL_GRAPH_CACHE", True, bool,
                         "reuse whole compiled graphs from <COIL_CACHE_DIR>/graphs/ (keyed by graph, input metadata, "
                         "knobs and versions); bypassed while COIL_DEBUG_DIR or a pipeline COIL_LOGS artefact is set"),
+    "aot_cache": Knob("COIL_AOT_CACHE", True, bool,
+                      "reuse AOTAutograd's result (partitioned graphs + coil's compiled code) from torch's "
+                      "AOTAutograd cache in <TORCHINDUCTOR_CACHE_DIR>/aotautograd/, skipping AOTAutograd and "
+                      "coil's pipeline on a hit; needs COIL_GRAPH_CACHE; compiles the backward with the forward"),
     # debugging (docs/debugging.md)
     "logs": Knob("COIL_LOGS", "", str,
                  "comma list of artefacts to log at INFO on logger coil.<artefact>: "

@@ -24,11 +24,18 @@ class GraphStats:
     # whole-graph cache (COIL_GRAPH_CACHE): "hit" (loaded, no pipeline ran), "miss" (compiled and
     # stored), "bypass" (debug output wanted: compiled and stored), "uncacheable", or "off"
     graph_cache: str = "off"
+    # torch's AOTAutograd cache (COIL_AOT_CACHE) in the backend call that produced this graph:
+    # "hit" (loaded from it: graph_cache is then "hit" too), "miss" (compiled, stored), "bypass"
+    # (torch did not use its cache), or "off" (not used, or compile_graph called directly)
+    aot_cache: str = "off"
     # seconds per compile stage, in the order the stages ran (a stage that ran twice is summed)
     stage_times: dict[str, float] = field(default_factory=dict)
     # each graph output's strides as compiled (None: not a tensor, or symbolic); a forward graph
     # reports them to AOTAutograd (saved activations may be channels-last, coil.fx_passes)
     output_strides: list[list[int] | None] | None = None
+    # CUDA-graph segments of a graph with uncapturable steps, one line each after its first call:
+    # "segment k: captured (n launches)", "...: eager (why)", "...: uncaptured (why)"
+    cuda_graph_segments: list[str] = field(default_factory=list)
 
     @property
     def ops_fused(self) -> int:
@@ -61,11 +68,13 @@ class BackendCall:
 
     `aot_s` is the whole AOTAutograd call, which includes compiling the forward or inference
     graph (its own stages are in that graph's GraphStats); a backward graph is compiled later,
-    at the first backward, outside this call.
+    at the first backward, outside this call, unless the AOT cache is used (COIL_AOT_CACHE:
+    then the backward is compiled, or loaded, within the call).
     """
 
     pre_grad_s: float = 0.0
     aot_s: float = 0.0
+    aot_cache: str = "off"  # torch's AOTAutograd cache: "hit", "miss", "bypass" or "off" (not used)
     graphs: list[str] = field(default_factory=list)  # graphs compiled during the call
 
 

@@ -1,0 +1,233 @@
+"""Warm starts through torch's AOTAutograd cache (COIL_AOT_CACHE): skip AOTAutograd and coil.
+
+torch caches the result of `aot_module_simplified` across processes (AOTAutogradCache, in
+`<TORCHINDUCTOR_CACHE_DIR>/aotautograd/<key>/`) for a backend whose forward, backward and
+inference compilers are `SerializableAOTDispatchCompiler`s returning an `OutputCode`. A hit skips
+tracing the joint graph, decompositions, the min-cut partition and the compilers: torch unpickles
+the entry, calls each `OutputCode.post_compile`, and rebuilds its runtime wrappers. What coil
+provides:
+
+- `CoilOutputCode`: the compiled graph as torch's cache stores it. It holds a `PortableGraph`
+  (the graph-cache entry text: wrapper source, kernel specs with their Triton source, stats; and
+  the constant tensors by value) or the reason it cannot be stored; `post_compile` after a load
+  rebuilds the callable (kernels through coil.runtime, the wrapper exec'd, `_finish`).
+- `torch_settings()`: torch stores such entries only in its "bundled" mode
+  (`torch._functorch.config.bundled_autograd_cache`; otherwise an entry names FxGraphCache keys,
+  which only Inductor makes), and stores a training graph only once its backward is compiled;
+  coil therefore compiles the backward together with the forward
+  (`force_non_lazy_backward_lowering`). Both are set only for the duration of coil's call.
+- `salt(gm)`: torch's key covers the Dynamo graph, input metadata, torch/Triton versions and
+  torch's configs, not which backend compiled the entry nor coil's knobs. coil stores a salt as
+  an attribute of the GraphModule, whose attributes torch's key pickles: sha256 of coil's code
+  and knob fingerprints (`graph_cache`), COIL_CACHE_DIR and the CUDA device.
+- `unusable(gm)`: why the AOT cache cannot be used for this call (knob off, graph cache off,
+  debug output wanted, torch's cache disabled or refusing the graph), or None; logged at INFO.
+- `watch()`: torch's verdict for one call ("hit", "miss", "bypass") read from its counters.
+
+Damaged entries: a payload whose checksum does not match fails to unpickle, so torch skips that
+file (with its own warning), compiles, and writes a fresh entry. An entry that unpickles but
+does not load (`post_compile` raises) makes torch bypass its cache for that call: the graph is
+compiled again, correctly, but torch does not rewrite the entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from coil.backend import graph_cache, logs
+from coil.backend.knobs import knobs
+from coil.runtime.knobs import knobs as runtime_knobs
+from torch._inductor.output_code import OutputCode
+
+log = logging.getLogger("coil.backend")
+
+FORMAT_VERSION = 1
+SALT_ATTRIBUTE = "_coil_aot_cache_salt"
+# the key an embedded graph-cache entry is rendered under (the AOT entry is keyed by torch)
+ENTRY_KEY = "aotentry"
+_TORCH_SETTINGS = {"bundled_autograd_cache": True, "force_non_lazy_backward_lowering": True}
+
+
+@dataclasses.dataclass(frozen=True)
+class PortableGraph:
+    """A compiled graph as the AOT cache stores it: `text` is a graph-cache entry
+    (`graph_cache.render`, key `ENTRY_KEY`) whose constants map to keys of `constants`."""
+
+    text: str
+    constants: dict[str, torch.Tensor]
+
+    def checksum(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+class CoilOutputCode(OutputCode):
+    """One compiled forward, backward or inference graph, as torch's AOTAutograd cache holds it.
+
+    Called with the boxed convention (a list of inputs). Fresh from a compile it holds the live
+    callable; `prepare_for_serialization` (on a copy) drops it, or raises torch's
+    `BypassAOTAutogradCache` when the graph is not storable (`refusal`: an eager fallback, a
+    constant without plain data). Unpickling checks the payload's sha256 and parses it
+    (ValueError when either fails: torch then skips the file); `post_compile` rebuilds the
+    callable (`coil.backend.compile.load_portable`).
+    """
+
+    def __init__(self, kind: str, call: Callable[[list[Any]], Any], graph: PortableGraph | None,
+                 refusal: str = "") -> None:
+        super().__init__()
+        self.kind = kind
+        self.graph = graph
+        self.refusal = refusal
+        self.checksum = graph.checksum() if graph is not None else ""
+        self.format = FORMAT_VERSION
+        self._call: Callable[[list[Any]], Any] | None = call
+        self._parsed: graph_cache.CachedGraph | None = None
+        self._boxed_call = True
+        self._time_taken_ns = 0  # torch adds it up (None would break its arithmetic)
+
+    def __call__(self, inputs: Sequence[Any]) -> Any:
+        if self._call is None:
+            raise RuntimeError(f"coil: a cached {self.kind} graph called before post_compile loaded it")
+        return self._call(inputs)  # type: ignore[arg-type]
+
+    def prepare_for_serialization(self) -> None:
+        if self.graph is None:
+            from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+
+            log.info("AOT cache: not storing this %s graph: %s", self.kind, self.refusal)
+            raise BypassAOTAutogradCache(f"coil: {self.refusal}")
+        self._call = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_call"] = state["_parsed"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # unpickling, and `copy.copy` (torch copies the result before preparing it)
+        graph = state.get("graph")
+        if state.get("format") != FORMAT_VERSION or not (graph is None or isinstance(graph, PortableGraph)):
+            raise ValueError("coil AOT cache entry of another format")
+        self.__dict__.update(state)
+        if graph is not None:  # None: a refused graph, copied only to be refused again
+            if graph.checksum() != state.get("checksum"):
+                raise ValueError("coil AOT cache entry damaged: checksum mismatch")
+            self._parsed = graph_cache.parse(graph.text, ENTRY_KEY)
+
+    def post_compile(self, example_inputs: Sequence[Any], constants: Any, graph_kwargs: Any) -> None:
+        if self._call is not None:
+            return
+        assert self.graph is not None
+        from coil.backend.compile import load_portable
+
+        parsed = self._parsed or graph_cache.parse(self.graph.text, ENTRY_KEY)
+        self._call = load_portable(self.kind, parsed, self.graph.constants)
+
+    def set_triton_bundle(self, triton_bundle: Any) -> None:
+        """coil's kernels travel as source in the entry; torch's Triton bundle is not used."""
+
+
+def portable(graph: str, kind: str, cached: graph_cache.CachedGraph,
+             constants: dict[str, torch.Tensor]) -> PortableGraph | str:
+    """The PortableGraph of a compiled graph (`cached` as the graph cache would store it, the
+    wrapper's constants by value), or why it cannot be stored."""
+    for cname, t in constants.items():
+        if not graph_cache.plain_data(t):
+            return f"constant {cname} has no plain data ({type(t).__name__} on {t.device})"
+    text = graph_cache.render(ENTRY_KEY, graph, kind, cached.wrapper, cached.specs, {c: c for c in constants},
+                              cached.device, cached.static_shapes, cached.stats)
+    return PortableGraph(text, dict(constants))
+
+
+def unusable(gm: torch.fx.GraphModule) -> str | None:
+    """Why torch's AOTAutograd cache cannot serve this Dynamo graph now, or None."""
+    if not knobs.aot_cache:
+        return "COIL_AOT_CACHE=0"
+    if not knobs.graph_cache:
+        return "COIL_GRAPH_CACHE=0"
+    if knobs.check_lifetimes:
+        return "COIL_CHECK_LIFETIMES instruments the wrapper"
+    if knobs.debug_dir or graph_cache.PIPELINE_LOGS & logs.selected():
+        return "debug output wanted (COIL_DEBUG_DIR or a pipeline COIL_LOGS artefact)"
+    try:
+        from torch._functorch import config as functorch_config
+        from torch._functorch._aot_autograd import autograd_cache
+        from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler  # noqa: F401
+    except ImportError as e:
+        return f"this torch has no serializable AOTAutograd compilers ({e})"
+    missing = [n for n in _TORCH_SETTINGS if not hasattr(functorch_config, n)]
+    if missing:
+        return f"this torch lacks torch._functorch.config.{', '.join(missing)}"
+    if not autograd_cache.should_use_local_autograd_cache():
+        return "torch's AOTAutograd cache is off (TORCHINDUCTOR_AUTOGRAD_CACHE=0 or force_disable_caches)"
+    try:
+        autograd_cache.check_cacheable(gm)
+    except Exception as e:  # BypassAOTAutogradCache and anything else: torch would bypass too
+        return f"torch refuses this graph: {e}"
+    return None
+
+
+def serializable(compiler: Callable[[torch.fx.GraphModule, Sequence[Any]], CoilOutputCode]) -> Any:
+    """`compiler` wrapped as torch's SerializableAOTDispatchCompiler (what turns the cache on)."""
+    from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+
+    return SerializableAOTDispatchCompiler(CoilOutputCode, compiler)
+
+
+def salt(gm: torch.fx.GraphModule) -> None:
+    """Add coil's part of the key to `gm` (an attribute, which torch's key pickles)."""
+    h = hashlib.sha256(f"coil-aot-v{FORMAT_VERSION}".encode())
+    parts: list[object] = [graph_cache.code_fingerprint(), graph_cache.knob_fingerprint(), runtime_knobs.cache_dir]
+    if torch.cuda.is_available():
+        i = torch.cuda.current_device()
+        parts += [torch.version.cuda, torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i)]
+    for p in parts:
+        h.update(str(p).encode("utf-8") + b"\0")
+    setattr(gm, SALT_ATTRIBUTE, h.hexdigest())
+
+
+@contextlib.contextmanager
+def torch_settings() -> Iterator[None]:
+    """torch's settings coil's entries need, for the duration of one backend call."""
+    from torch._functorch import config as functorch_config
+
+    with functorch_config.patch(_TORCH_SETTINGS):
+        yield
+
+
+@dataclasses.dataclass
+class Verdict:
+    """What torch's AOTAutograd cache did in one call: "hit", "miss" (looked up, not found: the
+    graph was compiled), "bypass" (torch did not look up) or "off" (torch did nothing), and
+    whether an entry was written."""
+
+    status: str = "off"
+    saved: bool = False
+
+
+@contextlib.contextmanager
+def watch() -> Iterator[Verdict]:
+    """Read torch's cache counters around one `aot_module_simplified` call."""
+    from torch._dynamo.utils import counters
+
+    verdict = Verdict()
+    before = dict(counters["aot_autograd"])
+    try:
+        yield verdict
+    finally:
+        after = counters["aot_autograd"]
+
+        def grew(name: str) -> bool:
+            return after.get(name, 0) > before.get(name, 0)
+
+        for status in ("hit", "miss", "bypass"):  # a miss whose entry was refused counts both
+            if grew(f"autograd_cache_{status}"):
+                verdict.status = status
+                break
+        verdict.saved = grew("autograd_cache_saved")

@@ -1,0 +1,149 @@
+"""torch's AOTAutograd cache serving coil (COIL_AOT_CACHE): a new process with warm caches loads
+the whole AOTAutograd result (no tracing, no coil stage), results still match eager for a
+training step and inference; a changed knob misses; a damaged entry is skipped and rebuilt; the
+reason the cache is not used is logged."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from coil.backend import COMPILED, coil_backend
+from coil.backend.stats import BACKEND_CALLS
+from models import MLP
+
+HERE = Path(__file__).parent
+
+# a training step (forward, backward) and an inference call of MLP in a fresh process; prints the
+# worst error against eager, each backend call's AOT-cache verdict, torch's cache counters, and
+# what each coil graph came from
+SCRIPT = """
+import json, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+from models import MLP
+from coil.backend import COMPILED
+from coil.backend.stats import BACKEND_CALLS
+from torch._dynamo.utils import counters
+
+torch.manual_seed(0)
+model = MLP()
+x = torch.randn(8, 16)
+ref = model(x)
+ref.square().sum().backward()
+ref_grads = [p.grad.clone() for p in model.parameters()]
+model.zero_grad()
+compiled = torch.compile(model, backend="coil")
+out = compiled(x)
+out.square().sum().backward()
+err = max([(out - ref).abs().max().item()] + [(p.grad - g).abs().max().item()
+                                               for p, g in zip(model.parameters(), ref_grads)])
+model.eval()
+with torch.no_grad():
+    err = max(err, (compiled(x) - model(x)).abs().max().item())
+print(json.dumps({"err": err, "calls": [c.aot_cache for c in BACKEND_CALLS],
+                  "counters": dict(counters["aot_autograd"]),
+                  "graphs": [{"name": s.name, "graph_cache": s.graph_cache, "aot_cache": s.aot_cache,
+                              "stages": sorted(s.stage_times), "kernels": s.kernels} for s in COMPILED]}))
+"""
+
+
+def _run(root: Path, **env_extra: str) -> dict[str, Any]:
+    env = {**os.environ, "COIL_CACHE_DIR": str(root / "coil"), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+           "COIL_FALLBACK_ON_ERROR": "0", **env_extra}
+    for k in ("COIL_DEBUG_DIR", "COIL_LOGS", "COIL_AOT_CACHE", "COIL_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE"):
+        if k not in env_extra:
+            env.pop(k, None)
+    p = subprocess.run([sys.executable, "-c", SCRIPT, str(HERE)], env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    result: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])
+    result["stderr"] = p.stderr
+    return result
+
+
+def _entries(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "inductor" / "aotautograd").rglob("*") if p.is_file())
+
+
+def test_warm_process_loads_everything_from_the_aot_cache_and_a_knob_change_misses(tmp_path: Path) -> None:
+    cold = _run(tmp_path)
+    assert cold["err"] < 1e-4, cold["err"]
+    assert cold["calls"] == ["miss", "miss"]  # the training graph (forward + backward), the inference graph
+    assert cold["counters"].get("autograd_cache_saved") == 2
+    assert {g["aot_cache"] for g in cold["graphs"]} == {"miss"}
+    assert len(_entries(tmp_path)) == 2
+
+    warm = _run(tmp_path)
+    assert warm["err"] < 1e-4, warm["err"]
+    assert warm["calls"] == ["hit", "hit"]
+    assert warm["counters"].get("autograd_cache_hit") == 2 and "autograd_cache_miss" not in warm["counters"]
+    assert sorted(g["name"].split("_")[0] for g in warm["graphs"]) == ["backward", "forward", "inference"]
+    for g in warm["graphs"]:  # loaded: no pass, lowering, scheduling or codegen ran
+        assert (g["graph_cache"], g["aot_cache"]) == ("hit", "hit"), g
+        assert g["stages"] == ["load", "runtime compile"], g
+    kernels = sorted((g["name"].split("_")[0], g["kernels"]) for g in cold["graphs"])
+    assert sorted((g["name"].split("_")[0], g["kernels"]) for g in warm["graphs"]) == kernels
+
+    other = _run(tmp_path, COIL_FUSION="0")  # coil's knobs are part of the key
+    assert other["err"] < 1e-4, other["err"]
+    assert other["calls"] == ["miss", "miss"]
+    assert len(_entries(tmp_path)) == 4
+
+
+def test_damaged_entry_is_skipped_and_rebuilt(tmp_path: Path) -> None:
+    _run(tmp_path)
+    entries = _entries(tmp_path)
+    assert len(entries) == 2
+    for path in entries:  # same length, so the pickle still parses: coil's checksum must catch it
+        raw = path.read_bytes()
+        at = raw.index(b"coil wrapper for ")
+        path.write_bytes(raw[:at] + b"C" + raw[at + 1:])
+    damaged = _run(tmp_path)
+    assert damaged["err"] < 1e-4, damaged["err"]
+    assert damaged["calls"] == ["miss", "miss"], damaged["calls"]
+    assert damaged["counters"].get("autograd_cache_saved") == 2
+    assert "checksum mismatch" in damaged["stderr"]
+    again = _run(tmp_path)
+    assert again["err"] < 1e-4 and again["calls"] == ["hit", "hit"], again["calls"]
+
+
+def test_aot_cache_off_is_logged_and_the_old_path_runs(caplog: pytest.LogCaptureFixture) -> None:
+    torch.manual_seed(0)
+    model = MLP()
+    x = torch.randn(8, 16)
+    off = torch._functorch.config.patch(enable_autograd_cache=False)
+    with caplog.at_level(logging.INFO, logger="coil.backend"), off:
+        out = torch.compile(model, backend=coil_backend)(x)
+    torch.testing.assert_close(out, model(x))
+    assert [c.aot_cache for c in BACKEND_CALLS] == ["off"]
+    assert "AOT cache not used: torch's AOTAutograd cache is off" in caplog.text
+    assert COMPILED and all(s.aot_cache == "off" and s.graph_cache == "miss" for s in COMPILED)
+
+
+def test_graph_run_eagerly_is_not_stored(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+                                         tmp_path: Path) -> None:
+    import coil.backend.compile as compile_mod
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("lowering broken on purpose")
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setattr(compile_mod, "lower", broken)
+    torch.manual_seed(0)
+    model = MLP()
+    x = torch.randn(8, 16)
+    eagerly = pytest.warns(UserWarning, match="running this graph eagerly")
+    with caplog.at_level(logging.INFO, logger="coil.backend"), eagerly, torch.no_grad():
+        out = torch.compile(model, backend=coil_backend)(x)
+    torch.testing.assert_close(out, model(x))
+    assert "AOT cache: not storing this inference graph: inference_" in caplog.text
+    assert [c.aot_cache for c in BACKEND_CALLS] == ["miss"]
+    assert not _entries(tmp_path)

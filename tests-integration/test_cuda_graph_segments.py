@@ -1,0 +1,235 @@
+"""CUDA-graph segments (graphs with steps a CUDA graph cannot capture) and CUDA graphs for training.
+
+CPU (and GPU): COIL_CUDA_GRAPH_SEGMENTS_UNCAPTURED runs the segment split without capture; the
+results must equal eager PyTorch's, for inference and for training (losses and gradients).
+GPU only (`gpu` marker): the segments really replay (GraphStats.cuda_graph_segments), and
+COIL_CUDA_GRAPHS_TRAINING's whole-graph training replay matches eager over 3 steps, including a
+loop that keeps the previous step's autograd graph alive (the forward must then run uncaptured,
+and a later backward through the old graph must still see its own activations).
+
+`repeat_interleave(..., output_size=)` is the uncapturable step: its ATen op carries
+`dynamic_output_shape` (coil.scheduler.capture), it is a fallback with static shapes, and
+Dynamo keeps it in the graph.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import pytest
+import torch
+from coil.backend.knobs import knobs
+from coil.backend.stats import COMPILED
+from coil.runtime import cudagraph
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="CUDA graphs need a CUDA device (none found)")
+
+
+class Blocked(torch.nn.Module):
+    """linear -> uncapturable repeat_interleave in the middle -> linear, reduction."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(d, d)
+        self.b = torch.nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.a(x))
+        z = torch.repeat_interleave(y, r, dim=0, output_size=int(2 * x.shape[0]))
+        return torch.tanh(self.b(z)).sum(0) + y.mean(0)
+
+
+def _inputs(device: torch.device, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(6, 16, generator=g).to(device)
+    r = torch.tensor([1, 3, 2, 2, 1, 3], device=device)  # sums to 12 = 2 * 6
+    return x, r
+
+
+def _segment_lines() -> list[str]:
+    return [line for s in COMPILED for line in s.cuda_graph_segments]
+
+
+def test_segments_uncaptured_inference_matches_eager(device: torch.device) -> None:
+    torch.manual_seed(0)
+    model = Blocked().to(device).eval()
+    compiled = torch.compile(model, backend="coil")
+    with knobs.override(cuda_graph_segments_uncaptured=True), torch.no_grad():
+        for seed in range(3):
+            x, r = _inputs(device, seed)
+            torch.testing.assert_close(compiled(x, r), model(x, r), rtol=1e-4, atol=1e-4)
+    lines = _segment_lines()
+    assert any("eager" in ln and "repeat_interleave" in ln for ln in lines), lines
+    assert sum("segment" in ln for ln in lines) >= 3  # before, the blocker, after
+
+
+def _train(model: torch.nn.Module, fn: Any, device: torch.device, steps: int = 3
+           ) -> tuple[list[float], list[list[torch.Tensor]]]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses, grads = [], []
+    for step in range(steps):
+        x, r = _inputs(device, 10 + step)
+        opt.zero_grad()
+        loss = fn(x, r).pow(2).sum()
+        loss.backward()
+        losses.append(loss.item())
+        grads.append([p.grad.detach().clone() for p in model.parameters()])
+        opt.step()
+    return losses, grads
+
+
+def _check_training(device: torch.device, **knob_values: Any) -> None:
+    torch.manual_seed(0)
+    eager = Blocked().to(device)
+    mine = Blocked().to(device)
+    mine.load_state_dict(eager.state_dict())
+    want_losses, want_grads = _train(eager, eager, device)
+    with knobs.override(**knob_values):
+        got_losses, got_grads = _train(mine, torch.compile(mine, backend="coil"), device)
+    torch.testing.assert_close(got_losses, want_losses, rtol=1e-4, atol=1e-4)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        for a, b in zip(g, w, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_segments_uncaptured_training_matches_eager(device: torch.device) -> None:
+    _check_training(device, cuda_graph_segments_uncaptured=True)
+    kinds = {s.name.split("_")[0] for s in COMPILED if s.cuda_graph_segments}
+    assert "forward" in kinds, [(s.name, s.cuda_graph_segments) for s in COMPILED]
+
+
+# -- GPU: real capture -----------------------------------------------------------------------
+
+
+class Recording(cudagraph.CudaGraphRunner):
+    """CudaGraphRunner that remembers its instances (to count captures and uncaptured calls)."""
+
+    made: ClassVar[list[cudagraph.CudaGraphRunner]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        Recording.made.append(self)
+
+
+@pytest.fixture
+def runners(monkeypatch: pytest.MonkeyPatch) -> list[cudagraph.CudaGraphRunner]:
+    Recording.made = []
+    monkeypatch.setattr(cudagraph, "CudaGraphRunner", Recording)
+    import coil.runtime.segments as segments
+
+    monkeypatch.setattr(segments, "CudaGraphRunner", Recording)
+    return Recording.made
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_segments_replay_and_match_eager(runners: list[Any]) -> None:
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    model = Blocked().to(device).eval()
+    compiled = torch.compile(model, backend="coil")
+    with torch.no_grad():
+        outs = []
+        for seed in range(4):
+            x, r = _inputs(device, seed)
+            got = compiled(x, r)
+            torch.testing.assert_close(got, model(x, r), rtol=1e-4, atol=1e-4)
+            outs.append(got)
+        for seed, got in enumerate(outs):  # returned tensors are not overwritten by later replays
+            x, r = _inputs(device, seed)
+            torch.testing.assert_close(got, model(x, r), rtol=1e-4, atol=1e-4)
+    lines = _segment_lines()
+    captured = [ln for ln in lines if "captured (" in ln and "uncaptured" not in ln]
+    assert len(captured) >= 2, lines
+    assert any("eager" in ln and "repeat_interleave" in ln for ln in lines), lines
+    assert sum(r.graph is not None for r in runners) == len(captured)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_segmented_training_replays_and_matches_eager(runners: list[Any]) -> None:
+    _check_training(torch.device("cuda"), cuda_graphs_training=True)
+    forward = [s for s in COMPILED if s.name.startswith("forward") and s.cuda_graph_segments]
+    assert forward, [(s.name, s.cuda_graph_segments) for s in COMPILED]
+    assert any("captured (" in ln and "uncaptured" not in ln for s in forward for ln in s.cuda_graph_segments)
+    assert any(r.graph is not None for r in runners)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(d, 4 * d)
+        self.b = torch.nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.nn.functional.gelu(self.a(x))) * r.float().mean()
+
+
+def _mlp_inputs(device: torch.device, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(100 + step)
+    return torch.randn(8, 32, generator=g).to(device), torch.tensor([1, 2], device=device)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_training_graphs_replay_and_match_eager(runners: list[Any]) -> None:
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    eager, mine = MLP().to(device), MLP().to(device)
+    mine.load_state_dict(eager.state_dict())
+    compiled = torch.compile(mine, backend="coil")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (eager, mine)]
+    with knobs.override(cuda_graphs_training=True):
+        for step in range(3):
+            x, r = _mlp_inputs(device, step)
+            results = []
+            for fn, model, opt in ((eager, eager, opts[0]), (compiled, mine, opts[1])):
+                opt.zero_grad()
+                loss = fn(x, r).pow(2).mean()
+                loss.backward()
+                results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+                opt.step()
+            (wl, wg), (gl, gg) = results
+            torch.testing.assert_close(gl, wl, rtol=1e-4, atol=1e-4)
+            for a, b in zip(gg, wg, strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    graphs = [r for r in runners if r.graph is not None]
+    assert len(graphs) == 2, "one forward and one backward graph captured"
+    forward = next(r for r in graphs if r._alias_idx)
+    assert forward.mutated_indices == ()
+    backward = next(r for r in graphs if not r._alias_idx)
+    assert backward.borrowed, "the backward reads the forward's saved activations in place"
+    assert all(r.uncaptured_calls == 0 for r in graphs)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_training_holding_the_previous_graph_runs_uncaptured(
+        runners: list[Any], caplog: pytest.LogCaptureFixture) -> None:
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    eager, mine = MLP().to(device), MLP().to(device)
+    mine.load_state_dict(eager.state_dict())
+    compiled = torch.compile(mine, backend="coil")
+    held: list[tuple[torch.Tensor, torch.Tensor]] = []  # (compiled loss, eager loss) kept alive
+    with knobs.override(cuda_graphs_training=True), caplog.at_level(logging.INFO, logger="coil.runtime"):
+        for step in range(3):
+            x, r = _mlp_inputs(device, step)
+            ours = compiled(x, r).pow(2).mean()
+            theirs = eager(x, r).pow(2).mean()
+            torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+            ours.backward(retain_graph=True)  # the autograd graph (saved activations) stays alive
+            theirs.backward(retain_graph=True)
+            held.append((ours, theirs))
+        # backward again through step 0's graph: its activations must not have been overwritten
+        for m in (eager, mine):
+            m.zero_grad()
+        held[0][0].backward()
+        held[0][1].backward()
+        for a, b in zip(mine.parameters(), eager.parameters(), strict=True):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4)
+    forward = next(r for r in runners if r.graph is not None and r._alias_idx)
+    assert forward.uncaptured_calls >= 1
+    assert "still referenced" in caplog.text
