@@ -98,12 +98,14 @@ def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: 
     if not is_reduction:
         cap = 1 << 16 if interp else 1024
         x = min(next_pow2(max(xnumel, 1)), cap)
-        # 8 warps for 1024-wide blocks (4 elements per thread), not 4: with Triton 3.6 on an H200,
+        # 2 warps for 1024-wide blocks (16 elements per thread), not 4: with Triton 3.6 on an H200,
         # 4 warps (8 per thread) miscompiled a fused max-pool backward (9 masked int8 + bf16
         # window loads, then a ReLU mask): ~5 % of its outputs were wrong, while the same text
-        # under Triton's interpreter, with 8 or 2 warps, or with any one load dropped was right
-        # (bench/triton_miscompile/check.py; docs/perf.md, session 4).
-        warps = 8 if x >= 1024 else 4 if x >= 512 else 2
+        # under Triton's interpreter, with 2, 8 or 16 warps, or with any one load dropped was
+        # right (bench/triton_miscompile/check.py). 2 warps were also the fastest of six
+        # configurations on the bench's bias+GELU and pointwise chain (bf16 bias+GELU 0.197 ms vs
+        # 0.210 with 4 warps and 0.229 with 8; bench/pointwise_warps_probe.py; docs/perf.md).
+        warps = 2 if x >= 1024 else 4 if x >= 512 else 2
         return KernelConfig("pointwise", max(x, 16 if not interp else 1), 1, warps)
     budget = INTERP_BUDGET if interp else CUDA_BUDGET
     xp, rp = next_pow2(max(xnumel, 1)), next_pow2(max(rnumel, 1))
