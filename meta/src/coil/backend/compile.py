@@ -138,6 +138,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
     COMPILED.append(stats)
     out = Artefacts.open(gm, name, kind)
     reporting = _layout_free_outputs(gm, kind)
+    traced = _output_strides(gm) if reporting is not None else []
     graph: PortableGraph | str
     try:
         if kind == "backward":  # saved activations come with the strides the forward reported
@@ -152,7 +153,11 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
         stats.output_strides = _output_strides(gm)  # the graph runs as it is now, passes or not
         call, graph = _eager(gm), f"{name} runs eagerly after a compile error"
     if reporting is not None:
-        reporting.extend(tuple(s) if s is not None else None for s in stats.output_strides or ())
+        # only the layouts coil changed (channels-last) are reported: AOTAutograd restrides the
+        # backward's inputs to them; an unchanged one is None, which AOTAutograd skips (its
+        # comparison of saved-tensor strides misaligned placeholders on linalg.solve's graph)
+        reporting.extend(tuple(s) if s is not None and (i >= len(traced) or s != traced[i]) else None
+                         for i, s in enumerate(stats.output_strides or ()))
     return call, graph
 
 

@@ -6,8 +6,8 @@ need not be written and read back; an input read once instead of twice) and trie
 A fusion is taken when `group.plan` accepts the merged group (same iteration space, reads at the
 written index) and it makes no cycle among the remaining groups. Every decision, taken or not,
 is recorded with its reason in `FusionLog`. A fusion that would raise the peak of live bytes
-(the planner's model over the operation order: `peak_bound.LiveProfile`) is refused
-(`peak_slack`).
+(the planner's model over the operation order: `peak_bound.LiveProfile`) above the unfused
+peak is refused (`peak_slack`).
 
 Loop orders: each op's loops start in the memory order of what it writes (`canonicalize`). When
 the merged group does not plan with the orders its two halves already use, two other orders
@@ -33,7 +33,7 @@ from coil.lowering_ir import ExternKernel, Operation, Pointwise, Reduction, load
 from coil.lowering_ir.nodes import SCAN_TYPES, Scatter
 from coil.scheduler.canonical import LoopOrder, loop_permutation
 from coil.scheduler.group import FusionIllegal, KernelGroup, plan
-from coil.scheduler.peak_bound import LiveProfile
+from coil.scheduler.peak_bound import TOLERATED_BYTES, LiveProfile
 
 
 @dataclass
@@ -107,8 +107,8 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
 
     With `peak_slack` (not None) a fusion is taken only when the peak of live bytes it leaves
     (`peak_bound.LiveProfile`, the planner's model over the operation order) is at most the
-    current peak times (1 + peak_slack): no fusion raises the peak past that bound. None: no
-    bound."""
+    unfused peak times (1 + peak_slack), plus `peak_bound.TOLERATED_BYTES`: fusion never raises
+    the peak past that bound. None: no bound."""
     ops = list(operations)
     pos = {id(op): i for i, op in enumerate(ops)}
     writer = {b.name: op for op in ops for b in op.outputs}
@@ -238,11 +238,13 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                         log.attempts.append((groups[a][0].name, groups[b][0].name, False, "would create a cycle through another kernel"))
                     continue
                 if profile is not None:
-                    now, after = profile.peak, profile.peak_if_merged(groups[a], groups[b])
-                    if after > now * (1.0 + (peak_slack or 0.0)):
+                    bound = profile.unfused_peak * (1.0 + (peak_slack or 0.0))
+                    after = profile.peak_if_merged(groups[a], groups[b])
+                    if after > bound + TOLERATED_BYTES:
                         if log is not None:
                             log.attempts.append((groups[a][0].name, groups[b][0].name, False,
-                                                 f"would raise the peak of live bytes from {now} to {after}"))
+                                                 f"would raise the peak of live bytes to {after} (bound {int(bound)}, "
+                                                 f"the unfused peak)"))
                         continue
                 try:
                     p = try_plan(names, merged, shared)

@@ -25,6 +25,7 @@ HALF = (torch.float16, torch.bfloat16)
 INTERPRET_BF16_HELPER = """
 @triton.jit
 def _coil_round_bf16(x):
+    x = x.to(tl.float32)  # a value already held as bfloat16 (a scalar argument) is exact here
     u = x.to(tl.uint32, bitcast=True)
     r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
     return tl.where(x != x, x, r.to(tl.float32, bitcast=True))

@@ -142,8 +142,13 @@ class KernelWriter:
             key: tuple[object, ...] = ("idx", m.kernel_expr(v.index), v.dtype)
             if key not in scope.values:
                 t = self.tmp()
-                idx = self.ix(m.kernel_expr(v.index))
-                base = f"({idx} + {self.zero(scope)})"
+                e = m.kernel_expr(v.index)
+                idx = self.ix(e)
+                # [XBLOCK, RBLOCK] only when the index varies along r: an r-invariant value keeps
+                # the x shape, so that masks built from it also fit the x-only loads and stores of
+                # a persistent kernel (they share values with its r part)
+                uses_r = scope.is_r and any(s.name.startswith("rd") for s in e.free_symbols)
+                base = f"({idx} + {self.zero(scope) if uses_r else 'xindex * 0'})"
                 code = (round_to_half(base, torch.int64, v.dtype, self.target) if v.dtype in HALF
                         else f"{base}.to({tl_dtype(v.dtype)})")
                 self.emit(scope, f"{t} = {code}")
