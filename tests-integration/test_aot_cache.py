@@ -5,11 +5,8 @@ reason the cache is not used is logged."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,42 +14,14 @@ import pytest
 import torch
 from coil.backend import COMPILED, coil_backend
 from coil.backend.stats import BACKEND_CALLS
+from fresh_process import run_mlp
 from models import MLP
 
-HERE = Path(__file__).parent
-
-# a training step (forward, backward) and an inference call of MLP in a fresh process; prints the
-# worst error against eager, each backend call's AOT-cache verdict, torch's cache counters, and
-# what each coil graph came from
-SCRIPT = """
-import json, sys
-import torch
-sys.path.insert(0, sys.argv[1])
-from models import MLP
-from coil.backend import COMPILED
-from coil.backend.stats import BACKEND_CALLS
-from torch._dynamo.utils import counters
-
-torch.manual_seed(0)
-model = MLP()
-x = torch.randn(8, 16)
-ref = model(x)
-ref.square().sum().backward()
-ref_grads = [p.grad.clone() for p in model.parameters()]
-model.zero_grad()
-compiled = torch.compile(model, backend="coil")
-out = compiled(x)
-out.square().sum().backward()
-err = max([(out - ref).abs().max().item()] + [(p.grad - g).abs().max().item()
-                                               for p, g in zip(model.parameters(), ref_grads)])
-model.eval()
-with torch.no_grad():
-    err = max(err, (compiled(x) - model(x)).abs().max().item())
-print(json.dumps({"err": err, "calls": [c.aot_cache for c in BACKEND_CALLS],
-                  "counters": dict(counters["aot_autograd"]),
-                  "graphs": [{"name": s.name, "graph_cache": s.graph_cache, "aot_cache": s.aot_cache,
-                              "stages": sorted(s.stage_times), "kernels": s.kernels} for s in COMPILED]}))
-"""
+# what the fresh process reports: the worst error against eager, each backend call's AOT-cache
+# verdict, torch's cache counters, and what each coil graph came from
+REPORT = ('{"err": err, "calls": [c.aot_cache for c in BACKEND_CALLS], "counters": dict(counters["aot_autograd"]), '
+          '"graphs": [{"name": s.name, "graph_cache": s.graph_cache, "aot_cache": s.aot_cache, '
+          '"stages": sorted(s.stage_times), "kernels": s.kernels} for s in COMPILED]}')
 
 
 def _run(root: Path, **env_extra: str) -> dict[str, Any]:
@@ -61,12 +30,7 @@ def _run(root: Path, **env_extra: str) -> dict[str, Any]:
     for k in ("COIL_DEBUG_DIR", "COIL_LOGS", "COIL_AOT_CACHE", "COIL_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE"):
         if k not in env_extra:
             env.pop(k, None)
-    p = subprocess.run([sys.executable, "-c", SCRIPT, str(HERE)], env=env, capture_output=True, text=True,
-                       timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
-    result: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])
-    result["stderr"] = p.stderr
-    return result
+    return run_mlp(REPORT, env)
 
 
 def _entries(root: Path) -> list[Path]:

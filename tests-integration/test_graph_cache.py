@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,53 +18,24 @@ from check import run_both
 from coil.backend import COMPILED, knobs
 from coil.backend.graph_cache import NAMESPACE
 from coil.runtime import disk_cache
+from fresh_process import run_mlp
 from models import MLP
-
-HERE = Path(__file__).parent
 
 
 @pytest.fixture(autouse=True)
 def _graph_cache_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COIL_AOT_CACHE", "0")  # read by the knobs and inherited by the subprocesses
 
-# compiles MLP (training step and inference) in a fresh process, prints stats and the error vs eager
-SCRIPT = """
-import json, sys
-import torch
-sys.path.insert(0, sys.argv[1])
-from models import MLP
-from coil.backend import COMPILED
-
-torch.manual_seed(0)
-model = MLP()
-x = torch.randn(8, 16)
-ref = model(x)
-ref.square().sum().backward()
-ref_grads = [p.grad.clone() for p in model.parameters()]
-model.zero_grad()
-compiled = torch.compile(model, backend="coil")
-out = compiled(x)
-out.square().sum().backward()
-err = max([(out - ref).abs().max().item()] + [(p.grad - g).abs().max().item()
-                                               for p, g in zip(model.parameters(), ref_grads)])
-model.eval()
-with torch.no_grad():
-    err = max(err, (compiled(x) - model(x)).abs().max().item())
-print(json.dumps({"err": err, "graphs": [
-    {"name": s.name, "cache": s.graph_cache, "stages": sorted(s.stage_times), "kernels": s.kernels,
-     "origins": s.kernel_origins, "fallback": s.eager_fallback} for s in COMPILED]}))
-"""
+# what the fresh process reports: the error vs eager and each graph's cache verdict and stages
+REPORT = ('{"err": err, "graphs": [{"name": s.name, "cache": s.graph_cache, "stages": sorted(s.stage_times), '
+          '"kernels": s.kernels, "origins": s.kernel_origins, "fallback": s.eager_fallback} for s in COMPILED]}')
 
 
 def _run_process(cache: Path) -> dict[str, Any]:
     env = {**os.environ, "COIL_CACHE_DIR": str(cache), "COIL_FALLBACK_ON_ERROR": "0"}
     env.pop("COIL_DEBUG_DIR", None)
     env.pop("COIL_LOGS", None)
-    p = subprocess.run([sys.executable, "-c", SCRIPT, str(HERE)], env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    result: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])
-    return result
+    return run_mlp(REPORT, env, timeout=600)
 
 
 def test_new_process_hits_the_cache_and_runs_no_pipeline(tmp_path: Path) -> None:
