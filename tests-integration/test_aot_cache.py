@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from coil.backend import COMPILED, coil_backend
+from coil.backend.aot_cache import PortableGraph
 from coil.backend.stats import BACKEND_CALLS
 from fresh_process import run_mlp
 from models import MLP
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 # what the fresh process reports: the worst error against eager, each backend call's AOT-cache
 # verdict, torch's cache counters, and what each coil graph came from
@@ -111,3 +114,26 @@ def test_graph_run_eagerly_is_not_stored(caplog: pytest.LogCaptureFixture, monke
     assert "AOT cache: not storing this inference graph: inference_" in caplog.text
     assert [c.aot_cache for c in BACKEND_CALLS] == ["miss"]
     assert not _entries(tmp_path)
+
+
+def test_portable_graph_pickles_its_constants_by_value_under_fake_mode() -> None:
+    """torch pickles entries while AOTAutograd's FakeTensorMode may be active; a constant must
+    travel as bytes (torch 2.11 refused to copy a real CUDA tensor to the CPU there), and come
+    back with its dtype, size, stride, storage offset and values."""
+    consts = {
+        "transposed_bf16": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3).t(),
+        "scalar": torch.tensor(3.5),
+        "expanded": torch.randn(3).expand(4, 3),
+        "offset_view": torch.arange(10.0)[2:7],
+        "empty": torch.empty(0, 4),
+        "bool": torch.tensor([True, False]),
+    }
+    with FakeTensorMode():
+        raw = pickle.dumps(PortableGraph("entry text", consts))
+    back = pickle.loads(raw)
+    assert back.text == "entry text" and set(back.constants) == set(consts)
+    for name, t in consts.items():
+        u = back.constants[name]
+        assert (u.dtype, u.shape, u.stride(), u.storage_offset(), u.device) == (
+            t.dtype, t.shape, t.stride(), t.storage_offset(), t.device), name
+        assert torch.equal(u, t), name

@@ -58,13 +58,58 @@ _TORCH_SETTINGS = {"bundled_autograd_cache": True, "force_non_lazy_backward_lowe
 @dataclasses.dataclass(frozen=True)
 class PortableGraph:
     """A compiled graph as the AOT cache stores it: `text` is a graph-cache entry
-    (`graph_cache.render`, key `ENTRY_KEY`) whose constants map to keys of `constants`."""
+    (`graph_cache.render`, key `ENTRY_KEY`) whose constants map to keys of `constants`.
+
+    Pickled with each constant as raw bytes plus dtype, size, stride and device
+    (`pack_tensor`), never as a torch tensor: torch pickles the entry while AOTAutograd's
+    FakeTensorMode may be active, and pickling a CUDA tensor copies it to the CPU, which
+    FakeTensorMode refuses for a real tensor (torch 2.11: "Please convert all Tensors to
+    FakeTensors first ... aten._to_copy"), so no GPU entry was ever stored. Unpickling puts each
+    constant back on its device.
+    """
 
     text: str
     constants: dict[str, torch.Tensor]
 
     def checksum(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _unpickle_graph, (self.text, {k: pack_tensor(t) for k, t in self.constants.items()})
+
+
+PackedTensor = tuple[str, tuple[int, ...], tuple[int, ...], int, str, bytes]
+
+
+def pack_tensor(t: torch.Tensor) -> PackedTensor:
+    """(dtype name, size, stride, storage offset, device, the bytes of its whole storage): the
+    tensor exactly, expanded or overlapping strides included."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        storage = t.untyped_storage()
+        whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+        raw = whole.cpu().numpy().tobytes() if storage.nbytes() else b""
+    return (str(t.dtype).removeprefix("torch."), tuple(t.shape), tuple(t.stride()), int(t.storage_offset()),
+            str(t.device), raw)
+
+
+def unpack_tensor(packed: PackedTensor) -> torch.Tensor:
+    """The tensor `pack_tensor` packed, on its device. ValueError for an unknown dtype."""
+    dtype_name, size, stride, offset, device, raw = packed
+    dtype = getattr(torch, dtype_name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"coil AOT cache entry: unknown dtype {dtype_name!r}")
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        data = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        storage = data.to(device).untyped_storage()
+        return torch.empty(0, dtype=dtype, device=device).set_(storage, offset, size, stride)
+
+
+def _unpickle_graph(text: str, constants: dict[str, PackedTensor]) -> PortableGraph:
+    return PortableGraph(text, {k: unpack_tensor(v) for k, v in constants.items()})
 
 
 class CoilOutputCode(OutputCode):
