@@ -197,11 +197,42 @@ def test_gpu_training_graphs_replay_and_match_eager(runners: list[Any]) -> None:
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     graphs = [r for r in runners if r.graph is not None]
     assert len(graphs) == 2, "one forward and one backward graph captured"
-    forward = next(r for r in graphs if r._alias_idx)
+    forward = next(r for r in graphs if not r.borrowed)
     assert forward.mutated_indices == ()
-    backward = next(r for r in graphs if not r._alias_idx)
-    assert backward.borrowed, "the backward reads the forward's saved activations in place"
+    backward = next(r for r in graphs if r.borrowed)  # it reads the saved activations in place
+    assert backward._alias_idx, "the gradients are handed out uncloned"
+    assert backward._pool == forward._pool, "the backward captures into the forward's memory pool"
     assert all(r.uncaptured_calls == 0 for r in graphs)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_gpu_training_graphs_with_gradient_accumulation_match_eager(runners: list[Any], set_to_none: bool) -> None:
+    """Two micro-batches per step without zeroing in between, momentum SGD: `.grad` may be the
+    backward's own static output (AccumulateGrad keeps the first gradient), so the second
+    backward, and with set_to_none=False every later forward, must see it and run uncaptured."""
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    eager, mine = MLP().to(device), MLP().to(device)
+    mine.load_state_dict(eager.state_dict())
+    compiled = torch.compile(mine, backend="coil")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (eager, mine)]
+    with knobs.override(cuda_graphs_training=True):
+        for step in range(4):
+            for fn, opt in ((eager, opts[0]), (compiled, opts[1])):
+                opt.zero_grad(set_to_none=set_to_none)
+                for micro in range(2):
+                    x, r = _mlp_inputs(device, 10 * step + micro)
+                    fn(x, r).pow(2).mean().backward()
+                opt.step()
+            for a, b in zip(mine.parameters(), eager.parameters(), strict=True):
+                torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4)
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    graphs = [r for r in runners if r.graph is not None]
+    assert len(graphs) == 2
+    backward = next(r for r in graphs if r.borrowed)
+    assert backward.uncaptured_calls >= 1, "the second micro-batch's backward found .grad in use"
 
 
 @pytest.mark.gpu
@@ -233,6 +264,6 @@ def test_gpu_training_holding_the_previous_graph_runs_uncaptured(
         held[0][1].backward()
         for a, b in zip(mine.parameters(), eager.parameters(), strict=True):
             torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4)
-    forward = next(r for r in runners if r.graph is not None and r._alias_idx)
+    forward = next(r for r in runners if r.graph is not None and not r.borrowed)
     assert forward.uncaptured_calls >= 1
     assert "still referenced" in caplog.text

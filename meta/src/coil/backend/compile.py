@@ -291,10 +291,13 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
 
         return SegmentedRunner(plan, capture=True, report=stats.cuda_graph_segments)
     from coil.runtime import cudagraphify
+    from coil.runtime.cudagraph import FRESH
 
     if kind == "forward":
         return cudagraphify(call, launches=launches, static_outputs=_saved_for_backward(stats))
-    return cudagraphify(call, launches=launches, borrow_inputs=kind == "backward")
+    if kind == "backward":  # gradients handed out uncloned, the forward's pool shared
+        return cudagraphify(call, launches=launches, borrow_inputs=True, static_outputs=FRESH)
+    return cudagraphify(call, launches=launches)
 
 
 def _saved_for_backward(stats: GraphStats) -> tuple[int, ...]:

@@ -59,8 +59,21 @@ handed out earlier is still referenced (an autograd graph still holding the prev
 activations, a caller keeping outputs), this call runs `call` directly (its outputs are fresh
 tensors; the graph's memory is left alone) and a message is logged once. This is the rule of
 TorchInductor's cudagraph trees (storage liveness through `torch._C._storage_Use_Count`), in its
-simplest form: one graph per runner, no re-recording. Gradients returned by a backward graph must
-be fresh tensors: leave `static_outputs` empty there (every output cloned).
+simplest form: one graph per runner, no re-recording.
+
+`static_outputs=FRESH` hands out every tensor output whose storage is not an input's (a training
+backward's gradients: AccumulateGrad may keep the very tensor as `.grad`; while it does, or while
+the caller keeps a gradient, the backward runs uncaptured, and `optimizer.zero_grad()` with its
+default `set_to_none=True` releases them before the next step).
+
+**Shared pools.** A runner that borrows another's static outputs (a training backward reading its
+forward's saved activations) captures into the lender's memory pool instead of a new one, so the
+backward's scratch memory reuses the forward's scratch memory, as in eager execution (with two
+pools a step would hold both peaks). Safe because: the two never replay at once; memory a graph
+captured *earlier* hands out stays allocated (its runner holds it), so a later capture never
+places anything there; but a later graph's handed-out outputs (the backward's gradients) may lie
+in an earlier graph's scratch memory, so a runner does not replay while any runner captured after
+it in the same pool has handed-out outputs still referenced (it runs uncaptured instead).
 
 The boxed calling convention is kept: `runner(inputs)` clears the `inputs` list once it has
 copied them in (like coil's compiled callables, which free inputs early), and `call` receives a
@@ -95,6 +108,10 @@ COPY_BYTES_PER_S = 2e12
 LAUNCH_S = 5e-6
 # runners whose static outputs are handed out uncloned (`static_outputs`): `borrow_inputs` looks here
 _OWNERS: weakref.WeakSet[CudaGraphRunner] = weakref.WeakSet()
+# runners per memory pool, in capture order (see "Shared pools")
+_POOL_MEMBERS: dict[Any, list[weakref.ref[CudaGraphRunner]]] = {}
+# `static_outputs=FRESH`: hand out every tensor output whose memory is not an input's
+FRESH = "fresh"
 
 
 class CudaGraphRunner:
@@ -139,7 +156,7 @@ class CudaGraphRunner:
         pool: Any = None,
         launches: int | None = None,
         input_buffers: Mapping[int, torch.Tensor] | None = None,
-        static_outputs: Iterable[int] = (),
+        static_outputs: Iterable[int] | str = (),
         borrow_inputs: bool = False,
     ) -> None:
         import torch
@@ -163,12 +180,14 @@ class CudaGraphRunner:
                 raise ValueError(f"static_input_indices {bad} are not tensor inputs")
         self.static_indices: tuple[int, ...] = tuple(sorted(static))
         borrowed = dict(input_buffers or {})
+        lender: CudaGraphRunner | None = None
         if borrow_inputs:
             for i in tensor_idx:
                 if i not in static and i not in borrowed:
-                    owned = _owned_static_output(inputs[i])
-                    if owned is not None:
-                        borrowed[i] = owned
+                    found = _owned_static_output(inputs[i])
+                    if found is not None:
+                        lender = lender or found[0]
+                        borrowed[i] = found[1]
         bad = sorted(i for i in borrowed if i in static or i not in tensor_idx)
         if bad:
             raise ValueError(f"input_buffers {bad} must be copied (non-static) tensor inputs")
@@ -177,7 +196,9 @@ class CudaGraphRunner:
         self._scalars: dict[int, Any] = {
             i: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)
         }
-        self._pool = pool if pool is not None else torch.cuda.graph_pool_handle()
+        # a graph reading another's static outputs shares its pool (see "Shared pools")
+        self._pool: Any = (pool if pool is not None else lender._pool if lender is not None
+                           else torch.cuda.graph_pool_handle())
 
         # 1. warm-up, eagerly, on a side stream, on the example inputs themselves
         versions = {i: inputs[i]._version for i in tensor_idx}
@@ -200,7 +221,7 @@ class CudaGraphRunner:
         self.capture_error: Exception | None = None
         if launches is not None:
             moved = sum(_nbytes(inputs[i]) for i in self._copy_idx if i not in borrowed)
-            keep = set(static_outputs)
+            keep = set(range(len(first))) if static_outputs == FRESH else set(static_outputs)
             moved += sum(_nbytes(o) for k, o in enumerate(first) if k not in keep) if clone_outputs else 0
             if moved / COPY_BYTES_PER_S >= launches * LAUNCH_S:
                 self.capture_error = RuntimeError(
@@ -242,8 +263,16 @@ class CudaGraphRunner:
             log.warning("CudaGraphRunner: capture failed (%s: %s); running without a CUDA graph",
                         type(exc).__name__, exc)
             return
+        if static_outputs == FRESH:  # every tensor output over memory that is not an input's
+            taken = {int(x.untyped_storage()._cdata) for x in self._static_inputs if isinstance(x, torch.Tensor)}
+            outs: tuple[Any, ...] = self._static_outputs
+            static_outputs = [k for k, o in enumerate(outs) if isinstance(o, torch.Tensor)
+                              and int(o.untyped_storage()._cdata) not in taken]
+        elif isinstance(static_outputs, str):
+            raise ValueError(f"static_outputs must be output indices or {FRESH!r}, not {static_outputs!r}")
         self._alias_idx = tuple(k for k in sorted(set(static_outputs))
                                 if isinstance(self._static_outputs[k], torch.Tensor))
+        _POOL_MEMBERS.setdefault(self._pool, []).append(weakref.ref(self))
         if self._alias_idx:
             # stable addresses from the first call on: the warm-up result goes into the graph's
             # memory (parameter storages excepted: the graph returns the parameter itself)
@@ -271,6 +300,19 @@ class CudaGraphRunner:
             log.info("CudaGraphRunner: running a call without the CUDA graph (%s); logged once", why)
         return tuple(self._call(inputs))
 
+    def _later_members_live(self) -> bool:
+        """Whether a runner captured after this one in the same pool has handed-out outputs in use
+        (they may lie in memory this graph's replay writes)."""
+        members = _POOL_MEMBERS.get(self._pool, ())
+        later = False
+        for ref in members:
+            other = ref()
+            if other is self:
+                later = True
+            elif later and other is not None and other._liveness is not None and other._liveness.live():
+                return True
+        return False
+
     def _capture(self) -> None:
         import torch
 
@@ -293,6 +335,8 @@ class CudaGraphRunner:
             return tuple(self._call(inputs))
         if self._liveness is not None and self._liveness.live():
             return self._uncaptured(inputs, "an output of the previous replay is still referenced")
+        if self._later_members_live():
+            return self._uncaptured(inputs, "a graph captured later in the same memory pool still has outputs in use")
         static_inputs = self._static_inputs
         for i in self.borrowed:
             src, dst = inputs[i], static_inputs[i]
@@ -348,7 +392,7 @@ def cudagraphify(
     clone_outputs: bool = True,
     pool: Any = None,
     launches: int | None = None,
-    static_outputs: Iterable[int] = (),
+    static_outputs: Iterable[int] | str = (),
     borrow_inputs: bool = False,
 ) -> Callable[[list[Any]], tuple[Any, ...]]:
     """A boxed callable running `call` through a `CudaGraphRunner` built at its first call.
@@ -358,7 +402,7 @@ def cudagraphify(
     """
     static = None if static_input_indices is None else tuple(static_input_indices)
     mutated = tuple(mutated_input_indices)
-    keep = tuple(static_outputs)
+    keep = static_outputs if isinstance(static_outputs, str) else tuple(static_outputs)
     runner: CudaGraphRunner | None = None
 
     def run(args: list[Any]) -> tuple[Any, ...]:
@@ -377,14 +421,14 @@ def cudagraphify(
     return run
 
 
-def _owned_static_output(x: torch.Tensor) -> torch.Tensor | None:
-    """The static output of a live runner (`static_outputs`) that `x` is an alias of, or None."""
+def _owned_static_output(x: torch.Tensor) -> tuple[CudaGraphRunner, torch.Tensor] | None:
+    """The live runner and its static output (`static_outputs`) that `x` is an alias of, or None."""
     for owner in list(_OWNERS):
         for k in owner._alias_idx:
             t = owner._static_outputs[k]
             if (t.data_ptr() == x.data_ptr() and t.shape == x.shape and t.stride() == x.stride()
                     and t.dtype == x.dtype and t.device == x.device):
-                return t  # type: ignore[no-any-return]
+                return owner, t
     return None
 
 
