@@ -5,7 +5,7 @@ folders (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, COIL_CACHE_DIR set to new te
 the compile, in-memory kernel memos cleared), the first call timed (cold compile + first run),
 then the median of `triton.testing.do_bench` (CUDA events), the peak memory of one warm iteration
 (`torch.cuda.max_memory_allocated` after `reset_peak_memory_stats`, minus what was allocated before
-the call, plus what CUDA-graph pools reserve unallocated), and accuracy with the PyTorch benchmark harness's rule against an fp64 reference:
+the call, plus everything CUDA-graph pools reserve: `_warm_peak`), and accuracy with the PyTorch benchmark harness's rule against an fp64 reference:
 RMSE(mode) <= 3 * RMSE(eager) + tol / 10 (tol 1e-2 for bf16, 1e-4 for fp32). Micro cases also
 report achieved GB/s (bytes of the inputs read + output written / median time) against a
 device-to-device copy of a same-size tensor measured in the same run.
@@ -208,9 +208,14 @@ def _bench(fn: Callable[[], object], warmup: int, rep: int) -> float:
 
 
 def _warm_peak(fn: Callable[[], object]) -> float:
-    """MiB allocated at the peak of one warm call, above what was allocated before it, plus the
-    memory CUDA graphs' private pools hold without it being allocated (`graph_pool_free_bytes`):
-    a replay allocates nothing, its scratch memory is that reserved memory."""
+    """MiB in use at the peak of one warm call, above what was in use before it.
+
+    Memory outside CUDA-graph pools: `max_memory_allocated` during the call minus
+    `memory_allocated` before it. CUDA-graph pools (`graph_pool_bytes`): all their reserved bytes,
+    allocated or not. A replay allocates nothing: its scratch memory is the pool's free blocks,
+    and what it hands out (saved activations, gradients) are the pool's allocated blocks, which
+    its runner holds before the call as well, so the subtraction above would not see them.
+    """
     import torch
 
     torch.cuda.synchronize()
@@ -218,21 +223,18 @@ def _warm_peak(fn: Callable[[], object]) -> float:
     torch.cuda.reset_peak_memory_stats()
     r = fn()
     torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() + graph_pool_free_bytes()
+    peak = torch.cuda.max_memory_allocated() + graph_pool_bytes()
     del r
     return (peak - base) / 2**20
 
 
-def graph_pool_free_bytes() -> int:
-    """Bytes reserved by CUDA-graph memory pools (segments outside the default pool, id (0, 0))
-    and not allocated now (torch.cuda.memory_snapshot)."""
+def graph_pool_bytes() -> int:
+    """Bytes reserved by CUDA-graph memory pools: segments outside the default pool (id (0, 0))
+    in `torch.cuda.memory_snapshot()`."""
     import torch
 
-    free = 0
-    for seg in torch.cuda.memory_snapshot():  # type: ignore[no-untyped-call]
-        if tuple(seg.get("segment_pool_id", (0, 0))) != (0, 0):
-            free += int(seg["total_size"]) - int(seg["allocated_size"])
-    return free
+    segments: list[dict[str, Any]] = torch.cuda.memory_snapshot()  # type: ignore[no-untyped-call]
+    return sum(int(seg["total_size"]) for seg in segments if tuple(seg.get("segment_pool_id", (0, 0))) != (0, 0))
 
 
 def _coil_graphs() -> list[dict[str, Any]]:
