@@ -26,11 +26,23 @@ CL = torch.channels_last
 
 @pytest.fixture(autouse=True)
 def fp32_convolutions() -> Iterator[None]:
-    """Full-precision fp32 convolutions and matmuls on CUDA for each test (see the docstring)."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    """Full-precision fp32 convolutions and matmuls on CUDA for each test (see the docstring).
+
+    cuDNN's flags through its `flags` context manager: once `torch.testing._internal.common_utils`
+    is imported (the OpInfo tests import it), setting them directly raises."""
+    cudnn = torch.backends.cudnn
+    saved_matmul = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with cudnn.flags(
+            enabled=cudnn.enabled,
+            benchmark=cudnn.benchmark,
+            deterministic=cudnn.deterministic,
+            allow_tf32=False,
+        ):
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved_matmul
 
 
 class ConvBnReluConv(nn.Module):
