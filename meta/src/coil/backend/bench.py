@@ -4,8 +4,8 @@ For each case, on the same inputs, each mode in turn: `torch._dynamo.reset()`, f
 folders (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, COIL_CACHE_DIR set to new temp folders before
 the compile, in-memory kernel memos cleared), the first call timed (cold compile + first run),
 then the median of `triton.testing.do_bench` (CUDA events), the peak memory of one warm iteration
-(`torch.cuda.max_memory_allocated` after `reset_peak_memory_stats`, minus what was allocated before
-the call, plus everything CUDA-graph pools reserve: `_warm_peak`), and accuracy with the PyTorch benchmark harness's rule against an fp64 reference:
+(`torch.cuda.max_memory_reserved` over the call after `empty_cache`: `_warm_peak`; CUDA-graph pools
+are memory reserved too), and accuracy with the PyTorch benchmark harness's rule against an fp64 reference:
 RMSE(mode) <= 3 * RMSE(eager) + tol / 10 (tol 1e-2 for bf16, 1e-4 for fp32). Micro cases also
 report achieved GB/s (bytes of the inputs read + output written / median time) against a
 device-to-device copy of a same-size tensor measured in the same run.
@@ -208,33 +208,25 @@ def _bench(fn: Callable[[], object], warmup: int, rep: int) -> float:
 
 
 def _warm_peak(fn: Callable[[], object]) -> float:
-    """MiB in use at the peak of one warm call, above what was in use before it.
+    """MiB of device memory the process holds at the peak of one warm call:
+    `torch.cuda.max_memory_reserved()` over the call, after `torch.cuda.empty_cache()` released the
+    allocator's unused cached blocks.
 
-    Memory outside CUDA-graph pools: `max_memory_allocated` during the call minus
-    `memory_allocated` before it. CUDA-graph pools (`graph_pool_bytes`): all their reserved bytes,
-    allocated or not. A replay allocates nothing: its scratch memory is the pool's free blocks,
-    and what it hands out (saved activations, gradients) are the pool's allocated blocks, which
-    its runner holds before the call as well, so the subtraction above would not see them.
-    """
+    Reserved rather than allocated memory, and absolute rather than above a baseline, so that
+    CUDA-graph replay is counted like eager allocation: a replay allocates nothing; it runs in
+    its pool's memory, reserved (and partly allocated to the outputs it hands out) before the
+    call. The figure includes the model's parameters, gradients and inputs, the same in every
+    mode, and the caching allocator's rounding (blocks of 2 and 20 MiB)."""
     import torch
 
     torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
+    torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     r = fn()
     torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() + graph_pool_bytes()
+    peak = torch.cuda.max_memory_reserved()
     del r
-    return (peak - base) / 2**20
-
-
-def graph_pool_bytes() -> int:
-    """Bytes reserved by CUDA-graph memory pools: segments outside the default pool (id (0, 0))
-    in `torch.cuda.memory_snapshot()`."""
-    import torch
-
-    segments: list[dict[str, Any]] = torch.cuda.memory_snapshot()  # type: ignore[no-untyped-call]
-    return sum(int(seg["total_size"]) for seg in segments if tuple(seg.get("segment_pool_id", (0, 0))) != (0, 0))
+    return peak / 2**20
 
 
 def _coil_graphs() -> list[dict[str, Any]]:
