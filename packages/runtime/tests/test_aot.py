@@ -56,6 +56,17 @@ def test_precompile_args_threads_and_errors(specs: Any, tmp_path: Path, no_cuda_
     assert kwargs == {"grid": (1,), "BLOCK": 1, "num_warps": 4, "num_stages": 1}
 
 
+def test_precompile_each_returns_every_failure(specs: Any, tmp_path: Path, no_cuda_device: None) -> None:
+    fakes = [FakeJit(fail=True), FakeJit(), FakeJit(fail=True), FakeJit()]
+    kernels = [Kernel(specs.add(2**i), f, tmp_path / f"{i}.py", CUDA0, False) for i, f in
+               enumerate(fakes)]
+    errors = aot_module.precompile_each(kernels, CUDA0, threads=3)
+    assert [e is None for e in errors] == [False, True, False, True]
+    assert all(len(f.calls) == 1 for f in fakes)  # a failure stops nothing
+    assert [e.path for e in errors if e is not None] == [tmp_path / "0.py", tmp_path / "2.py"]
+    assert aot_module.precompile_each([], CUDA0, threads=3) == []
+
+
 def test_compile_kernels_precompiles_new_cuda_kernels_once(
     cache_dir: Path, specs: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -67,3 +67,25 @@ def precompile(kernels: Sequence[Kernel], device: torch.device, threads: int) ->
     for error in errors:
         if error is not None:
             raise error
+
+
+def precompile_each(kernels: Sequence[Kernel], device: torch.device, threads: int) -> list[KernelCompileError | None]:
+    """Compile every kernel for `device` (a CUDA device), in parallel as `precompile` does; return
+    each kernel's failure (a `KernelCompileError`) or None, in order, without raising (autotuning
+    drops a candidate that fails to compile, e.g. out of registers or shared memory)."""
+    if not kernels:
+        return []
+    first = _try_one(kernels[0], device)
+    rest = kernels[1:]
+    if threads <= 1 or len(rest) <= 1:
+        return [first, *(_try_one(kernel, device) for kernel in rest)]
+    with ThreadPoolExecutor(max_workers=min(threads, len(rest)), thread_name_prefix="coil-aot") as pool:
+        return [first, *pool.map(lambda kernel: _try_one(kernel, device), rest)]
+
+
+def _try_one(kernel: Kernel, device: torch.device) -> KernelCompileError | None:
+    try:
+        _compile_one(kernel, device)
+    except KernelCompileError as exc:
+        return exc
+    return None
