@@ -51,7 +51,7 @@ def variants(ks: KernelSource, target: str, hints: dict[sympy.Symbol, int] | Non
     """
     if ks.strategy not in TUNED_STRATEGIES or "RBLOCK" not in ks.constexprs or len(ks.size_args) < 2:
         return [ks]
-    sizes = [sympy.sympify(e).xreplace(hints or {}) for e in ks.size_args[:2]]
+    sizes = [sympy.sympify(sympy.sympify(e).xreplace(hints or {})) for e in ks.size_args[:2]]  # a bare symbol -> int
     xnumel, rnumel = (int(s) if isinstance(s, sympy.Integer) else 1 << 20 for s in sizes)
     configs = candidates(default_config(ks), xnumel, rnumel, target)
     return [ks] + [with_config(ks, cfg) for cfg in configs[1:]]
