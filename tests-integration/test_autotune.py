@@ -193,3 +193,28 @@ def test_autotune_is_off_by_default_under_the_interpreter(monkeypatch: pytest.Mo
         stats = _compile_and_check(_model, torch.randn(6, 300))
     assert stats.autotuned == 0 and timer.seen == [] and "autotune" not in stats.stage_times
     assert not backend_autotune.enabled(torch.device("cpu"))
+
+
+def test_the_aot_cache_entry_holds_the_tuned_specs(tuning: Timer, device: torch.device) -> None:
+    """What torch's AOTAutograd cache would pickle (CoilOutputCode) carries the tuned wrapper and
+    specs: loading it (as a warm process does) times nothing and launches the chosen configs."""
+    from coil.backend import aot_cache, graph_cache
+    from coil.backend.compile import _compile_for_aot_cache, load_portable
+    from coil.lowering_ir import decomposition_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = torch.randn(6, 300, device=device)
+    gm = make_fx(_model, decomposition_table=decomposition_table(), tracing_mode="fake")(x)
+    code = _compile_for_aot_cache(gm, [x], kind="inference")
+    (stats,) = COMPILED
+    assert stats.autotune_switched >= 1 and code.graph is not None
+    entry = graph_cache.parse(code.graph.text, aot_cache.ENTRY_KEY)
+    specs = {s.name: s for s in entry.specs}
+    for name, cfg in _choices(stats).items():
+        spec = specs[name]
+        assert autotune.Candidate(spec, ()).describe().removesuffix(" grid=()") in cfg, (name, cfg)
+    timed = len(tuning.seen)
+    autotune.clear_memo()
+    call = load_portable("inference", entry, code.graph.constants)
+    torch.testing.assert_close(tuple(call([x])), _model(x))
+    assert len(tuning.seen) == timed
