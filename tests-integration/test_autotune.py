@@ -218,3 +218,16 @@ def test_the_aot_cache_entry_holds_the_tuned_specs(tuning: Timer, device: torch.
     call = load_portable("inference", entry, code.graph.constants)
     torch.testing.assert_close(tuple(call([x])), _model(x))
     assert len(tuning.seen) == timed
+
+
+def test_a_failure_of_tuning_itself_keeps_the_defaults(tuning: Timer, device: torch.device,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    def out_of_memory(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("CUDA out of memory (a stand-in)")
+
+    monkeypatch.setattr(backend_autotune, "tune", out_of_memory)
+    with caplog.at_level(logging.WARNING, logger="coil.backend"):
+        stats = _compile_and_check(_model, torch.randn(6, 300, device=device))
+    assert stats.autotuned == 0 and stats.eager_fallback is None and tuning.seen == []
+    assert any("keeping the default launch configurations" in r.getMessage() for r in caplog.records)

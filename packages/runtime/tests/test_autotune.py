@@ -5,7 +5,8 @@ memory and on disk (a damaged entry is rebuilt), and tuning works inside a fake-
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 import torch
@@ -187,3 +188,21 @@ def test_problems_are_validated() -> None:
     other = Candidate(KernelSpec("other", SOURCE, c.spec.args, dict(c.spec.constexprs)), c.grid)
     with pytest.raises(ValueError, match="differ"):
         TuningProblem((c, other), (1, 1), (1,))
+
+
+def test_a_timer_failure_drops_that_candidate_or_leaves_the_kernel_untuned(
+        fresh: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(bad: int) -> Callable[..., float]:
+        def measure(kernel: Any, grid: tuple[int, ...], args: Sequence[object]) -> float:
+            if kernel.spec.constexprs["XBLOCK"] == bad:
+                raise RuntimeError("timer broke")
+            return {4: 1.0, 2: 0.5, 8: 0.9}[kernel.spec.constexprs["XBLOCK"]]
+        return measure
+
+    monkeypatch.setattr(timing, "measure", failing(2))
+    (result,) = tune([_problem()], CPU)
+    assert (result.origin, result.choice) == ("tuned", 2) and "timing" in result.rejected[1]
+    monkeypatch.setattr(timing, "measure", failing(4))  # the default
+    (result,) = tune([_problem(rows=ROWS + 2)], CPU)
+    assert (result.origin, result.choice) == ("untuned", 0)
+    assert tune([_problem(rows=ROWS + 2)], CPU)[0].origin == "untuned"  # nothing was cached

@@ -22,6 +22,7 @@ COIL_LOGS=autotune logs each kernel's candidates, their times and the choice.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import sympy
@@ -34,6 +35,7 @@ from coil.runtime import KernelSpec, interpreter_enabled
 from coil.runtime.autotune import Candidate, TuningProblem, TuningResult, tune
 from coil.triton_codegen import KernelSource, variants
 
+log = logging.getLogger("coil.backend")
 _ON = frozenset({"auto", "1", "on", "true", "yes"})
 _OFF = frozenset({"0", "off", "false", "no"})
 
@@ -63,7 +65,8 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
     """`sources` with each tunable kernel replaced by its fastest correct variant (see the module
     docstring); `to_specs` turns sources into the KernelSpecs the runtime compiles (the backend's
     own, so a chosen candidate's spec equals the one compiled afterwards). Unchanged when
-    autotuning is off for `device`."""
+    autotuning is off for `device`, and when tuning itself fails (one WARNING on coil.backend):
+    tuning never fails a compile."""
     if not sources or not enabled(device):
         return sources
     hints = lowered.symbol_hints
@@ -89,7 +92,12 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
         tuned.append((i, vs))
     if not problems:
         return sources
-    results = tune(problems, device)
+    try:
+        results = tune(problems, device)
+    except Exception as e:  # tuning must never cost a compile (e.g. out of memory): keep the defaults
+        log.warning("coil: autotuning %s failed (%s: %s): keeping the default launch configurations",
+                    stats.name, type(e).__name__, e)
+        return sources
     out = list(sources)
     report: list[str] = []
     for (i, vs), problem, result in zip(tuned, problems, results, strict=True):

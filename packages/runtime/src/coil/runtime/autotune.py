@@ -218,11 +218,13 @@ def matches(got: torch.Tensor, want: torch.Tensor, reduction_length: int) -> str
 
     if got.dtype.is_floating_point:
         rtol, atol = tolerance(got.dtype, reduction_length)
-        close = torch.isclose(got.double(), want.double(), rtol=rtol, atol=atol, equal_nan=True)
+        wide = torch.float64 if got.dtype == torch.float64 else torch.float32  # exact for every narrower float
+        g, w = got.to(wide), want.to(wide)
+        close = torch.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
         if bool(close.all()):
             return None
         bad = int((~close).sum())
-        diff = (got.double() - want.double()).abs().nan_to_num(float("inf"))[~close].max()
+        diff = (g - w).abs().nan_to_num(float("inf"))[~close].max()
         return f"{bad} of {got.numel()} elements differ (max abs diff {float(diff):.3g}, rtol=atol={rtol:.2g})"
     if torch.equal(got, want):
         return None
@@ -257,56 +259,71 @@ def _tensors(args: Sequence[object]) -> list[torch.Tensor]:
 
 def _tune_one(problem: TuningProblem, kernels: Sequence[Kernel | KernelCompileError],
               device: torch.device) -> TuningResult:
+    """Steps 3 and 4 of the module docstring for one problem whose candidates are compiled."""
+    import torch
+
     n = len(problem.candidates)
     untimed: tuple[float | None, ...] = (None,) * n
     default = kernels[0]
     if isinstance(default, KernelCompileError):
         log.info("coil: autotuning %s: the default configuration did not compile (%s)", problem.name, default)
         return TuningResult(0, untimed, {0: f"compile: {default}"}, "untuned")
-    import torch
-
-    base = make_arguments(problem, device)
-    work = [a.clone() if isinstance(a, torch.Tensor) else a for a in base]
-    buffers, base_buffers = _tensors(work), _tensors(base)
-    grid0 = problem.candidates[0].grid
-    try:
-        default(grid0, *work)
-        reference = [buffers[i].clone() for i in problem.outputs]
+    try:  # synthetic arguments (may run out of memory), the default's reference outputs
+        base = make_arguments(problem, device)
+        work = [a.clone() if isinstance(a, torch.Tensor) else a for a in base]
+        base_buffers = _tensors(base)
+        default(problem.candidates[0].grid, *work)
+        reference = [_tensors(work)[i].clone() for i in problem.outputs]
     except Exception as exc:
         log.info("coil: autotuning %s: the default configuration failed on synthetic inputs (%s)", problem.name, exc)
         return TuningResult(0, untimed, {0: f"launch: {exc}"}, "untuned")
     rejected: dict[int, str] = {}
     for i in range(1, n):
-        kernel, cand = kernels[i], problem.candidates[i]
-        if isinstance(kernel, KernelCompileError):
-            rejected[i] = f"compile: {kernel.__cause__ or kernel}"
-            log.info("coil: autotuning %s: %s did not compile: %s", problem.name, cand.describe(), rejected[i])
-            continue
-        for b, v in zip(buffers, base_buffers, strict=True):
-            b.copy_(v)
-        try:
-            kernel(cand.grid, *work)
-            why = next((w for w in (matches(buffers[o], ref, problem.reduction_length)
-                                    for o, ref in zip(problem.outputs, reference, strict=True)) if w), None)
-        except Exception as exc:
-            rejected[i] = f"launch: {exc}"
-            log.info("coil: autotuning %s: %s failed: %s", problem.name, cand.describe(), exc)
-            continue
+        why = _check(problem, i, kernels[i], work, base_buffers, reference)
         if why is not None:
-            rejected[i] = f"wrong output: {why}"
-            log.warning("coil: autotuning %s: %s computes other values than the default configuration "
-                        "(%s): candidate discarded", problem.name, cand.describe(), why)
+            rejected[i] = why
     times: list[float | None] = [None] * n
-    for i in range(n):
-        kernel = kernels[i]
-        if i not in rejected and isinstance(kernel, Kernel):
+    for i, kernel in enumerate(kernels):
+        if i in rejected or not isinstance(kernel, Kernel):
+            continue
+        try:
             times[i] = float(timing.measure(kernel, problem.candidates[i].grid, work))
-    timed = [(t, i) for i, t in enumerate(times) if t is not None]
-    best_time, best = min(timed)
+        except Exception as exc:
+            rejected[i] = f"timing: {exc}"
+            log.info("coil: autotuning %s: timing %s failed: %s", problem.name, problem.candidates[i].describe(), exc)
     t0 = times[0]
-    assert t0 is not None
+    if t0 is None:
+        return TuningResult(0, untimed, rejected, "untuned")
+    best_time, best = min((t, i) for i, t in enumerate(times) if t is not None)
     choice = best if best_time < (1 - SWITCH_MARGIN) * t0 else 0
     return TuningResult(choice, tuple(times), rejected, "tuned")
+
+
+def _check(problem: TuningProblem, i: int, kernel: Kernel | KernelCompileError, work: list[object],
+           base: list[torch.Tensor], reference: list[torch.Tensor]) -> str | None:
+    """Why candidate `i` must be discarded (it did not compile, raised, or computes other values
+    than the default: `reference`), or None. Runs it on `work` (the arguments) with every buffer
+    restored from `base` first."""
+    cand = problem.candidates[i]
+    if isinstance(kernel, KernelCompileError):
+        why = f"compile: {kernel.__cause__ or kernel}"
+        log.info("coil: autotuning %s: %s did not compile: %s", problem.name, cand.describe(), why)
+        return why
+    buffers = _tensors(work)
+    try:
+        for b, v in zip(buffers, base, strict=True):
+            b.copy_(v)
+        kernel(cand.grid, *work)
+        diff = next((w for w in (matches(buffers[o], ref, problem.reduction_length)
+                                 for o, ref in zip(problem.outputs, reference, strict=True)) if w), None)
+    except Exception as exc:
+        log.info("coil: autotuning %s: %s failed: %s", problem.name, cand.describe(), exc)
+        return f"launch: {exc}"
+    if diff is None:
+        return None
+    log.warning("coil: autotuning %s: %s computes other values than the default configuration (%s): "
+                "candidate discarded", problem.name, cand.describe(), diff)
+    return f"wrong output: {diff}"
 
 
 def _payload(problem: TuningProblem, result: TuningResult) -> str:
