@@ -35,7 +35,30 @@ def test_unknown_knob_is_an_error() -> None:
         _ = knobs.nonexistent
     assert set(KNOBS) == {"fallback_on_error", "fusion", "reuse", "reduction_strategy", "verify", "cuda_graphs", "order_time", "logs", "debug_dir",
                           "progress", "check_nan", "check_lifetimes", "debug_asserts", "check_inputs", "graph_cache",
-                          "cuda_graphs_training", "cuda_graph_segments_uncaptured", "aot_cache"}
+                          "cuda_graphs_training", "cuda_graph_segments_uncaptured", "aot_cache", "autotune"}
+
+
+def test_autotune_modes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from coil.backend.autotune import enabled, mode
+    from coil.runtime.knobs import override
+
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    monkeypatch.delenv("COIL_AUTOTUNE", raising=False)
+    with override(triton_interpret=False):
+        assert mode() == "auto" and enabled(cuda) and not enabled(cpu)  # compiled GPU kernels only
+        monkeypatch.setenv("COIL_AUTOTUNE", "1")
+        assert mode() == "auto" and enabled(cuda) and not enabled(cpu)
+        monkeypatch.setenv("COIL_AUTOTUNE", "always")
+        assert enabled(cuda) and enabled(cpu)
+        monkeypatch.setenv("COIL_AUTOTUNE", "0")
+        assert mode() == "off" and not enabled(cuda) and not enabled(cpu)
+    with override(triton_interpret=True):
+        monkeypatch.setenv("COIL_AUTOTUNE", "auto")
+        assert not enabled(cuda)  # interpreted: timings mean nothing
+    monkeypatch.setenv("COIL_AUTOTUNE", "sometimes")
+    with pytest.raises(ValueError, match="COIL_AUTOTUNE"):
+        mode()
 
 
 def test_cli_requires_a_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -56,6 +56,45 @@ def test_precompile_args_threads_and_errors(specs: Any, tmp_path: Path, no_cuda_
     assert kwargs == {"grid": (1,), "BLOCK": 1, "num_warps": 4, "num_stages": 1}
 
 
+def test_precompile_each_returns_every_failure(specs: Any, tmp_path: Path, no_cuda_device: None) -> None:
+    fakes = [FakeJit(fail=True), FakeJit(), FakeJit(fail=True), FakeJit()]
+    kernels = [Kernel(specs.add(2**i), f, tmp_path / f"{i}.py", CUDA0, False) for i, f in
+               enumerate(fakes)]
+    errors = aot_module.precompile_each(kernels, CUDA0, threads=3)
+    assert [e is None for e in errors] == [False, True, False, True]
+    assert all(len(f.calls) == 1 for f in fakes)  # a failure stops nothing
+    assert [e.path for e in errors if e is not None] == [tmp_path / "0.py", tmp_path / "2.py"]
+    assert aot_module.precompile_each([], CUDA0, threads=3) == []
+
+
+def test_precompile_each_compiles_a_shared_function_first_alone(specs: Any, tmp_path: Path,
+                                                                 no_cuda_device: None) -> None:
+    """Variants sharing one Triton function: its first compile finishes before the others start."""
+    events: list[str] = []
+    lock = threading.Lock()
+
+    class Recording(FakeJit):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def warmup(self, *args: object, **kwargs: object) -> None:
+            with lock:
+                events.append(f"start {self.name} {kwargs['BLOCK']}")
+            super().warmup(*args, **kwargs)
+            with lock:
+                events.append(f"end {self.name} {kwargs['BLOCK']}")
+
+    a, b = Recording("a"), Recording("b")
+    kernels = [Kernel(specs.add(2**i), fn, tmp_path / f"{i}.py", CUDA0, False)
+               for i, fn in enumerate([a, a, b, a, b])]
+    assert aot_module.precompile_each(kernels, CUDA0, threads=4) == [None] * 5
+    assert len(a.calls) == 3 and len(b.calls) == 2
+    for name, first in (("a", 1), ("b", 4)):
+        done = events.index(f"end {name} {first}")
+        assert all(events.index(e) > done for e in events if e.startswith(f"start {name}") and e != f"start {name} {first}")
+
+
 def test_compile_kernels_precompiles_new_cuda_kernels_once(
     cache_dir: Path, specs: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -78,7 +78,10 @@ class Run:
 
     @staticmethod
     def execute(s: Schedule, inputs: Sequence[torch.Tensor], strategy: str = "auto",
-                sources: list[KernelSource] | None = None) -> list[Any]:
+                sources: list[KernelSource] | None = None,
+                pick: Callable[[KernelSource], KernelSource] | None = None) -> list[Any]:
+        """Run the schedule's steps in order; `pick` (if given) replaces each generated kernel
+        before it launches (a variant under another launch configuration)."""
         g = s.graph
         bufs = g.buffers()
         env: dict[str, torch.Tensor] = {}
@@ -91,6 +94,8 @@ class Run:
         for st in s.steps:
             if isinstance(st, KernelGroup):
                 ks = generate(st, bufs, "interpret", strategy)
+                if pick is not None:
+                    ks = pick(ks)
                 if sources is not None:
                     sources.append(ks)
                 assert not set(ks.pointer_args) & set(st.internal)  # internal values never hit memory
@@ -125,8 +130,9 @@ class Run:
 
     @staticmethod
     def run(fn: Callable[..., Any], *inputs: Any, strategy: str = "auto", fusion: bool = True,
-            sources: list[KernelSource] | None = None) -> list[Any]:
-        return Run.execute(Run.schedule(fn, *inputs, fusion=fusion), inputs, strategy, sources)
+            sources: list[KernelSource] | None = None,
+            pick: Callable[[KernelSource], KernelSource] | None = None) -> list[Any]:
+        return Run.execute(Run.schedule(fn, *inputs, fusion=fusion), inputs, strategy, sources, pick)
 
     @staticmethod
     def check(fn: Callable[..., Any], *inputs: Any, strategy: str = "auto", fusion: bool = True,

@@ -24,7 +24,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-from coil.backend import aot_cache, graph_cache, logs
+from coil.backend import aot_cache, autotune, graph_cache, logs
 from coil.backend.aot_cache import CoilOutputCode, PortableGraph
 from coil.backend.artefacts import Artefacts
 from coil.backend.checks import (
@@ -227,6 +227,8 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
                                          knobs.reduction_strategy, lowered.symbol_hints, options)
     out.kernels(sources)
     _stage(stats, "device", _check_kernel_devices, sources, lowered, device)
+    if autotune.enabled(device):  # COIL_AUTOTUNE: launch configurations chosen by timing
+        sources = _stage(stats, "autotune", autotune.tune_sources, sources, lowered, device, target, stats, _specs)
     launches = {s.name: KernelLaunch(s.name, s.pointer_args, s.size_args, s.grid) for s in sources}
     program: WrapperProgram = _stage(stats, "wrapper codegen", build, sched, launches, reuse=knobs.reuse,
                                      check_inputs=check_inputs)
@@ -355,7 +357,7 @@ def load_portable(kind: str, cached: graph_cache.CachedGraph, constants: dict[st
 
 # GraphStats fields a graph-cache entry keeps (kernel_sources and wrapper_source come with the code)
 _CACHED_STATS = ("ir_ops", "kernels", "externs", "fallbacks", "kernel_origins", "reused_buffers", "planned_peak",
-                 "output_strides")
+                 "output_strides", "autotuned", "autotune_switched", "autotune_choices")
 
 
 def _cached_stats(stats: GraphStats) -> dict[str, Any]:

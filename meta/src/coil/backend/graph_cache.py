@@ -31,7 +31,7 @@ INFO on `coil.backend` (no warning), and is rebuilt by the full pipeline, whose 
 it. A hit whose kernels or wrapper then fail to load is treated the same way.
 
 The lookup is skipped ("bypass") while debug output that needs the pipeline is wanted
-(COIL_DEBUG_DIR, or COIL_LOGS with graph, fusion, kernels, wrapper or memory_plan): the full
+(COIL_DEBUG_DIR, or COIL_LOGS with graph, fusion, kernels, wrapper, memory_plan or autotune): the full
 pipeline runs and writes every artefact, and its result is stored. COIL_CHECK_LIFETIMES
 instruments the wrapper with the schedule's lifetimes, so it neither looks up nor stores.
 
@@ -71,7 +71,7 @@ IGNORED_KNOBS = frozenset({
     "graph_cache", "cuda_graphs", "aot_cache",
 })
 # COIL_LOGS artefacts that only the full pipeline produces (their selection bypasses the lookup)
-PIPELINE_LOGS = frozenset({"graph", "fusion", "kernels", "wrapper", "memory_plan"})
+PIPELINE_LOGS = frozenset({"graph", "fusion", "kernels", "wrapper", "memory_plan", "autotune"})
 _PACKAGES = ("coil.backend", "coil.fx_passes", "coil.lowering_ir", "coil.memory_planner", "coil.runtime",
              "coil.scheduler", "coil.triton_codegen", "coil.wrapper_codegen")
 _DISTRIBUTIONS = ("coil", "coil-fx-passes", "coil-lowering-ir", "coil-memory-planner", "coil-runtime",

@@ -42,6 +42,10 @@ KNOBS: dict[str, Knob] = {
     "reuse": Knob("COIL_REUSE", True, bool, "reuse freed buffers (memory planner, reuse mode)"),
     "reduction_strategy": Knob("COIL_REDUCTION_STRATEGY", "auto", str,
                                "auto | persistent | looped | outer: how reductions are generated"),
+    "autotune": Knob("COIL_AUTOTUNE", "auto", str,
+                     "auto (or 1) | always | 0: time each reduction kernel's candidate launch configurations at "
+                     "compile time and keep the fastest correct one (cached in <COIL_CACHE_DIR>/autotune/); auto: "
+                     "kernels compiled for a GPU only, always: under Triton's interpreter too (tests)"),
     "verify": Knob("COIL_VERIFY", False, bool, "check graph and IR invariants after every stage"),
     "order_time": Knob("COIL_ORDER_TIME", 0.5, float,
                        "seconds the memory planner may search for a lower-peak order of the fused steps (0: off)"),
@@ -65,7 +69,7 @@ KNOBS: dict[str, Knob] = {
     # debugging (docs/debugging.md)
     "logs": Knob("COIL_LOGS", "", str,
                  "comma list of artefacts to log at INFO on logger coil.<artefact>: "
-                 "graph, fusion, kernels, wrapper, memory_plan, compile_time (or all)"),
+                 "graph, fusion, kernels, wrapper, memory_plan, compile_time, autotune (or all)"),
     "debug_dir": Knob("COIL_DEBUG_DIR", "", str,
                       "write every compiled graph's artefacts and a repro.py to <dir>/<graph name>/"),
     "progress": Knob("COIL_PROGRESS", True, bool, "progress bar while kernels compile (TTY and tqdm only)"),

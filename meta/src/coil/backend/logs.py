@@ -3,7 +3,8 @@
 Artefacts: graph (the FX graph after each post-grad pass), fusion (every fusion attempt, with the
 reason a pair was not fused), kernels (Triton source), wrapper (the Python wrapper), memory_plan
 (buffer lifetimes and reuse), compile_time (seconds per compile stage of each graph, and whether the
-graph cache was hit). `all` selects every one. Selecting an artefact sets its logger to
+graph cache was hit), autotune (each tuned kernel's candidate configurations, their times and the
+one kept: COIL_AUTOTUNE). `all` selects every one. Selecting an artefact sets its logger to
 INFO and, when the `coil` logger has no handler of its own, adds one stderr handler to it, so
 the artefact shows without further logging setup.
 """
@@ -14,7 +15,7 @@ import logging
 
 from coil.backend.knobs import knobs
 
-ARTEFACTS = ("graph", "fusion", "kernels", "wrapper", "memory_plan", "compile_time")
+ARTEFACTS = ("graph", "fusion", "kernels", "wrapper", "memory_plan", "compile_time", "autotune")
 
 _handler: logging.Handler | None = None
 

@@ -36,6 +36,14 @@ class GraphStats:
     # CUDA-graph segments of a graph with uncapturable steps, one line each after its first call:
     # "segment k: captured (n launches)", "...: eager (why)", "...: uncaptured (why)"
     cuda_graph_segments: list[str] = field(default_factory=list)
+    # autotuning (COIL_AUTOTUNE; coil.backend.autotune): kernels whose launch configuration was
+    # chosen among candidates (timed now or found in the tuning cache), how many of them left
+    # their default, how many choices came from the tuning cache (nothing timed), and each tuned
+    # kernel's kept configuration ("XBLOCK=.. RBLOCK=.. warps=.. grid=(..)", "(default)" if kept)
+    autotuned: int = 0
+    autotune_switched: int = 0
+    autotune_cached: int = 0
+    autotune_choices: dict[str, str] = field(default_factory=dict)
 
     @property
     def ops_fused(self) -> int:

@@ -67,3 +67,44 @@ def precompile(kernels: Sequence[Kernel], device: torch.device, threads: int) ->
     for error in errors:
         if error is not None:
             raise error
+
+
+def precompile_each(kernels: Sequence[Kernel], device: torch.device, threads: int) -> list[KernelCompileError | None]:
+    """Compile every kernel for `device` (a CUDA device), in parallel like `precompile`; return
+    each kernel's failure (a `KernelCompileError`) or None, in order, without raising (autotuning
+    drops a candidate that fails to compile, e.g. out of registers or shared memory).
+
+    Several kernels may share one Triton function (the variants of a kernel under other
+    constexprs). A function's first compile sets up its per-device state (its cache key, its
+    argument binder and kernel cache), which Triton does not guard against concurrent first
+    use, so compiles run in two rounds: the first kernel of every distinct function (the very
+    first in the calling thread, the others on the pool), then all the rest on the pool.
+    """
+    if not kernels:
+        return []
+    errors: list[KernelCompileError | None] = [None] * len(kernels)
+    seen: set[int] = set()
+    firsts: list[int] = []
+    for i, kernel in enumerate(kernels):
+        if id(kernel.fn) not in seen:
+            seen.add(id(kernel.fn))
+            firsts.append(i)
+    rest = sorted(set(range(len(kernels))) - set(firsts))
+    errors[0] = _try_one(kernels[0], device)
+    for batch in (firsts[1:], rest):
+        if threads <= 1 or len(batch) <= 1:
+            for i in batch:
+                errors[i] = _try_one(kernels[i], device)
+            continue
+        with ThreadPoolExecutor(max_workers=min(threads, len(batch)), thread_name_prefix="coil-aot") as pool:
+            for i, error in zip(batch, pool.map(lambda j: _try_one(kernels[j], device), batch), strict=True):
+                errors[i] = error
+    return errors
+
+
+def _try_one(kernel: Kernel, device: torch.device) -> KernelCompileError | None:
+    try:
+        _compile_one(kernel, device)
+    except KernelCompileError as exc:
+        return exc
+    return None

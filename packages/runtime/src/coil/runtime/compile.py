@@ -73,6 +73,41 @@ def compile_kernels(specs: Sequence[KernelSpec], device: torch.device) -> dict[s
     return result
 
 
+def compile_variants(specs: Sequence[KernelSpec], device: torch.device) -> list[Kernel | KernelCompileError]:
+    """Load and (on a GPU) compile every spec like `compile_kernels`, but names may repeat (the
+    variants of one kernel under other constexprs or warps) and a failure is returned, not raised.
+
+    Returns, in order, each spec's `Kernel` or its `KernelCompileError`. New GPU kernels compile in
+    parallel on COIL_COMPILE_THREADS threads (`aot.precompile_each`). Kernels that loaded and
+    compiled join the in-process memo, so a later `compile_kernels` of an equal spec reuses them.
+    """
+    device = _normalize(device)
+    interpreted = interpreter_enabled(device)
+    out: list[Kernel | KernelCompileError] = []
+    fresh: list[tuple[int, Kernel]] = []
+    for spec in specs:
+        with _lock:
+            kernel = _kernels.get((spec, device, interpreted))
+        if kernel is None:
+            try:
+                kernel = _load(spec, device, interpreted)
+            except KernelCompileError as exc:
+                out.append(exc)
+                continue
+            fresh.append((len(out), kernel))
+        out.append(kernel)
+    if fresh and device.type == "cuda" and not interpreted and knobs.aot_compile:
+        errors = aot.precompile_each([k for _, k in fresh], device, knobs.compile_threads)
+        for (i, _), error in zip(fresh, errors, strict=True):
+            if error is not None:
+                out[i] = error
+    with _lock:
+        for i, kernel in fresh:
+            if out[i] is kernel:
+                out[i] = _kernels.setdefault((kernel.spec, device, interpreted), kernel)
+    return out
+
+
 def clear_memo() -> None:
     """Forget this process's compiled kernels and loaded modules (tests; the disk cache stays)."""
     with _lock:

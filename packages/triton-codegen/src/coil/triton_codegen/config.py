@@ -130,6 +130,61 @@ def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: 
     return KernelConfig("looped", x, r, 8 if r * x >= 2048 else 4)
 
 
+# autotuning (`candidates`): at most this many configurations per kernel, the default included,
+# and tiles (XBLOCK * RBLOCK elements) at most TILE_CAP_FACTOR times the target's budget (or the
+# default's own tile, when that is larger: a persistent row of 16384 elements)
+MAX_CANDIDATES = 6
+TILE_CAP_FACTOR = 2
+MAX_WARPS = 32
+
+
+def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> list[KernelConfig]:
+    """Launch configurations worth timing for a reduction kernel whose fixed rule gave `default`.
+
+    Returns `default` first, then at most MAX_CANDIDATES - 1 others, all with `default`'s
+    strategy: a kernel's source depends on its strategy (a persistent block or a loop over r),
+    never on its block sizes or warps, so every candidate launches the same source with other
+    constexprs (the tests check that the text does not change). Pointwise kernels get `[default]`
+    only (see `choose`: a Triton 3.6 miscompile at 1024 elements and 4 warps).
+
+    - persistent: XBLOCK halved and doubled, warps halved and doubled, both doubled; RBLOCK stays
+      `default.rblock` (the whole row, so it still covers it);
+    - looped: RBLOCK halved and doubled (512 and 2048 around the CUDA default of 1024), XBLOCK
+      doubled and halved, warps doubled;
+    - outer: RBLOCK doubled and halved, XBLOCK doubled (with RBLOCK halved) and halved (with RBLOCK
+      doubled), warps doubled.
+
+    Filtered: blocks are powers of two >= 1; XBLOCK at most next_pow2(xnumel) (wider blocks only
+    mask lanes off); a loop's RBLOCK at most next_pow2(rnumel); the tile at most TILE_CAP_FACTOR
+    times the target's budget (or the default's tile when larger); warps in 1..MAX_WARPS and at
+    most one per 32 tile elements (each thread holds at least one element). `xnumel`/`rnumel`
+    are the sizes (hints for symbolic ones) the default was chosen for.
+    """
+    if default.strategy not in ("persistent", "looped", "outer"):
+        return [default]
+    interp = target != "cuda"
+    xp, rp = next_pow2(max(xnumel, 1)), next_pow2(max(rnumel, 1))
+    x, r, w = default.xblock, default.rblock, default.num_warps
+    cap = max(TILE_CAP_FACTOR * (INTERP_BUDGET if interp else CUDA_BUDGET), x * r)
+    raw: list[tuple[int, int, int]]
+    if default.strategy == "persistent":
+        raw = [(x // 2, r, w), (2 * x, r, w), (x, r, w // 2), (x, r, 2 * w), (2 * x, r, 2 * w)]
+    elif default.strategy == "looped":
+        raw = [(x, r // 2, w), (x, 2 * r, w), (2 * x, r, w), (x // 2, r, w), (x, r, 2 * w)]
+    else:
+        raw = [(x, 2 * r, w), (x, r // 2, w), (2 * x, r // 2, w), (x // 2, 2 * r, w), (x, r, 2 * w)]
+    out = [default]
+    for cx, cr, cw in raw:
+        cfg = KernelConfig(default.strategy, cx, cr, cw)
+        tile = cx * cr
+        ok = (cx >= 1 and cr >= 1 and cw >= 1 and cx <= max(xp, x)
+              and (default.strategy == "persistent" or cr <= max(rp, r))
+              and tile <= cap and cw <= MAX_WARPS and cw * 32 <= max(tile, 32))
+        if ok and cfg not in out:
+            out.append(cfg)
+    return out[:MAX_CANDIDATES]
+
+
 def _spread(x: int, r: int, xnumel: int, interp: bool) -> int:
     """XBLOCK `x` halved on CUDA while the grid has fewer than SPLIT_MIN_PROGRAMS programs (the
     count lowering-ir's split rule aims above, assuming one row per program of a reduction over

@@ -1,0 +1,141 @@
+"""Autotuning of the reduction kernels' launch configurations, once per graph at compile time.
+
+`tune_sources` runs between Triton codegen and the wrapper build (COIL_AUTOTUNE, `enabled`). For
+each kernel with candidates (`coil.triton_codegen.variants`: the reduction kernels; the same
+source under other block sizes and warps), it describes one `coil.runtime.autotune.TuningProblem`
+(each candidate's KernelSpec and grid at the graph's size hints, the elements of every buffer
+the kernel touches, which of them it writes, the reduction length) and lets `coil.runtime.autotune.tune`
+compile them in parallel, check each against the default on synthetic inputs, time them and
+cache the choice. The returned sources carry the chosen constexprs, warps and grid, so the
+wrapper and the specs (and the graph and AOT caches, which store them) are built from the tuned
+configuration: a launch does no extra work.
+
+COIL_AUTOTUNE: `auto` (default; also 1/on/true/yes) tunes graphs whose kernels are compiled for a
+GPU, never under Triton's interpreter (timings meaningless there); `always` tunes under the
+interpreter too (tests); 0/off/false/no never tunes.
+
+`GraphStats` gets `autotuned` (kernels with candidates whose choice was made or found),
+`autotune_switched` (those that left their default), `autotune_cached` (choices found in the
+tuning cache: nothing timed) and `autotune_choices` (kernel -> the kept configuration).
+COIL_LOGS=autotune logs each kernel's candidates, their times and the choice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import sympy
+import torch
+from coil.backend import logs
+from coil.backend.knobs import knobs
+from coil.backend.stats import GraphStats
+from coil.lowering_ir import LoweredGraph
+from coil.runtime import KernelSpec, interpreter_enabled
+from coil.runtime.autotune import Candidate, TuningProblem, TuningResult, tune
+from coil.triton_codegen import KernelSource, variants
+
+log = logging.getLogger("coil.backend")
+_ON = frozenset({"auto", "1", "on", "true", "yes"})
+_OFF = frozenset({"0", "off", "false", "no"})
+
+SpecsFn = Callable[[list[KernelSource], LoweredGraph], list[KernelSpec]]
+
+
+def mode() -> str:
+    """COIL_AUTOTUNE as "auto", "always" or "off". Raises ValueError for another value."""
+    raw = str(knobs.autotune).strip().lower()
+    if raw in _ON:
+        return "auto"
+    if raw in _OFF:
+        return "off"
+    if raw == "always":
+        return "always"
+    raise ValueError(f"COIL_AUTOTUNE={knobs.autotune!r}: expected auto (or 1), always, or 0")
+
+
+def enabled(device: torch.device) -> bool:
+    """Whether graphs on `device` are tuned: "always", or "auto" and compiled (not interpreted)."""
+    m = mode()
+    return m == "always" or (m == "auto" and device.type == "cuda" and not interpreter_enabled(device))
+
+
+def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: torch.device, target: str,
+                 stats: GraphStats, to_specs: SpecsFn) -> list[KernelSource]:
+    """`sources` with each tunable kernel replaced by its fastest correct variant (see the module
+    docstring); `to_specs` turns sources into the KernelSpecs the runtime compiles (the backend's
+    own, so a chosen candidate's spec equals the one compiled afterwards). Unchanged when
+    autotuning is off for `device`, and when tuning itself fails (one WARNING on coil.backend):
+    tuning never fails a compile."""
+    if not sources or not enabled(device):
+        return sources
+    hints = lowered.symbol_hints
+    bufs = lowered.buffers()
+    tuned: list[tuple[int, list[KernelSource]]] = []
+    problems: list[TuningProblem] = []
+    for i, ks in enumerate(sources):
+        vs = variants(ks, target, hints)
+        if len(vs) < 2:
+            continue
+        grids = _ints([v.grid for v in vs], hints)
+        extents = _ints([bufs[b].layout.storage_extent() for b in ks.pointer_args], hints)
+        rnumel = _ints([ks.size_args[1]], hints)
+        if grids is None or extents is None or rnumel is None:
+            continue  # a size without a hint: keep the default
+        specs = to_specs(vs, lowered)
+        problems.append(TuningProblem(
+            tuple(Candidate(s, (g, 1, 1)) for s, g in zip(specs, grids, strict=True)),
+            tuple(extents),
+            tuple(j for j, b in enumerate(ks.pointer_args) if b in ks.stores),
+            max(1, rnumel[0]),
+        ))
+        tuned.append((i, vs))
+    if not problems:
+        return sources
+    try:
+        results = tune(problems, device)
+    except Exception as e:  # tuning must never cost a compile (e.g. out of memory): keep the defaults
+        log.warning("coil: autotuning %s failed (%s: %s): keeping the default launch configurations",
+                    stats.name, type(e).__name__, e)
+        return sources
+    out = list(sources)
+    report: list[str] = []
+    for (i, vs), problem, result in zip(tuned, problems, results, strict=True):
+        out[i] = vs[result.choice]
+        stats.autotuned += 1
+        stats.autotune_switched += result.choice != 0
+        stats.autotune_cached += result.origin in ("memo", "disk")
+        stats.autotune_choices[vs[0].name] = problem.candidates[result.choice].describe() + (
+            "" if result.choice else " (default)")
+        report.append(_describe(vs[0], problem, result))
+    logs.emit("autotune", f"{stats.name}: autotuning {len(problems)} kernels", "\n".join(report))
+    return out
+
+
+def _ints(exprs: Sequence[object], hints: dict[sympy.Symbol, int]) -> list[int] | None:
+    """`exprs` (ints or sympy expressions of graph sizes) at the size hints; None if one is not
+    a number there."""
+    out = []
+    for e in exprs:
+        v = sympy.sympify(sympy.sympify(e).xreplace(hints))  # a bare symbol is replaced by a Python int
+        if not isinstance(v, sympy.Integer):
+            return None
+        out.append(int(v))
+    return out
+
+
+def _describe(ks: KernelSource, problem: TuningProblem, result: TuningResult) -> str:
+    lines = [f"{ks.name} ({ks.strategy}, {len(problem.candidates)} candidates, {result.origin}):"]
+    if result.origin == "untuned":
+        return f"{lines[0]} kept the default, which failed: {result.rejected.get(0)}"
+    for i, (c, t) in enumerate(zip(problem.candidates, result.times_ms, strict=True)):
+        what = (f"rejected ({result.rejected[i]})" if i in result.rejected
+                else f"{t:.4f} ms" if t is not None else "not timed")
+        mark = " <- chosen" if i == result.choice else ""
+        lines.append(f"  {'default ' if i == 0 else ''}{c.describe()}: {what}{mark}")
+    return "\n".join(lines)
+
+
+def describe_results(stats: Sequence[GraphStats]) -> str:
+    """Every tuned kernel's choice in `stats`, one line each (bench and demo output)."""
+    return "\n".join(f"{s.name}: {k}: {v}" for s in stats for k, v in s.autotune_choices.items())

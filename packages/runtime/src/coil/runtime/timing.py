@@ -1,0 +1,83 @@
+"""How long one kernel launch takes: the timer autotuning uses (`measure`).
+
+On a GPU: a few warm-up launches, an estimate, then a short loop of launches each timed by a pair
+of CUDA events on the current stream, with the L2 cache flushed before each (a buffer twice the
+L2 size zeroed), so a kernel is timed reading its inputs from HBM, as it mostly does inside a
+model; the median. Under the interpreter (or on the CPU): wall-clock time of a few launches, the
+median (meaningless as a speed figure; autotuning runs there only when forced, for tests).
+
+`measure` is looked up as a module attribute at each call (`timing.measure(...)`), so tests may
+replace it (`monkeypatch.setattr(coil.runtime.timing, "measure", fake)`) to make a chosen candidate
+"fastest" deterministically.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coil.runtime.kernel import Kernel
+
+WARMUP = 3          # launches before timing (the first may bind the fast launcher)
+MIN_REPS = 10       # timed launches: at least this many,
+MAX_REPS = 100      # at most this many,
+TARGET_MS = 10.0    # aiming at about this much kernel time per candidate
+INTERPRETED_REPS = 3
+MIN_FLUSH_BYTES = 64 << 20
+
+
+def measure(kernel: Kernel, grid: tuple[int, ...], args: Sequence[object]) -> float:
+    """Median milliseconds of one launch of `kernel` over `grid` with `args` (see the module
+    docstring). Runs the kernel many times: its outputs (and in-place arguments) are overwritten."""
+    if kernel.interpreted or kernel.device.type != "cuda":
+        return _wall_ms(kernel, grid, args)
+    return _cuda_ms(kernel, grid, args)
+
+
+def _wall_ms(kernel: Kernel, grid: tuple[int, ...], args: Sequence[object]) -> float:
+    kernel(grid, *args)
+    times = []
+    for _ in range(INTERPRETED_REPS):
+        t0 = time.perf_counter()
+        kernel(grid, *args)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _cuda_ms(kernel: Kernel, grid: tuple[int, ...], args: Sequence[object]) -> float:
+    import torch
+
+    with torch.cuda.device(kernel.device):
+        props = torch.cuda.get_device_properties(kernel.device)
+        flush_bytes = max(MIN_FLUSH_BYTES, 2 * int(getattr(props, "L2_cache_size", 0)))
+        flush = torch.empty(flush_bytes, dtype=torch.int8, device=kernel.device)
+        for _ in range(WARMUP):
+            kernel(grid, *args)
+        start, end = _event(), _event()
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(WARMUP):
+            kernel(grid, *args)
+        end.record()
+        torch.cuda.synchronize()
+        estimate = max(start.elapsed_time(end) / WARMUP, 1e-3)
+        reps = min(MAX_REPS, max(MIN_REPS, int(TARGET_MS / estimate)))
+        starts = [_event() for _ in range(reps)]
+        ends = [_event() for _ in range(reps)]
+        for s, e in zip(starts, ends, strict=True):
+            flush.zero_()
+            s.record()
+            kernel(grid, *args)
+            e.record()
+        torch.cuda.synchronize()
+        del flush
+        return float(statistics.median(float(s.elapsed_time(e)) for s, e in zip(starts, ends, strict=True)))
+
+
+def _event() -> Any:
+    import torch
+
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]

@@ -1,0 +1,57 @@
+"""Variants of one generated kernel for autotuning: the same source under other launch configurations.
+
+A kernel's text depends on its reduction strategy (a persistent block, or a loop over r) but
+never on its block sizes or warps: XBLOCK and RBLOCK are `tl.constexpr` parameters, and the grid
+(`ceiling(xnumel / XBLOCK)`) is computed by the wrapper. So every candidate of `config.candidates`
+(which keeps the strategy) is the default `KernelSource` with other `constexprs`, `num_warps` and
+`grid`; nothing is regenerated. coil.backend times them (coil.runtime.autotune) and builds the
+wrapper from the one it keeps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+from coil.lowering_ir import Expr
+from coil.triton_codegen.config import KernelConfig, candidates
+from coil.triton_codegen.kernel import KernelSource
+
+TUNED_STRATEGIES = ("persistent", "looped", "outer")
+
+
+def default_config(ks: KernelSource) -> KernelConfig:
+    """The launch configuration `ks` was generated with."""
+    return KernelConfig(ks.strategy, ks.constexprs["XBLOCK"], ks.constexprs.get("RBLOCK", 1), ks.num_warps)
+
+
+def with_config(ks: KernelSource, cfg: KernelConfig) -> KernelSource:
+    """`ks` launched with `cfg` (same strategy: the source is unchanged): its constexprs, warps and
+    the grid for `cfg.xblock`.
+
+    Raises ValueError when `cfg` has another strategy than `ks` (that would need other text).
+    """
+    if cfg.strategy != ks.strategy:
+        raise ValueError(f"{ks.name}: a {cfg.strategy} configuration for a {ks.strategy} kernel")
+    consts = {"XBLOCK": cfg.xblock}
+    if "RBLOCK" in ks.constexprs:
+        consts["RBLOCK"] = cfg.rblock
+    xnumel: Expr = sympy.sympify(ks.size_args[0])
+    return dataclasses.replace(ks, constexprs=consts, num_warps=cfg.num_warps,
+                               grid=sympy.ceiling(xnumel / cfg.xblock))
+
+
+def variants(ks: KernelSource, target: str, hints: dict[sympy.Symbol, int] | None = None) -> list[KernelSource]:
+    """`ks` first, then one `KernelSource` per other candidate configuration (`config.candidates`).
+
+    Only reduction kernels (persistent, looped or outer, scans included) have candidates; any
+    other kernel gives `[ks]`. `hints` (the graph's size hints) stand in for symbolic xnumel and
+    rnumel when candidates are filtered; a variant is valid wherever `ks` is (a persistent one keeps
+    `ks`'s RBLOCK, so it covers the same rows; a loop covers any row).
+    """
+    if ks.strategy not in TUNED_STRATEGIES or "RBLOCK" not in ks.constexprs or len(ks.size_args) < 2:
+        return [ks]
+    sizes = [sympy.sympify(sympy.sympify(e).xreplace(hints or {})) for e in ks.size_args[:2]]  # a bare symbol -> int
+    xnumel, rnumel = (int(s) if isinstance(s, sympy.Integer) else 1 << 20 for s in sizes)
+    configs = candidates(default_config(ks), xnumel, rnumel, target)
+    return [ks] + [with_config(ks, cfg) for cfg in configs[1:]]

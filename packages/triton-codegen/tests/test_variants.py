@@ -1,0 +1,175 @@
+"""Autotuning candidates (`config.candidates`) and kernel variants (`variants`): the rules each
+candidate set obeys, that a kernel's text does not depend on its block sizes or warps (so one
+source serves every candidate), and that every variant of every reduction strategy computes what
+eager PyTorch does (float64 reference), under the Triton interpreter."""
+
+from __future__ import annotations
+
+import itertools
+
+import coil.triton_codegen.kernel as kernel_mod
+import pytest
+import sympy
+import torch
+from coil.scheduler import KernelGroup
+from coil.triton_codegen import (
+    KernelConfig,
+    KernelSource,
+    candidates,
+    choose,
+    config,
+    generate,
+    variants,
+)
+from coil.triton_codegen.variants import default_config, with_config
+
+
+def _pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+@pytest.mark.parametrize("target", ["cuda", "interpret"])
+def test_candidate_sets_follow_the_rules(target):
+    sizes = [1, 7, 64, 300, 8192, 1 << 20]
+    for xnumel, rnumel, strategy, xc in itertools.product(sizes, sizes, config.STRATEGIES, (False, True)):
+        default = choose(xnumel, rnumel, True, target, strategy, xc)
+        cands = candidates(default, xnumel, rnumel, target)
+        assert cands[0] == default and len(cands) <= config.MAX_CANDIDATES
+        assert len(set(cands)) == len(cands)
+        budget = config.INTERP_BUDGET if target != "cuda" else config.CUDA_BUDGET
+        for c in cands:
+            assert c.strategy == default.strategy  # the source depends on the strategy only
+            assert _pow2(c.xblock) and _pow2(c.rblock) and _pow2(c.num_warps) and c.num_warps <= config.MAX_WARPS
+            assert c.xblock <= max(config.next_pow2(xnumel), default.xblock)
+            assert c.xblock * c.rblock <= max(2 * budget, default.xblock * default.rblock)
+            if c.strategy == "persistent":
+                assert c.rblock == default.rblock and c.rblock >= rnumel  # still covers the row
+            else:
+                assert c.rblock <= max(config.next_pow2(rnumel), default.rblock)
+
+
+def test_pointwise_kernels_have_no_candidates():
+    for n in (1, 100, 1024, 1 << 20):
+        default = choose(n, 1, False, "cuda")
+        assert candidates(default, n, 1, "cuda") == [default]
+
+
+def test_cuda_candidates_vary_what_the_brief_names():
+    looped = choose(256, 1 << 15, True, "cuda")
+    assert looped.strategy == "looped" and looped.rblock == 1024
+    cands = candidates(looped, 256, 1 << 15, "cuda")
+    assert {512, 1024, 2048} <= {c.rblock for c in cands} and len({c.xblock for c in cands}) > 1
+    persistent = choose(8192, 512, True, "cuda")
+    cands = candidates(persistent, 8192, 512, "cuda")
+    assert {persistent.xblock // 2, persistent.xblock * 2} <= {c.xblock for c in cands}
+    assert len({c.num_warps for c in cands}) > 1
+    outer = choose(8192, 16384, True, "cuda", x_contiguous=True)
+    cands = candidates(outer, 8192, 16384, "cuda")
+    assert outer.strategy == "outer" and len({(c.xblock, c.rblock) for c in cands}) >= 4
+
+
+def _groups(tk, fn, x):
+    s = tk.schedule(fn, x)
+    return s, [st for st in s.steps if isinstance(st, KernelGroup) and st.is_reduction]
+
+
+@pytest.mark.parametrize("target", ["cuda", "interpret"])
+@pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])
+def test_one_source_serves_every_candidate(tk, monkeypatch, strategy, target):
+    """Generating a kernel with any candidate's configuration gives the same text, and
+    `with_config` gives the constexprs, warps and grid that generation gives."""
+    s, groups = _groups(tk, lambda x: (x.softmax(-1), *torch.var_mean(x, 1), x.sum(0)), torch.randn(6, 300))
+    bufs = s.graph.buffers()
+    assert groups
+    for g in groups:
+        ks = generate(g, bufs, target, strategy)
+        for cfg in candidates(default_config(ks), int(g.xnumel), int(g.rnumel), target)[1:]:
+            monkeypatch.setattr(kernel_mod, "choose", lambda *a, cfg=cfg, **k: cfg)
+            forced = generate(g, bufs, target, strategy)
+            monkeypatch.undo()
+            assert forced.source == ks.source
+            v = with_config(ks, cfg)
+            assert (v.constexprs, v.num_warps, sympy.simplify(v.grid - forced.grid)) == (
+                forced.constexprs, forced.num_warps, 0)
+
+
+def test_with_config_refuses_another_strategy(tk):
+    s, (g,) = _groups(tk, lambda x: (x.sum(1),), torch.randn(4, 10))
+    ks = generate(g, s.graph.buffers(), "interpret", "persistent")
+    with pytest.raises(ValueError, match="looped"):
+        with_config(ks, KernelConfig("looped", 1, 4, 4))
+
+
+def test_scans_and_pointwise_variants(tk):
+    s = tk.schedule(lambda x: (x.cumsum(1), x + 1), torch.randn(4, 10))
+    bufs = s.graph.buffers()
+    kinds = {}
+    for st in s.steps:
+        if isinstance(st, KernelGroup):
+            ks = generate(st, bufs, "interpret")
+            kinds[ks.strategy] = len(variants(ks, "interpret"))
+    assert kinds["pointwise"] == 1 and kinds["persistent"] > 1
+
+
+# -- every variant against eager -------------------------------------------------------------------
+
+
+CASES = {
+    # (fn, shape, strategies): sizes are not multiples of any block
+    "softmax_var_mean": (lambda x: (x.softmax(-1), *torch.var_mean(x, 1)), (6, 300), ("persistent", "looped")),
+    "sum_dim1": (lambda x: (x.sum(1), x.amax(1)), (5, 700), ("persistent", "looped")),
+    "sum_dim0": (lambda x: (x.sum(0), x.argmax(0)), (300, 6), ("persistent", "looped", "outer")),
+    "var_mean_nchw": (lambda x: tuple(torch.var_mean(x, (0, 2, 3))), (3, 5, 6, 7), ("auto", "outer")),
+    "cumsum": (lambda x: (x.cumsum(1),), (5, 70), ("persistent", "looped")),
+}
+
+
+def _check_variants(tk, fn, x, strategy):
+    want = fn(x.double())
+    seen: list[list[KernelSource]] = []
+
+    def run(k: int) -> None:
+        def pick(ks: KernelSource) -> KernelSource:
+            vs = variants(ks, "interpret")
+            seen.append(vs)
+            return vs[min(k, len(vs) - 1)]
+
+        got = tk.run(fn, x, strategy=strategy, pick=pick)
+        for g, w in zip(got, want, strict=True):
+            if not g.dtype.is_floating_point:
+                torch.testing.assert_close(g, w.to(g.dtype))
+            else:
+                torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-5 * max(1.0, float(w.abs().max())))
+
+    run(0)
+    most = max(len(vs) for vs in seen)
+    assert most > 1, "no kernel had candidates"
+    for k in range(1, most):
+        run(k)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_variant_matches_eager(tk, no_split, case):
+    fn, shape, strategies = CASES[case]
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    for strategy in strategies:
+        _check_variants(tk, fn, x, strategy)
+
+
+def test_every_variant_of_a_split_reduction_matches_eager(tk, force_split):
+    torch.manual_seed(0)
+    fn = lambda x: (x.sum(1), *torch.var_mean(x, 1))  # noqa: E731
+    _, groups = _groups(tk, fn, torch.randn(3, 101))
+    assert len(groups) >= 2  # partials, then their reduction
+    _check_variants(tk, fn, torch.randn(3, 101), "auto")
+
+
+@pytest.fixture
+def no_split(monkeypatch):
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", str(1 << 30))
+
+
+@pytest.fixture
+def force_split(monkeypatch):
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "16")
