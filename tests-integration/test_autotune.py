@@ -56,7 +56,7 @@ def tuning(monkeypatch: pytest.MonkeyPatch) -> Iterator[Timer]:
     timer = Timer(small_blocks_fast)
     monkeypatch.setattr(timing, "measure", timer)
     autotune.clear_memo()
-    with knobs.override(autotune="always", fallback_on_error=False):
+    with knobs.override(autotune="always", autotune_min_bytes=0, fallback_on_error=False):
         yield timer
     autotune.clear_memo()
 
@@ -184,6 +184,16 @@ def test_the_graph_cache_stores_the_tuned_wrapper(tuning: Timer, device: torch.d
     assert hit.graph_cache == "hit" and len(tuning.seen) == timed
     assert hit.autotune_choices == first.autotune_choices
     assert hit.wrapper_source.split("\n", 1)[1] == first.wrapper_source.split("\n", 1)[1]
+
+
+def test_kernels_below_the_byte_threshold_are_not_tuned(tuning: Timer, device: torch.device) -> None:
+    """COIL_AUTOTUNE_MIN_BYTES: of two row sums, only the one over the large input (720 000 bytes
+    read, against 7 200) is tuned; no candidate of the small one is compiled or timed."""
+    x, y = torch.randn(6, 300, device=device), torch.randn(600, 300, device=device)
+    with knobs.override(autotune_min_bytes=100_000):
+        stats = _compile_and_check(lambda a, b: (a.sum(1), b.sum(1)), x, y)
+    assert stats.autotuned == 1 and len(stats.autotune_choices) == 1
+    assert len({name for name, _, _ in tuning.seen}) == 1
 
 
 def test_autotune_is_off_by_default_under_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -207,16 +207,17 @@ def _bench(fn: Callable[[], object], warmup: int, rep: int) -> float:
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
-def _warm_peak(fn: Callable[[], object]) -> float:
-    """MiB of device memory the process holds at the peak of one warm call:
-    `torch.cuda.max_memory_reserved()` over the call, after `torch.cuda.empty_cache()` released the
-    allocator's unused cached blocks.
+def _warm_peak(fn: Callable[[], object]) -> dict[str, float]:
+    """Device memory at the peak of one warm call, in MiB: `peak_mib`, the most the process held
+    (`torch.cuda.max_memory_reserved()` over the call, after `torch.cuda.empty_cache()` released
+    the allocator's unused cached blocks), and `peak_allocated_mib`, the most allocated to tensors
+    (`max_memory_allocated`; the difference is the caching allocator's rounding and
+    fragmentation, and the free blocks of CUDA-graph pools).
 
     Reserved rather than allocated memory, and absolute rather than above a baseline, so that
     CUDA-graph replay is counted like eager allocation: a replay allocates nothing; it runs in
     its pool's memory, reserved (and partly allocated to the outputs it hands out) before the
-    call. The figure includes the model's parameters, gradients and inputs, the same in every
-    mode, and the caching allocator's rounding (blocks of 2 and 20 MiB)."""
+    call. Both include the model's parameters, gradients and inputs, the same in every mode."""
     import torch
 
     torch.cuda.synchronize()
@@ -224,9 +225,10 @@ def _warm_peak(fn: Callable[[], object]) -> float:
     torch.cuda.reset_peak_memory_stats()
     r = fn()
     torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_reserved()
+    out = {"peak_mib": torch.cuda.max_memory_reserved() / 2**20,
+           "peak_allocated_mib": torch.cuda.max_memory_allocated() / 2**20}
     del r
-    return peak / 2**20
+    return out
 
 
 def _coil_graphs() -> list[dict[str, Any]]:
@@ -255,7 +257,7 @@ class Ctx:
         return self.copy_gbs[dtype_name]
 
 
-def run_micro(name: str, ctx: Ctx) -> dict[str, Any]:
+def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES) -> dict[str, Any]:
     import torch
 
     base, dname = name.rsplit("_", 1)
@@ -273,7 +275,7 @@ def run_micro(name: str, ctx: Ctx) -> dict[str, Any]:
     del eager_out
     res: dict[str, Any] = {"kind": "micro", "dtype": dname, "shape": [ROWS, COLS], "bytes": nbytes,
                            "copy_gbs": copy_gbs, "rmse_eager": e_rmse, "tol": tol}
-    for mode in MODES:
+    for mode in modes:
         r: dict[str, Any] = {}
         try:
             if mode == "coil":
@@ -293,7 +295,7 @@ def run_micro(name: str, ctx: Ctx) -> dict[str, Any]:
                 r["rmse"] = rm
                 r["accuracy_ok"] = rm <= MULTIPLIER * e_rmse + tol / 10
                 r["ms"] = _bench(functools.partial(f, *inputs), 25, 100)
-                r["peak_mib"] = _warm_peak(functools.partial(f, *inputs))
+                r.update(_warm_peak(functools.partial(f, *inputs)))
             r["gbs"] = nbytes / (r["ms"] * 1e-3) / 1e9
             r["pct_copy"] = 100 * r["gbs"] / copy_gbs
             if mode == "coil":
@@ -411,8 +413,9 @@ def targets(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0) -> int:
-    """Run the selected cases; write bench.json and bench.md to out_dir after each. Exit code."""
+def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequence[str] = MODES) -> int:
+    """Run the selected cases in `modes` (a subset of MODES, in MODES's order); write bench.json
+    and bench.md to out_dir after each. Exit code."""
     import torch
 
     if not torch.cuda.is_available():
@@ -421,6 +424,10 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0) -> int:
         return 2
     try:
         cases = select(names)
+        bad = [m for m in modes if m not in MODES]
+        if bad or not modes:
+            raise ValueError(f"unknown modes {bad} (known: {', '.join(MODES)})" if bad else "no modes")
+        modes = tuple(m for m in MODES if m in modes)
     except ValueError as exc:
         print(f"coil bench: {exc}", file=sys.stderr)
         return 2
@@ -453,14 +460,14 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0) -> int:
         t0 = time.perf_counter()
         print(f"[bench] {name} ...", flush=True)
         if name in MODELS:
-            res = run_model(name, functools.partial(_cold, ctx.root), MODES)
+            res = run_model(name, functools.partial(_cold, ctx.root), tuple(modes))
         else:
-            res = run_micro(name, ctx)
+            res = run_micro(name, ctx, modes)
         res["case_s"] = time.perf_counter() - t0
         report["cases"][name] = res
         report["copy_gbs"] = ctx.copy_gbs
-        ok &= all(res.get(m, {}).get("accuracy_ok") is True for m in ("inductor", "coil"))
-        brief = {m: {k: res.get(m, {}).get(k) for k in ("ms", "first_call_s", "accuracy_ok", "error")} for m in MODES}
+        ok &= all(res.get(m, {}).get("accuracy_ok") is True for m in ("inductor", "coil") if m in modes)
+        brief = {m: {k: res.get(m, {}).get(k) for k in ("ms", "first_call_s", "accuracy_ok", "error")} for m in modes}
         print(f"[bench] {name} done in {res['case_s']:.0f} s: {json.dumps(brief, default=str)[:600]}", flush=True)
         (out / "bench.json").write_text(json.dumps(report, indent=2, default=str))
         (out / "bench.md").write_text(render(report))

@@ -281,7 +281,7 @@ def run_model(case: str, cold: Callable[[str], Any], modes: tuple[str, ...]) -> 
             r["failed_checks"] = [i for i, x in enumerate(ratios) if x > 1]
             r["accuracy_ok"] = not r["failed_checks"]
             r["ms"] = _bench(step, 20, 200)
-            r["peak_mib"] = _warm_peak(step)
+            r.update(_warm_peak(step))
             if mode == "coil":
                 r["graphs"] = _coil_graphs()
             del f, step

@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--budget-s", type=float, default=480.0,
                        help="skip cases that would not finish within this many seconds (default: 480)")
     bench.add_argument("--list", action="store_true", help="print the case names and exit")
+    bench.add_argument("--modes", default="eager,inductor,coil",
+                       help="comma list of the modes to run (default: eager,inductor,coil)")
     args = parser.parse_args(argv)
     if args.cmd == "demo":
         from coil.backend.demo import run_demo
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from coil.backend.bench import run
 
-        return run(args.names, args.out, args.budget_s)
+        return run(args.names, args.out, args.budget_s, [m for m in args.modes.split(",") if m])
     return 2
 
 
