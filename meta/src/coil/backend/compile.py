@@ -18,13 +18,14 @@ import itertools
 import logging
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sympy
 import torch
 import torch.fx
 from coil.backend import aot_cache, autotune, graph_cache, logs
+from coil.backend import options as compile_options
 from coil.backend.aot_cache import CoilOutputCode, PortableGraph
 from coil.backend.artefacts import Artefacts
 from coil.backend.checks import (
@@ -425,12 +426,22 @@ def _decompositions() -> dict[Any, Callable[..., Any]]:
     return dict(_decomposition_table())
 
 
-def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: Any) -> Callable[..., Any]:
+def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | None = None,
+                 options: Mapping[str, Any] | None = None, **_: Any) -> Callable[..., Any]:
     """The torch.compile backend (registered as "coil" through the torch_dynamo_backends entry point).
 
-    With the AOT cache usable (`aot_cache.unusable`), the compilers are torch's serializable ones
-    and a hit in torch's AOTAutograd cache returns without tracing or compiling; otherwise (the
-    reason is logged at INFO) AOTAutograd runs with plain compilers, as before."""
+    `mode` and `options` (torch.compile's) become knob overrides for this compile
+    (coil.backend.options; a ValueError names a bad one). With the AOT cache usable
+    (`aot_cache.unusable`), the compilers are torch's serializable ones and a hit in torch's
+    AOTAutograd cache returns without tracing or compiling; otherwise (the reason is logged at
+    INFO) AOTAutograd runs with plain compilers, as before."""
+    overrides = compile_options.resolve(mode, options)
+    with compile_options.applied(overrides):
+        return _backend(gm, example_inputs, overrides)
+
+
+def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides: Mapping[str, Any]
+             ) -> Callable[..., Any]:
     call = BackendCall()
     BACKEND_CALLS.append(call)
     first = len(COMPILED)
@@ -442,9 +453,11 @@ def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: A
     compilers: dict[str, Any] = {}
     for kind in ("forward", "backward", "inference"):
         if unusable is None:
-            compilers[kind] = aot_cache.serializable(functools.partial(_compile_for_aot_cache, kind=kind))
+            compilers[kind] = aot_cache.serializable(
+                compile_options.scoped(functools.partial(_compile_for_aot_cache, kind=kind), overrides))
         else:  # Dynamo guards the inputs (a mismatch recompiles): no second check in the wrapper
-            compilers[kind] = functools.partial(compile_graph, kind=kind, check_inputs=False)
+            compilers[kind] = compile_options.scoped(
+                functools.partial(compile_graph, kind=kind, check_inputs=False), overrides)
     settings: Any = contextlib.nullcontext()
     if unusable is None:
         aot_cache.salt(gm)
