@@ -59,6 +59,26 @@ def test_a_bad_mode_or_option_is_an_error_naming_it(device: torch.device, kwargs
         fn(torch.randn(8, 16, device=device), torch.randn(16, 16, device=device))
 
 
+def test_reduce_overhead_turns_training_graphs_on_for_that_compile(device: torch.device,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the forward's and the backward's compiles see (training CUDA graphs are off by
+    default: they cost peak memory, docs/perf.md session 6)."""
+    import coil.backend.compile as backend_compile
+
+    seen: list[tuple[str, bool]] = []
+    real = backend_compile._compile
+
+    def spy(gm: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append((name.split("_")[0], knobs.cuda_graphs_training))
+        return real(gm, name, *args, **kwargs)
+
+    monkeypatch.setattr(backend_compile, "_compile", spy)
+    assert knobs.cuda_graphs_training is False
+    _compiled_step(device, mode="reduce-overhead")
+    assert sorted(seen) == [("backward", True), ("forward", True)]
+    assert knobs.cuda_graphs_training is False
+
+
 def test_modes_map_to_knobs() -> None:
     assert resolve("reduce-overhead") == {"cuda_graphs": True, "cuda_graphs_training": True}
     assert resolve("max-autotune", {"autotune_min_bytes": 1 << 20}) == {"autotune": "auto",
