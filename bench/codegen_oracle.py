@@ -10,12 +10,15 @@ Triton's interpreter, seed 0, PYTHONHASHSEED=0 (the schedule dump lists a group'
 buffers in set order). `dump` also sets COIL_ORDER_TIME=0 unless `--order-time S` is given: the
 memory planner's order search is bounded by wall time, so on a graph where it runs out of time
 (GPT-2's large backward) the step order it picks moves with the machine's load, and two dumps
-of the same code differ; with 0 the fused order is kept and everything else is deterministic. `dump` sets COIL_DEBUG_DIR=DIR/<case> (coil.backend.artefacts:
-one folder per compiled graph); `--no-run` skips the kernel launches (the interpreter's run
-is most of a large case's time; the compile and its artefacts are the same, the outputs garbage). `diff` compares, graph by graph, what must stay identical —
-every kernel source (kernels/*.py), the wrapper (07_wrapper.py), the memory plan
-(05_memory_plan.txt) and the schedule with its fusion log (04_schedule.txt) — and reports the
-intermediate dumps (02_post_grad_graph.txt, 03_lowered_ir.txt, 08_wrapper_fx.txt) as
+of the same code differ; with 0 the fused order is kept and everything else is deterministic.
+`dump` sets COIL_DEBUG_DIR=DIR/<case> (coil.backend.artefacts: one folder per compiled graph)
+and notes the tree's path in DIR/tree.txt; `--no-run` skips the kernel launches (the
+interpreter's run is most of a large case's time; the compile and its artefacts are the same,
+the outputs garbage). `diff` compares, graph by graph, what must stay identical — every kernel
+source (kernels/*.py), the wrapper (07_wrapper.py), the memory plan (05_memory_plan.txt) and
+the schedule with its fusion log (04_schedule.txt) — and reports the intermediate dumps
+(02_post_grad_graph.txt, 03_lowered_ir.txt, 08_wrapper_fx.txt; the trees' paths in their traced
+source locations masked) as
 informational. `time` runs the cases without a debug dir (the debug dir adds per-pass graph
 prints to the post-grad stage) and without launching kernels, and prints `GraphStats.stage_times`
 summed per case in CPU seconds of the process (the minimum over `--repeat` fresh processes), with
@@ -205,6 +208,7 @@ def _print_times(r: dict[str, Any]) -> None:
 
 def dump(root: Path, cases: list[str], order_time: float, run: bool = True) -> None:
     root.mkdir(parents=True, exist_ok=True)
+    (root / "tree.txt").write_text(str(ROOT))  # `diff` reads the dumped tree's path out of traced source paths
     for name in cases:
         folder = root / name
         folder.mkdir(exist_ok=True)
@@ -236,6 +240,14 @@ def _files(graph: Path) -> list[str]:
 def diff(a: Path, b: Path) -> int:
     """Compare two dumps; print what differs. 0 when every must-match file is identical."""
     bad = 0
+    trees = [(d / "tree.txt").read_text() if (d / "tree.txt").exists() else None for d in (a, b)]
+
+    def text(p: Path, tree: str | None) -> str | None:
+        if not p.exists():
+            return None
+        t = p.read_text()
+        return t.replace(tree, "<tree>") if tree else t
+
     for case_a in sorted(p for p in a.iterdir() if p.is_dir()):
         case_b = b / case_a.name
         graphs = sorted(p.name for p in case_a.iterdir() if p.is_dir())
@@ -249,8 +261,7 @@ def diff(a: Path, b: Path) -> int:
             files = sorted(set(_files(case_a / g)) | set(_files(case_b / g)))
             for rel, must in [(f, True) for f in files] + [(f, False) for f in INFORMATIONAL]:
                 pa, pb = case_a / g / rel, case_b / g / rel
-                ta = pa.read_text() if pa.exists() else None
-                tb = pb.read_text() if pb.exists() else None
+                ta, tb = text(pa, trees[0]), text(pb, trees[1])
                 if ta == tb:
                     same += must
                     continue
