@@ -108,3 +108,24 @@ def test_repair_stale_aliasing_after_aot_cse() -> None:
                for v in views)
     x = torch.randn(4, 4)
     torch.testing.assert_close(run_post_grad_passes(gm, is_backward=False)(x)[0], torch.tril(x, 1) * 2)
+
+
+@pytest.mark.parametrize(
+    ("op", "always"),
+    [
+        (aten.view.default, True),
+        (aten.permute.default, True),
+        (aten.expand.default, True),
+        (aten.slice.Tensor, True),
+        (aten.unsqueeze.default, True),
+        (aten.reshape.default, False),  # CompositeImplicitAutograd: may copy
+        (aten.contiguous.default, False),
+        (aten.split.Tensor, False),  # several results
+        (aten.add_.Tensor, False),  # writes its argument
+        (aten.add.Tensor, False),
+    ],
+)
+def test_plain_views_skipped_by_repair_stale_aliasing(op: torch._ops.OpOverload, always: bool) -> None:
+    from coil.fx_passes.fake_meta import _always_views_first_arg
+
+    assert _always_views_first_arg(op) is always

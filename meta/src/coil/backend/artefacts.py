@@ -92,7 +92,8 @@ class Artefacts:
             except Exception as e:  # debugging aids never break a compile
                 log.warning("COIL_DEBUG_DIR: could not write %s: %s", out.folder, e)
             out._readme()
-        logs.emit("graph", f"{name}: input graph", _graph_text(gm))
+        if "graph" in logs.selected():  # printing a large graph costs ~0.1 s: only when wanted
+            logs.emit("graph", f"{name}: input graph", _graph_text(gm))
         return out
 
     @property
@@ -125,7 +126,8 @@ class Artefacts:
         self._write("01_post_grad/index.txt", "\n".join(self.passes) + "\n")
 
     def post_grad(self, gm: torch.fx.GraphModule) -> None:
-        self._write("02_post_grad_graph.txt", gm.print_readable(print_output=False))
+        if self.folder is not None:  # printing a large graph costs ~0.1 s: only when written
+            self._write("02_post_grad_graph.txt", gm.print_readable(print_output=False))
 
     def ir(self, lowered: LoweredGraph) -> None:
         if self.folder is not None:

@@ -9,6 +9,8 @@ The verifier uses :func:`compute_val` and :func:`describe_mismatch` to compare t
 
 from __future__ import annotations
 
+import functools
+import heapq
 from collections.abc import Iterable
 from typing import Any
 
@@ -157,6 +159,42 @@ def _returns_fresh(node: Node) -> bool:
     )
 
 
+@functools.cache
+def _always_views_first_arg(op: torch._ops.OpOverload) -> bool:
+    """The schema's only return shares its alias set with argument 0, without a write, and the
+    op has its own kernel: a CompositeImplicitAutograd op with a view schema (``reshape``,
+    ``contiguous``) may return a copy instead, depending on its input's strides."""
+    schema = op._schema
+    if len(schema.returns) != 1 or not schema.arguments:
+        return False
+    ret, arg = schema.returns[0].alias_info, schema.arguments[0].alias_info
+    if ret is None or arg is None or ret.is_write or not ret.before_set or ret.before_set != arg.before_set:
+        return False
+    name: str = op.name()  # type: ignore[no-untyped-call]
+    return not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
+
+
+def _plain_view_of_first_arg(node: Node) -> bool:
+    """True when ``node`` is a single-result view of its first argument (:func:`_always_views_first_arg`)
+    and its stored value shares storage with that argument's stored value.
+
+    Then a fresh propagation aliases the same input (FakeTensor views share their base's
+    storage) and the alias signatures of stored and fresh values are equal: the inputs' values
+    are the same objects in both, and both outputs live in argument 0's storage. No need to run
+    the op under the fake mode to know that its aliasing is not stale.
+    """
+    op = node.target
+    if not isinstance(op, torch._ops.OpOverload) or not node.args or not isinstance(node.args[0], Node):
+        return False
+    if not _always_views_first_arg(op):
+        return False
+    out, base = node.meta.get("val"), node.args[0].meta.get("val")
+    if not isinstance(out, torch.Tensor) or not isinstance(base, torch.Tensor):
+        return False
+    key = storage_key(out)
+    return key is not None and key == storage_key(base)
+
+
 def users_to_refresh(users: Iterable[Node], old: Any, new: Any) -> list[Node]:
     """The users that need :func:`refresh_meta` after their input ``old`` became ``new``.
 
@@ -191,16 +229,16 @@ def refresh_meta(gm: GraphModule, nodes: Iterable[Node]) -> list[Node]:
     fake_mode = fake_mode_of(gm)
     if fake_mode is None:
         raise MissingMetaError("graph has no FakeTensor meta['val'] to propagate from")
-    dirty = {n for n in nodes if n.op == "call_function"}
-    if not dirty:
+    # a worklist in graph order (fx nodes compare by their position): only the dirty nodes and
+    # the users of nodes whose value changed are visited, not the whole graph per call
+    heap = [n for n in set(nodes) if n.op == "call_function" and n.graph is gm.graph and not n._erased]
+    if not heap:
         return []
+    heapq.heapify(heap)
+    queued = set(heap)
     changed: list[Node] = []
-    changed_set: set[Node] = set()
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        if node not in dirty and not any(a in changed_set for a in node.all_input_nodes):
-            continue
+    while heap:
+        node = heapq.heappop(heap)
         fresh = compute_val(node, fake_mode)
         old = node.meta.get("val")
         same = (
@@ -211,7 +249,10 @@ def refresh_meta(gm: GraphModule, nodes: Iterable[Node]) -> list[Node]:
         if not same:
             node.meta["val"] = fresh
             changed.append(node)
-            changed_set.add(node)
+            for user in node.users:
+                if user.op == "call_function" and user not in queued:
+                    queued.add(user)
+                    heapq.heappush(heap, user)
     return changed
 
 
@@ -225,7 +266,8 @@ def repair_stale_aliasing(gm: GraphModule) -> list[Node]:
     which the verifier's ``meta-val`` check rejects and lowering reads as "not a view".
 
     Only nodes whose op may alias its inputs (schema alias info) and whose stored aliasing
-    differs from a fresh propagation are recomputed, then their users as in
+    differs from a fresh propagation are recomputed (a single-result view whose stored value
+    already shares its first argument's storage is not re-run: its aliasing cannot differ), then their users as in
     :func:`refresh_meta`. Nodes the fake mode cannot re-run (data-dependent outputs) are skipped.
 
     Args:
@@ -241,7 +283,7 @@ def repair_stale_aliasing(gm: GraphModule) -> list[Node]:
     for node in gm.graph.nodes:
         if node.op != "call_function" or "val" not in node.meta or _returns_fresh(node):
             continue
-        if not isinstance(node.target, torch._ops.OpOverload):
+        if not isinstance(node.target, torch._ops.OpOverload) or _plain_view_of_first_arg(node):
             continue
         try:
             fresh = compute_val(node, fake_mode)

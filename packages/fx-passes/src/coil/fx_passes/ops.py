@@ -8,6 +8,7 @@ merged or moved across.
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import torch
@@ -51,11 +52,23 @@ def _name(target: object) -> str:
     return str(getattr(target, "__name__", "")).split(".")[-1]
 
 
+@functools.cache
+def _writes_an_argument(op: torch._ops.OpOverload) -> bool:
+    """The schema marks an argument as written (memoised: a fact of the overload)."""
+    return any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
+
+
+@functools.cache
+def _draws_random(op: torch._ops.OpOverload) -> bool:
+    """The overload is tagged nondeterministic_seeded or named like a random op (memoised)."""
+    return torch.Tag.nondeterministic_seeded in op.tags or _name(op.overloadpacket) in _RANDOM_NAMES
+
+
 def is_mutating(node: Node) -> bool:
     """True when the node writes to one of its inputs (or may: unknown in-place calls)."""
     op = overload_of(node)
     if op is not None:
-        return any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
+        return _writes_an_argument(op)
     if node.op == "call_method":
         name = str(node.target)
         return (name.endswith("_") and not name.endswith("__")) or node.kwargs.get(
@@ -77,10 +90,7 @@ def is_random(node: Node) -> bool:
     """True for ops that draw from a random generator (their results must never be merged)."""
     op = overload_of(node)
     if op is not None:
-        return (
-            torch.Tag.nondeterministic_seeded in op.tags
-            or _name(op.overloadpacket) in _RANDOM_NAMES
-        )
+        return _draws_random(op)
     if node.op in ("call_function", "call_method"):
         name = str(node.target) if node.op == "call_method" else _name(node.target)
         return name in _RANDOM_NAMES or node.kwargs.get("training") is True

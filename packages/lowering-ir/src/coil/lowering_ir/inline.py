@@ -101,6 +101,10 @@ def inline_pointwise(operations: list[Operation], outputs: list[object]) -> list
     protected: set[str] = set()
     _mark(outputs, protected)
     memo = _Memo()
+    # P that stayed, with the readers it had then: the decision depends only on P and its
+    # readers (the externs between them never change), so a later sweep skips P until one of
+    # its readers was rewritten (the objects are kept, so their ids are not reused)
+    stayed: dict[int, tuple[Pointwise, tuple[Operation | None, ...]]] = {}
     changed = True
     while changed:
         changed = False
@@ -110,8 +114,14 @@ def inline_pointwise(operations: list[Operation], outputs: list[object]) -> list
             if not isinstance(p, Pointwise) or p.output.name in protected:
                 continue
             rs = readers.get(p.output.name, [])
+            now = tuple(ops[j] for j in rs)
+            before = stayed.get(id(p))
+            if before is not None and before[0] is p and len(before[1]) == len(now) and all(
+                    a is b for a, b in zip(before[1], now, strict=True)):
+                continue
             new = _try_inline(p, i, rs, ops, memo)
             if new is None:
+                stayed[id(p)] = (p, now)
                 continue
             for j, op in zip(rs, new, strict=True):
                 ops[j] = op

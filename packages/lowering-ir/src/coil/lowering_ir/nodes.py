@@ -13,6 +13,7 @@ by an ExternKernel whose `mutates` names the input).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,7 +77,14 @@ TensorRef = Buffer | ReinterpretView
 
 def load(ref: TensorRef, idx: Sequence[Expr]) -> Load:
     """The Value reading `ref` at logical position `idx`."""
-    return Load(ref.storage.name, sympy.expand(ref.layout.index(idx)), ref.layout.dtype)
+    return Load(ref.storage.name, _expanded_index(ref.layout, tuple(idx)), ref.layout.dtype)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _expanded_index(layout: Layout, idx: tuple[Expr, ...]) -> Expr:
+    """`expand(layout.index(idx))`, memoised: lowering loads the same layouts at the same loop
+    indices many times (layouts and sympy expressions are immutable and hashable)."""
+    return sympy.expand(layout.index(idx))
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,16 @@ class Operation:
         raise NotImplementedError
 
 
+def _body_reads(op: Operation, body: Value) -> list[str]:
+    """The storage buffers `body` loads, in first-visit order; memoised on `op` for as long as
+    its body is the same object (Values are immutable; a pass that rewrites an operation gives
+    it a new body). The scheduler asks every operation for its reads at every fusion attempt."""
+    memo = op.__dict__.get("_reads_memo")
+    if memo is None or memo[0] is not body:
+        memo = op.__dict__["_reads_memo"] = (body, tuple(dict.fromkeys(ld.buffer for ld in loads(body))))
+    return list(memo[1])
+
+
 @dataclass(eq=False)
 class Pointwise(Operation):
     """output[p] = body(p) for p in product(ranges); body's symbols are p0..p{n-1}."""
@@ -117,7 +135,7 @@ class Pointwise(Operation):
         return [self.output]
 
     def reads(self) -> list[str]:
-        return list(dict.fromkeys(ld.buffer for ld in loads(self.body)))
+        return _body_reads(self, self.body)
 
 
 REDUCTION_TYPES = ("sum", "prod", "max", "min", "any", "all", "argmax", "argmin", "cumsum", "cumprod")
@@ -151,7 +169,7 @@ class Reduction(Operation):
         return [self.output]
 
     def reads(self) -> list[str]:
-        return list(dict.fromkeys(ld.buffer for ld in loads(self.body)))
+        return _body_reads(self, self.body)
 
 
 @dataclass(eq=False)

@@ -75,7 +75,10 @@ class LoopNest:
 LoopOrder = Literal["store", "logical"] | Expr
 
 
+@functools.cache
 def syms(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:
+    """`prefix0 .. prefix{n-1}`: nonnegative integer symbols (memoised: making a sympy Symbol
+    costs ~20 us, and fusion asks for the same few at every attempt)."""
     return tuple(sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n))
 
 
@@ -220,7 +223,7 @@ _NESTS: weakref.WeakKeyDictionary[Pointwise | Reduction, dict[tuple[int, ...], L
 
 
 def _p_syms(n: int) -> list[sympy.Symbol]:
-    return [sympy.Symbol(f"p{i}", integer=True, nonnegative=True) for i in range(n)]
+    return list(syms("p", n))
 
 
 def loop_permutation(op: Pointwise | Reduction, order: LoopOrder = "store") -> tuple[int, ...]:

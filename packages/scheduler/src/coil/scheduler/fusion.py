@@ -33,6 +33,7 @@ from coil.lowering_ir import ExternKernel, Operation, Pointwise, Reduction, load
 from coil.lowering_ir.nodes import SCAN_TYPES, Scatter
 from coil.scheduler.canonical import LoopOrder, loop_permutation
 from coil.scheduler.group import FusionIllegal, KernelGroup, plan
+from coil.scheduler.merge_dag import MergeDag
 from coil.scheduler.peak_bound import TOLERATED_BYTES, LiveProfile
 
 
@@ -149,40 +150,8 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                             out.add(gid[id(rd)])
         return out
 
-    pred_cache: dict[int, set[int]] = {g: compute_preds(g) for g in groups}
-    # no pruning by op position in the search below: an edge p -> g only says that *some* op of p
-    # precedes *some* op of g, so once groups are merged a path from s can pass through a group
-    # whose ops all precede s's first op (a fused group reading s late and feeding it early)
-    first_pos = {g: pos[id(groups[g][0])] for g in groups}
-    last_pos = dict(first_pos)
-
-    def preds(g: int) -> set[int]:
-        return pred_cache[g]
-
-    def creates_cycle(a: int, b: int) -> bool:
-        """Is there a path between a and b (either way) through some third group?"""
-        for s, d in ((a, b), (b, a)):
-            stack = [p for p in preds(d) if p != s]
-            seen: set[int] = set()
-            while stack:
-                g = stack.pop()
-                if g == s:
-                    return True
-                if g in seen:
-                    continue
-                seen.add(g)
-                stack.extend(preds(g))
-        return False
-
-    def merged_into(keep: int, drop: int) -> None:
-        first_pos[keep] = min(first_pos[keep], first_pos.pop(drop))
-        last_pos[keep] = max(last_pos[keep], last_pos.pop(drop))
-        pred_cache[keep] = (pred_cache[keep] | pred_cache.pop(drop)) - {keep, drop}
-        for ps in pred_cache.values():
-            if drop in ps:
-                ps.discard(drop)
-                ps.add(keep)
-        pred_cache[keep].discard(keep)
+    # the cycle check before a merge: `merge_dag` (a topological order of the groups bounds the search)
+    dag = MergeDag({g: compute_preds(g) for g in groups})
 
     def outside_readers(members: list[Operation]) -> set[str]:
         ids = {id(m) for m in members}
@@ -233,7 +202,7 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                     continue
                 merged = sorted(groups[a] + groups[b], key=lambda o: pos[id(o)])
                 names = f"{groups[a][0].name}+{groups[b][0].name}"
-                if creates_cycle(a, b):
+                if dag.creates_cycle(a, b):
                     if log is not None:
                         log.attempts.append((groups[a][0].name, groups[b][0].name, False, "would create a cycle through another kernel"))
                     continue
@@ -257,20 +226,20 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                 if log is not None:
                     log.attempts.append((groups[a][0].name, groups[b][0].name, True, "fused"))
                 keep, drop = min(a, b), max(a, b)
+                dag.merge(a, b, keep)
                 groups[keep] = merged
                 for o in groups.pop(drop):
                     gid[id(o)] = keep
                 plans.pop(drop, None)
                 plans[keep] = p
                 order_of.update({id(m.op): m.order for m in p.members})
-                merged_into(keep, drop)
                 changed = True
     # order: Kahn's algorithm, earliest original position first
     order: list[int] = []
-    indeg = {g: len(preds(g)) for g in groups}
+    indeg = {g: len(dag.preds[g]) for g in groups}
     succ: dict[int, set[int]] = {g: set() for g in groups}
     for g in groups:
-        for pg in preds(g):
+        for pg in dag.preds[g]:
             succ[pg].add(g)
     ready = sorted((min(pos[id(o)] for o in groups[g]), g) for g in groups if indeg[g] == 0)
 

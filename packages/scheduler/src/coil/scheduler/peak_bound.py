@@ -62,27 +62,32 @@ class LiveProfile:
         self.live = [0] * self.n
         self.unfused_peak = 0
         for name in self.writer:
-            s = self._interval(name, self.eff, self.group_of)
+            s = self._interval(name)
             self.span[name] = s
             if s is not None:
-                for t in range(s[0], s[1] + 1):
-                    self.live[t] += self.size[name]
+                size = self.size[name]
+                self.live[s[0]:s[1] + 1] = [v + size for v in self.live[s[0]:s[1] + 1]]
         self.unfused_peak = self.peak
 
     @property
     def peak(self) -> int:
         return max(self.live, default=0)
 
-    def _interval(self, name: str, eff: dict[int, int], group_of: dict[int, int]) -> tuple[int, int] | None:
-        """[alloc, last use] of buffer `name` under `eff`; None when it is not materialised (every
-        reader is in its writer's group and it is no graph output)."""
+    def _interval(self, name: str, eff: dict[int, int] | None = None,
+                  group_of: dict[int, int] | None = None) -> tuple[int, int] | None:
+        """[alloc, last use] of buffer `name` with the positions and group ids in `eff` and
+        `group_of` overriding the current ones; None when it is not materialised (every reader
+        is in its writer's group and it is no graph output)."""
         w = self.writer[name]
         rs = self.readers.get(name, [])
-        g = group_of[id(w)]
-        if name not in self.outputs and rs and all(group_of[id(r)] == g for r in rs):
+        eo = eff or {}
+        go = group_of or {}
+        cur_eff, cur_group = self.eff, self.group_of
+        g = go.get(id(w), cur_group[id(w)])
+        if name not in self.outputs and rs and all(go.get(id(r), cur_group[id(r)]) == g for r in rs):
             return None
-        start = eff[id(w)]
-        end = self.n - 1 if name in self.outputs else max([eff[id(r)] for r in rs], default=start)
+        start = eo.get(id(w), cur_eff[id(w)])
+        end = self.n - 1 if name in self.outputs else max([eo.get(id(r), cur_eff[id(r)]) for r in rs], default=start)
         return (start, max(start, end))
 
     def _changes(self, a: list[Operation], b: list[Operation]
@@ -98,9 +103,7 @@ class LiveProfile:
         for o in members:
             names.update(x.name for x in o.outputs)
             names.update(r for r in o.reads() if r in self.writer)
-        e = {**self.eff, **eff}
-        g = {**self.group_of, **group_of}
-        return eff, group_of, {n: self._interval(n, e, g) for n in names}
+        return eff, group_of, {n: self._interval(n, eff, group_of) for n in names}
 
     def peak_if_merged(self, a: list[Operation], b: list[Operation]) -> int:
         """The profile's peak if groups `a` and `b` merged (see the module docstring)."""
@@ -116,13 +119,19 @@ class LiveProfile:
                     delta[s[0]] = delta.get(s[0], 0) + sign * self.size[name]
                     delta[s[1] + 1] = delta.get(s[1] + 1, 0) - sign * self.size[name]
                     lo, hi = min(lo, s[0]), max(hi, s[1])
+        live = self.live
         if hi < lo:
-            return self.peak
+            return max(live, default=0)
+        # the change is constant between consecutive breakpoints: the peak of each segment is
+        # its largest live count plus that change
         best, run = 0, 0
-        for t in range(lo, hi + 1):
-            run += delta.get(t, 0)
-            best = max(best, self.live[t] + run)
-        outside = max(self.live[:lo] + self.live[hi + 1:], default=0)
+        cuts = sorted(delta)
+        for i, t in enumerate(cuts):
+            run += delta[t]
+            end = cuts[i + 1] if i + 1 < len(cuts) else hi + 1
+            if t <= hi and end > t:
+                best = max(best, max(live[t:end]) + run)
+        outside = max(max(live[:lo], default=0), max(live[hi + 1:], default=0))
         return max(best, outside)
 
     def merge(self, a: list[Operation], b: list[Operation]) -> None:
@@ -134,10 +143,9 @@ class LiveProfile:
             old = self.span[name]
             if old == new:
                 continue
+            live, size = self.live, self.size[name]
             if old is not None:
-                for t in range(old[0], old[1] + 1):
-                    self.live[t] -= self.size[name]
+                live[old[0]:old[1] + 1] = [v - size for v in live[old[0]:old[1] + 1]]
             if new is not None:
-                for t in range(new[0], new[1] + 1):
-                    self.live[t] += self.size[name]
+                live[new[0]:new[1] + 1] = [v + size for v in live[new[0]:new[1] + 1]]
             self.span[name] = new
