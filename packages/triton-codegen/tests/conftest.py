@@ -148,3 +148,15 @@ class Run:
 @pytest.fixture(scope="session")
 def tk() -> type[Run]:
     return Run
+
+
+@pytest.fixture
+def no_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reductions are never split (lowering-ir's COIL_SPLIT_REDUCTION_MIN above any size)."""
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", str(1 << 30))
+
+
+@pytest.fixture
+def force_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reductions are split at small sizes (COIL_SPLIT_REDUCTION_MIN=16)."""
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "16")

@@ -43,16 +43,6 @@ def small_blocks(monkeypatch):
     _shrink(monkeypatch, 4)  # the split kernels have more outputs: fewer interpreted programs
 
 
-@pytest.fixture
-def no_split(monkeypatch):
-    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", str(1 << 30))
-
-
-@pytest.fixture
-def force_split(monkeypatch):
-    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "16")
-
-
 def _check64(tk, fn, x, *, strategy="auto", sources=None, tol=None):
     """fn's results against fn over x in float64, cast back to each result's dtype."""
     got = tk.run(fn, x, strategy=strategy, sources=sources)

@@ -164,12 +164,3 @@ def test_every_variant_of_a_split_reduction_matches_eager(tk, force_split):
     assert len(groups) >= 2  # partials, then their reduction
     _check_variants(tk, fn, torch.randn(3, 101), "auto")
 
-
-@pytest.fixture
-def no_split(monkeypatch):
-    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", str(1 << 30))
-
-
-@pytest.fixture
-def force_split(monkeypatch):
-    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "16")
