@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +165,150 @@ def test_cuda_graph_runner_without_clones_aliases_static_outputs(cache_dir: Path
     first = runner([torch.ones(8, device="cuda")])[0]
     second = runner([torch.full((8,), 3.0, device="cuda")])[0]
     assert first is second and torch.equal(first, torch.full((8,), 6.0, device="cuda"))
+
+
+# ------------------------------------------------ hold_outputs=False (training graphs' mode)
+
+MiB = 1 << 20
+
+
+def _forward(args: list[Any]) -> tuple[Any, ...]:
+    """A forward: its big output `a` is what a backward reads (a saved activation), `y` the user's."""
+    x, w = args
+    args.clear()
+    a = torch.tanh(x @ w)  # 16 MiB
+    return (a, a.sum(1))
+
+
+def _backward(args: list[Any]) -> tuple[Any, ...]:
+    """A backward in coil's boxed style: each input is freed after its last read, so its memory
+    can hold what comes after (here `c`, as big as `a`)."""
+    a, g = args
+    args.clear()
+    b = a * g[:, None]
+    del a
+    c = torch.sin(b) + 1
+    del b
+    return (c.sum(0),)
+
+
+def _fw_bw_pair() -> tuple[Any, Any, torch.Tensor]:
+    w = torch.nn.Parameter(torch.randn(1024, 1024, device="cuda") / 32)
+    return cudagraphify(_forward, hold_outputs=False), cudagraphify(_backward, borrow_inputs=True,
+                                                                     hold_outputs=False), w
+
+
+def _step_inputs(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator(device="cuda").manual_seed(step)
+    return (torch.randn(4096, 1024, device="cuda", generator=g),
+            torch.randn(4096, device="cuda", generator=g))
+
+
+def _step(fw: Any, bw: Any, x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, keep: bool = False
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One forward and backward, the backward's list holding the only reference to `a` (as
+    AOTAutograd passes saved activations), unless `keep` keeps another tensor over it.
+    Returns (y, the backward's output, the kept tensor)."""
+    outs = fw([x, w])
+    y = outs[1]
+    kept = outs[0].view(-1) if keep else None
+    args = [outs[0], g]
+    del outs
+    (out,) = bw(args)
+    return y, out, kept
+
+
+def _expected(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    with torch.no_grad():
+        a = torch.tanh(x @ w)
+        return a.sum(1), (torch.sin(a * g[:, None]) + 1).sum(0)
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[list[CudaGraphRunner]]:
+    """Every CudaGraphRunner built inside the block, in order."""
+    made: list[CudaGraphRunner] = []
+    real = CudaGraphRunner.__init__
+
+    def record(self: CudaGraphRunner, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        made.append(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CudaGraphRunner, "__init__", record)
+        yield made
+
+
+def test_handed_out_outputs_are_consumed_by_the_backward_and_replay_right(cache_dir: Path) -> None:
+    fw, bw, w = _fw_bw_pair()
+    with _recording() as made:
+        for step in range(4):
+            x, g = _step_inputs(step)
+            y, out, _ = _step(fw, bw, x, w, g)
+            want_y, want_out = _expected(x, w, g)
+            torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(out, want_out, rtol=1e-3, atol=1e-3)
+            del y, out
+    f, b = made
+    assert f.graph is not None and b.graph is not None
+    assert b.borrowed == (0,) and b._pool == f._pool, "the backward reads `a` in place, in the forward's pool"
+    assert f.uncaptured_calls == 0 and b.uncaptured_calls == 0
+    assert all(o is None for k, o in enumerate(f.graph_outputs) if k in f._alias_idx), "the forward holds nothing"
+
+
+def _pool_bytes(pool: Any) -> int:
+    return sum(seg["total_size"] for seg in torch.cuda.memory_snapshot()
+               if tuple(seg.get("segment_pool_id", (0, 0))) == tuple(pool))
+
+
+def test_backward_capture_reuses_the_consumed_input(cache_dir: Path) -> None:
+    """The same pair captured with held outputs (the forward keeps `a`) and handed-out ones (the
+    backward consumes `a`): with `a` consumed, the backward's last 16 MiB buffer `c` takes `a`'s
+    memory, so the shared pool holds one 16 MiB block less."""
+    reserved = {}
+    for hold in (True, False):
+        w = torch.nn.Parameter(torch.randn(1024, 1024, device="cuda") / 32)
+        if hold:
+            fw = cudagraphify(_forward, static_outputs=(0,))
+            bw = cudagraphify(_backward, borrow_inputs=True, static_outputs="fresh")
+        else:
+            fw, bw, w = _fw_bw_pair()
+        with _recording() as made:
+            x, g = _step_inputs(0)
+            for _ in range(2):  # capture, then replay
+                y, out, _ = _step(fw, bw, x, w, g)
+                torch.testing.assert_close(out, _expected(x, w, g)[1], rtol=1e-3, atol=1e-3)
+                del y, out
+        torch.cuda.synchronize()
+        f, b = made
+        assert b._pool == f._pool and b.borrowed == (0,) and f.graph is not None and b.graph is not None
+        assert b.consumed == (() if hold else (0,))
+        reserved[hold] = _pool_bytes(f._pool)
+        del fw, bw, f, b, made
+    assert reserved[False] + 12 * MiB <= reserved[True], {k: v / MiB for k, v in reserved.items()}
+
+
+def test_an_output_kept_past_the_backward_is_not_overwritten(cache_dir: Path) -> None:
+    """Step 0 drops `a` inside the backward (so the backward's capture put `c` in its memory);
+    later steps keep another reference to `a`: the backward must then run uncaptured (its replay
+    would overwrite `a`), and `a` must keep the forward's value."""
+    fw, bw, w = _fw_bw_pair()
+    with _recording() as made:
+        x, g = _step_inputs(0)
+        _step(fw, bw, x, w, g)
+        for step in (1, 2):
+            x, g = _step_inputs(step)
+            y, out, kept = _step(fw, bw, x, w, g, keep=True)  # another tensor over a's memory
+            want = torch.tanh(x @ w)
+            assert kept is not None
+            torch.testing.assert_close(kept.view(4096, 1024), want, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(out, _expected(x, w, g)[1], rtol=1e-3, atol=1e-3)
+            del kept, y, out
+    f, b = made
+    assert 0 in b.consumed
+    assert b.uncaptured_calls == 2
+    # nothing kept: the pair replays again
+    x, g = _step_inputs(3)
+    _, out, _ = _step(fw, bw, x, w, g)
+    torch.testing.assert_close(out, _expected(x, w, g)[1], rtol=1e-3, atol=1e-3)
+    assert b.uncaptured_calls == 2 and f.uncaptured_calls == 0

@@ -75,6 +75,29 @@ places anything there; but a later graph's handed-out outputs (the backward's gr
 in an earlier graph's scratch memory, so a runner does not replay while any runner captured after
 it in the same pool has handed-out outputs still referenced (it runs uncaptured instead).
 
+**Handed-out outputs (`hold_outputs=False`, training graphs).** Holding outputs pins their
+memory in the pool: a backward captured into its forward's pool could never reuse the memory of
+saved activations it has finished reading, and the step's peak would hold all of them, the
+backward's scratch memory and every gradient at once (measured on an H200: 10-33 % above
+eager-style allocation, docs/perf.md session 7). So in this mode a runner keeps no output
+after capture (`coil.runtime.handouts`): every tensor output not over a static input's memory is
+handed out, uncloned, as the capture's own tensor on the first call and as a tensor over the
+same addresses after each replay; copied inputs that are not mutated get their static buffers
+inside the capture, from the pool. A borrowing runner in this mode receives the lender's
+first-call tensors themselves as its capture's inputs, and holds no reference to them either,
+so the wrapper frees each as it goes and the allocator hands that memory to the capture's later
+buffers, as in eager execution ("consumed" inputs). The liveness rule then needs two more
+checks, made before every replay of a runner captured after others in its pool:
+
+* an earlier member's output that was free when this runner was captured (its memory may now
+  hold this runner's buffers) must be unreferenced now; outputs still referenced at capture
+  time were kept out of this runner's memory;
+* a consumed input, which the replay overwrites after its last read, must be referenced by the
+  call's input list alone (not, say, by an autograd graph kept with `retain_graph=True`).
+
+A borrowing runner shares its lender's pool only while the lender's outputs are still the
+capture's own tensors (the caching allocator knows them as allocated); later, it borrows nothing.
+
 The boxed calling convention is kept: `runner(inputs)` clears the `inputs` list once it has
 copied them in (like coil's compiled callables, which free inputs early), and `call` receives a
 new list each time.
@@ -93,6 +116,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from coil.runtime.handouts import Handouts, Slot, _tensors_over
 from coil.runtime.liveness import StorageLiveness
 
 if TYPE_CHECKING:
@@ -137,9 +161,12 @@ class CudaGraphRunner:
         static_outputs: output indices returned as new tensor objects over the graph's static
             outputs instead of clones, guarded by the liveness rule (module docstring).
         borrow_inputs: borrow copied inputs that are another runner's live static outputs.
+        hold_outputs: False hands every output out without holding it (see "Handed-out
+            outputs"); `static_outputs` and `clone_outputs` are then ignored.
 
     Attributes: `first_outputs` (the warm-up result), `static_indices`, `mutated_indices`,
-    `borrowed` (the borrowed input indices), `graph`, `graph_outputs` (the captured static
+    `borrowed` (the borrowed input indices), `consumed` (borrowed inputs whose memory the capture
+    reused), `handouts` (`hold_outputs=False`: the handed-out outputs), `graph`, `graph_outputs` (the captured static
     outputs), `capture_error` (set when the capture raised or a static input moved: every later
     call then runs `call` directly, with one warning), `uncaptured_calls` (calls run directly
     because of the liveness rule or a borrowed input at another address).
@@ -158,6 +185,7 @@ class CudaGraphRunner:
         input_buffers: Mapping[int, torch.Tensor] | None = None,
         static_outputs: Iterable[int] | str = (),
         borrow_inputs: bool = False,
+        hold_outputs: bool = True,
     ) -> None:
         import torch
 
@@ -167,6 +195,23 @@ class CudaGraphRunner:
         self._liveness: StorageLiveness | None = None
         self._alias_idx: tuple[int, ...] = ()
         self.clone_outputs = clone_outputs
+        self.hold_outputs = hold_outputs
+        self.handouts: Handouts | None = None
+        self.consumed: tuple[int, ...] = ()
+        # hold_outputs=False: input index -> (lender, its output index) for borrowed inputs;
+        # slots of the copied inputs' buffers allocated inside the capture, and tensors over them;
+        # per earlier member of the pool, its outputs referenced when this runner was captured
+        self._lent: dict[int, tuple[CudaGraphRunner, int]] = {}
+        self._in_slots: dict[int, Slot] = {}
+        self._in_views: dict[int, torch.Tensor] = {}
+        self._input_meta: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]] = {}
+        self._protected: list[tuple[weakref.ref[CudaGraphRunner], frozenset[int]]] = []
+        self._param_outputs: frozenset[int] = frozenset()  # outputs over a static input's memory
+        self._consumed_groups: list[tuple[int, CudaGraphRunner, int, tuple[int, ...]]] = []
+        if not hold_outputs:
+            if input_buffers:
+                raise ValueError("input_buffers cannot be combined with hold_outputs=False")
+            static_outputs = FRESH
         inputs = list(example_inputs)
         self._n = len(inputs)
         self.device = _one_cuda_device(inputs)
@@ -184,10 +229,13 @@ class CudaGraphRunner:
         if borrow_inputs:
             for i in tensor_idx:
                 if i not in static and i not in borrowed:
-                    found = _owned_static_output(inputs[i])
-                    if found is not None:
+                    found = _owned_static_output(inputs[i], hold_outputs)
+                    if found is not None and (lender is None or found[0]._pool == lender._pool):
                         lender = lender or found[0]
-                        borrowed[i] = found[1]
+                        borrowed[i] = found[1] if found[1] is not None else inputs[i]
+                        if not hold_outputs:
+                            self._lent[i] = (found[0], found[2])
+                    del found
         bad = sorted(i for i in borrowed if i in static or i not in tensor_idx)
         if bad:
             raise ValueError(f"input_buffers {bad} must be copied (non-static) tensor inputs")
@@ -230,8 +278,11 @@ class CudaGraphRunner:
                 log.info("CudaGraphRunner: %s", self.capture_error)
                 return
 
-        # 2. static buffers for the copied inputs
+        # 2. static buffers for the copied inputs (hold_outputs=False: only for mutated ones; the
+        # others get theirs inside the capture, and a temporary one for the second warm-up)
         self._static_inputs: list[Any] = list(inputs)
+        in_capture = set() if hold_outputs else {i for i in self._copy_idx if i not in borrowed and i not in mutated}
+        temporary: list[Any] = list(inputs)
         with torch.no_grad():
             for i in self._copy_idx:
                 x = inputs[i]
@@ -247,17 +298,29 @@ class CudaGraphRunner:
                 else:
                     buf = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
                     buf.copy_(x)
-                self._static_inputs[i] = buf
+                temporary[i] = buf
+                self._static_inputs[i] = None if i in in_capture or i in self._lent else buf
+                if i in in_capture:
+                    self._input_meta[i] = (tuple(x.size()), tuple(x.stride()), x.dtype)
+                del x, buf
         self._static_ptrs = {i: inputs[i].data_ptr() for i in self.static_indices}
 
         # 3. a second warm-up on the static buffers (alignment), unless it would repeat mutations
         if not (mutated & static):
             side.wait_stream(current)
             with torch.cuda.device(self.device), torch.cuda.stream(side):
-                call(list(self._static_inputs))
+                call(temporary)
             current.wait_stream(side)
+        del temporary
+        consumable: dict[int, Any] = {}
+        if not hold_outputs:  # the capture gets the only references to the borrowed inputs
+            consumable = {i: inputs[i] for i in self._lent}
+            inputs.clear()
+            borrowed.clear()
+            if isinstance(example_inputs, list):
+                example_inputs.clear()
         try:
-            self._capture()
+            self._capture(in_capture, consumable)
         except Exception as exc:  # an op that cannot be captured: run eagerly from now on
             self.capture_error = exc
             log.warning("CudaGraphRunner: capture failed (%s: %s); running without a CUDA graph",
@@ -268,28 +331,65 @@ class CudaGraphRunner:
             outs: tuple[Any, ...] = self._static_outputs
             static_outputs = [k for k, o in enumerate(outs) if isinstance(o, torch.Tensor)
                               and int(o.untyped_storage()._cdata) not in taken]
+            del outs
         elif isinstance(static_outputs, str):
             raise ValueError(f"static_outputs must be output indices or {FRESH!r}, not {static_outputs!r}")
         self._alias_idx = tuple(k for k in sorted(set(static_outputs))
                                 if isinstance(self._static_outputs[k], torch.Tensor))
         _POOL_MEMBERS.setdefault(self._pool, []).append(weakref.ref(self))
+        params = {int(x.untyped_storage()._cdata) for i, x in enumerate(self._static_inputs)
+                  if i in static and isinstance(x, torch.Tensor)}
+        outputs: tuple[Any, ...] = self._static_outputs
+        self._param_outputs = frozenset(k for k, t in enumerate(outputs)
+                                        if isinstance(t, torch.Tensor) and int(t.untyped_storage()._cdata) in params)
+        del outputs
         if self._alias_idx:
             # stable addresses from the first call on: the warm-up result goes into the graph's
             # memory (parameter storages excepted: the graph returns the parameter itself)
-            params = {int(inputs[i].untyped_storage()._cdata) for i in self.static_indices}
             with torch.no_grad():
                 for k in self._alias_idx:
                     out = self._static_outputs[k]
                     if int(out.untyped_storage()._cdata) not in params and out.data_ptr() != first[k].data_ptr():
                         out.copy_(first[k])
-            self._liveness = StorageLiveness([self._static_outputs[k] for k in self._alias_idx], exclude=params)
+                    del out
             self.first_outputs = tuple(self._static_outputs[k].detach() if k in self._alias_idx else o
                                        for k, o in enumerate(first))
+            if hold_outputs:
+                self._liveness = StorageLiveness([self._static_outputs[k] for k in self._alias_idx], exclude=params)
+            else:
+                self.handouts = Handouts({k: self._static_outputs[k] for k in self._alias_idx})
+                held: list[Any] = list(self._static_outputs)
+                for k in self._alias_idx:
+                    held[k] = None
+                self._static_outputs = tuple(held)
             _OWNERS.add(self)
+        del first
+        if not hold_outputs:
+            self._after_capture()
+
+    def _after_capture(self) -> None:
+        """hold_outputs=False: which borrowed inputs the capture consumed (grouped by the lender's
+        storage: the inputs over it and one output index of the lender there), and which outputs
+        of the pool's earlier members were referenced (kept out of this runner's memory)."""
+        self.consumed = tuple(i for i, (lender, k) in sorted(self._lent.items())
+                              if lender.handouts is None or k not in lender.handouts.live())
+        groups: dict[int, tuple[CudaGraphRunner, int, list[int]]] = {}
+        for i in self.consumed:
+            lender, k = self._lent[i]
+            assert lender.handouts is not None
+            groups.setdefault(lender.handouts.slots[k].storage_ptr, (lender, k, []))[2].append(i)
+        self._consumed_groups = [(ptr, lender, k, tuple(idx)) for ptr, (lender, k, idx) in groups.items()]
+        for ref in _POOL_MEMBERS.get(self._pool, ()):
+            other = ref()
+            if other is self:
+                break
+            if other is not None and other.handouts is not None:
+                self._protected.append((ref, frozenset(other.handouts.live())))
 
     @property
     def graph_outputs(self) -> tuple[Any, ...]:
-        """The captured graph's static outputs (empty when nothing was captured)."""
+        """The captured graph's static outputs (empty when nothing was captured; None for outputs
+        handed out without being held)."""
         return self._static_outputs
 
     def _uncaptured(self, inputs: list[Any], why: str) -> tuple[Any, ...]:
@@ -300,6 +400,12 @@ class CudaGraphRunner:
             log.info("CudaGraphRunner: running a call without the CUDA graph (%s); logged once", why)
         return tuple(self._call(inputs))
 
+    def _handed_out_live(self) -> bool:
+        """Whether an output this runner handed out without copying is still referenced."""
+        if self.handouts is not None:
+            return bool(self.handouts.live())
+        return self._liveness is not None and bool(self._liveness.live())
+
     def _later_members_live(self) -> bool:
         """Whether a runner captured after this one in the same pool has handed-out outputs in use
         (they may lie in memory this graph's replay writes)."""
@@ -309,19 +415,50 @@ class CudaGraphRunner:
             other = ref()
             if other is self:
                 later = True
-            elif later and other is not None and other._liveness is not None and other._liveness.live():
+            elif later and other is not None and other._handed_out_live():
                 return True
         return False
 
-    def _capture(self) -> None:
+    def _earlier_members_conflict(self, inputs: list[Any]) -> str | None:
+        """hold_outputs=False: why this replay could overwrite memory an earlier member's handed-out
+        output still needs (module docstring, "Handed-out outputs"), or None."""
+        mine = set()
+        for ptr, lender, k, idx in self._consumed_groups:
+            assert lender.handouts is not None
+            extra = lender.handouts.extra_refs(k)
+            if extra is None or extra > len({id(inputs[i]) for i in idx}):
+                return f"input {idx[0]}, which this graph overwrites after reading it, is referenced elsewhere"
+            mine.add(ptr)
+        for ref, protected in self._protected:
+            other = ref()
+            if other is None or other.handouts is None:
+                continue
+            for k in other.handouts.live():
+                if k not in protected and other.handouts.slots[k].storage_ptr not in mine:
+                    return "an output of a graph captured earlier in the pool is in use where this graph's buffers lie"
+        return None
+
+    def _capture(self, in_capture: Iterable[int] = (), consumable: dict[int, Any] | None = None) -> None:
+        """Capture `call` on the static inputs; `in_capture` inputs get buffers allocated inside the
+        capture (from the pool) and `consumable` ones are passed with no reference kept."""
         import torch
 
         self.graph = None
         self._static_outputs = ()
         torch.cuda.synchronize(self.device)
         graph = torch.cuda.CUDAGraph()
+        args = list(self._static_inputs)
         with torch.cuda.device(self.device), torch.cuda.graph(graph, pool=self._pool):
-            outputs = tuple(self._call(list(self._static_inputs)))
+            for i in sorted(in_capture):
+                size, stride, dtype = self._input_meta[i]
+                buf = torch.empty_strided(size, stride, dtype=dtype, device=self.device)
+                self._in_slots[i] = Slot.of(buf)
+                args[i] = buf
+                del buf
+            if consumable:
+                for i in list(consumable):
+                    args[i] = consumable.pop(i)
+            outputs = tuple(self._call(args))
         self.graph = graph
         self._static_outputs = outputs
 
@@ -333,19 +470,35 @@ class CudaGraphRunner:
             raise ValueError(f"CudaGraphRunner: expected {self._n} inputs, got {len(inputs)}")
         if self.capture_error is not None:
             return tuple(self._call(inputs))
-        if self._liveness is not None and self._liveness.live():
+        if self._handed_out_live():
             return self._uncaptured(inputs, "an output of the previous replay is still referenced")
         if self._later_members_live():
             return self._uncaptured(inputs, "a graph captured later in the same memory pool still has outputs in use")
         static_inputs = self._static_inputs
         for i in self.borrowed:
-            src, dst = inputs[i], static_inputs[i]
+            src = inputs[i]
+            if i in self._lent:
+                lender, k = self._lent[i]
+                assert lender.handouts is not None
+                if not (isinstance(src, torch.Tensor) and lender.handouts.slots[k].matches(src)):
+                    return self._uncaptured(inputs, f"borrowed input {i} is not at the address the graph reads")
+                continue
+            dst = static_inputs[i]
             if src.data_ptr() != dst.data_ptr() or src.stride() != dst.stride():
                 return self._uncaptured(inputs, f"borrowed input {i} is not at the address the graph reads")
+        if not self.hold_outputs:
+            why = self._earlier_members_conflict(inputs)
+            if why is not None:
+                return self._uncaptured(inputs, why)
         moved = [i for i in self.static_indices if inputs[i].data_ptr() != self._static_ptrs[i]]
+        if self._in_slots and not self._in_views:
+            self._in_views = _tensors_over(self._in_slots)
         for i in self._copy_idx:
-            src, dst = inputs[i], static_inputs[i]
-            if i in self.borrowed or (src.data_ptr() == dst.data_ptr() and src.stride() == dst.stride()):
+            src = inputs[i]
+            if i in self.borrowed:
+                continue
+            dst = self._in_views[i] if i in self._in_slots else static_inputs[i]
+            if src.data_ptr() == dst.data_ptr() and src.stride() == dst.stride():
                 continue
             if src.shape != dst.shape or src.dtype != dst.dtype:
                 raise ValueError(
@@ -367,6 +520,7 @@ class CudaGraphRunner:
             self.graph = None
             self._static_outputs = ()
             self._liveness = None
+            self.handouts = None
             self._alias_idx = ()
             _OWNERS.discard(self)
             return tuple(self._call(inputs))
@@ -378,6 +532,11 @@ class CudaGraphRunner:
         for i, dst in zip(self._copy_back, keep, strict=True):
             dst.copy_(static_inputs[i])
         alias = self._alias_idx
+        if not self.hold_outputs:  # outputs over a parameter's memory: the graph's own, as uncaptured
+            fresh = self.handouts.replayed() if self.handouts is not None else {}
+            return tuple(fresh[k] if k in fresh else o if k in self._param_outputs
+                         else o.clone() if isinstance(o, torch.Tensor) else o
+                         for k, o in enumerate(self._static_outputs))
         if not self.clone_outputs:
             return tuple(o.detach() if k in alias else o for k, o in enumerate(self._static_outputs))
         return tuple(o.detach() if k in alias else o.clone() if isinstance(o, torch.Tensor) else o
@@ -394,6 +553,7 @@ def cudagraphify(
     launches: int | None = None,
     static_outputs: Iterable[int] | str = (),
     borrow_inputs: bool = False,
+    hold_outputs: bool = True,
 ) -> Callable[[list[Any]], tuple[Any, ...]]:
     """A boxed callable running `call` through a `CudaGraphRunner` built at its first call.
 
@@ -410,7 +570,8 @@ def cudagraphify(
         if runner is None:
             runner = CudaGraphRunner(call, args, static, mutated_input_indices=mutated,
                                      clone_outputs=clone_outputs, pool=pool, launches=launches,
-                                     static_outputs=keep, borrow_inputs=borrow_inputs)
+                                     static_outputs=keep, borrow_inputs=borrow_inputs,
+                                     hold_outputs=hold_outputs)
             first = runner.first_outputs
             runner.first_outputs = None
             args.clear()
@@ -421,14 +582,26 @@ def cudagraphify(
     return run
 
 
-def _owned_static_output(x: torch.Tensor) -> tuple[CudaGraphRunner, torch.Tensor] | None:
-    """The live runner and its static output (`static_outputs`) that `x` is an alias of, or None."""
+def _owned_static_output(x: torch.Tensor, hold_outputs: bool = True
+                         ) -> tuple[CudaGraphRunner, torch.Tensor | None, int] | None:
+    """The live runner whose handed-out output `x` is, that output (None for a runner that does
+    not hold its outputs) and its index; or None. With `hold_outputs=False` only runners of that
+    mode whose outputs are still the capture's own tensors lend (module docstring)."""
     for owner in list(_OWNERS):
+        if owner.hold_outputs != hold_outputs:
+            continue
+        if owner.handouts is not None:
+            if owner.handouts.replaying:
+                continue
+            for k, slot in owner.handouts.slots.items():
+                if slot.matches(x):
+                    return owner, None, k
+            continue
         for k in owner._alias_idx:
             t = owner._static_outputs[k]
             if (t.data_ptr() == x.data_ptr() and t.shape == x.shape and t.stride() == x.stride()
                     and t.dtype == x.dtype and t.device == x.device):
-                return owner, t
+                return owner, t, k
     return None
 
 

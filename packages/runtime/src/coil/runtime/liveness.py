@@ -24,7 +24,8 @@ from collections.abc import Iterable
 from typing import Any
 
 
-def _use_count(cdata: int) -> int:
+def use_count(cdata: int) -> int:
+    """The number of references to the storage `cdata` (`untyped_storage()._cdata`)."""
     import torch
 
     return int(torch._C._storage_Use_Count(cdata))
@@ -47,11 +48,11 @@ class StorageLiveness:
                 cdata = int(t.untyped_storage()._cdata)  # the temporary storage object dies here
                 if cdata not in skip and cdata not in cdatas:
                     cdatas.append(cdata)
-        self._baseline = {c: _use_count(c) for c in cdatas}
+        self._baseline = {c: use_count(c) for c in cdatas}
 
     def __len__(self) -> int:
         return len(self._baseline)
 
     def live(self) -> list[int]:
         """The storages (by `_cdata`) referenced beyond the baseline, in recorded order."""
-        return [c for c, base in self._baseline.items() if _use_count(c) > base]
+        return [c for c, base in self._baseline.items() if use_count(c) > base]

@@ -1,0 +1,121 @@
+"""Outputs a CUDA-graph runner hands out without holding them (training graphs).
+
+A runner that kept its captured outputs alive would pin their memory in its pool for good: a
+training backward captured into its forward's pool could then never reuse the memory of the
+saved activations it has finished reading, and a step would hold the saved activations, the
+backward's scratch memory and all gradients at once, where eager execution frees each
+activation after its last use. So a runner built with `hold_outputs=False` keeps only where its
+outputs live (`Slot`: the storage's address and size, the view's offset, sizes, strides, dtype)
+and this record of who holds them:
+
+* **First call.** The runner hands out the tensors the capture itself allocated (the caching
+  allocator owns their memory) and keeps a weak reference to each storage
+  (`torch.multiprocessing.reductions.StorageWeakRef`). When the caller drops them, the allocator
+  takes their blocks back into the pool, and a graph captured later into the same pool (the
+  backward) may place its own buffers there, exactly as in eager execution.
+* **Replays.** A replay writes the same addresses, so the runner hands out tensors over them
+  built once from the slots (`torch._C._construct_storage_from_data_pointer`: storages that do
+  not own their memory; freeing them frees nothing), as new tensor objects (`detach()`) each
+  call. Their use is seen through storage use counts (`coil.runtime.liveness`).
+
+`live()` lists the outputs some caller still references, in either state; `extra_refs(k)` counts
+the references to output `k`'s storage beyond the runner's own (replay state only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from coil.runtime.liveness import use_count
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one handed-out output lives: its storage (address, bytes) and its view of it."""
+
+    storage_ptr: int
+    storage_nbytes: int
+    offset: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    data_ptr: int  # the view's first element
+
+    @staticmethod
+    def of(t: torch.Tensor) -> Slot:
+        st = t.untyped_storage()
+        return Slot(st.data_ptr(), st.nbytes(), int(t.storage_offset()), tuple(t.shape), tuple(t.stride()), t.dtype,
+                    t.device, t.data_ptr())
+
+    def matches(self, t: torch.Tensor) -> bool:
+        """Whether `t` is a tensor with exactly this slot's memory and view."""
+        return (t.data_ptr() == self.data_ptr and t.stride() == self.stride and t.shape == self.size
+                and t.dtype == self.dtype and t.device == self.device)
+
+
+class Handouts:
+    """The outputs `tensors` (index -> tensor the capture allocated) of one runner, handed out
+    without being held (module docstring). The caller must drop its own references to `tensors`
+    after `first()`; the object keeps none."""
+
+    def __init__(self, tensors: Mapping[int, torch.Tensor]) -> None:
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        self.slots: dict[int, Slot] = {k: Slot.of(t) for k, t in tensors.items()}
+        self._weak: dict[int, Any] | None = {
+            k: StorageWeakRef(t.untyped_storage()) for k, t in tensors.items()}  # type: ignore[no-untyped-call]
+        self._bases: dict[int, torch.Tensor] = {}
+        self._cdata: dict[int, int] = {}
+        self._baseline: dict[int, int] = {}
+
+    @property
+    def replaying(self) -> bool:
+        """True once the handouts are tensors over the slots (after the first replay)."""
+        return self._weak is None
+
+    def live(self) -> list[int]:
+        """Indices of outputs whose memory a caller still references."""
+        if self._weak is not None:
+            return [k for k, w in self._weak.items() if not w.expired()]
+        return [k for k, c in self._cdata.items() if use_count(c) > self._baseline[c]]
+
+    def extra_refs(self, k: int) -> int | None:
+        """References to output `k`'s storage beyond the runner's own (None before replays)."""
+        if self._weak is not None:
+            return None
+        c = self._cdata[k]
+        return use_count(c) - self._baseline[c]
+
+    def replayed(self) -> dict[int, torch.Tensor]:
+        """New tensor objects over the slots, for the outputs of a replay that just ran. The
+        first-call tensors must all be dead (`live()` empty) before the replay."""
+        if self._weak is not None:
+            self._weak = None
+            self._bases = _tensors_over(self.slots)
+            self._cdata = {k: int(b.untyped_storage()._cdata) for k, b in self._bases.items()}
+            self._baseline = {c: use_count(c) for c in set(self._cdata.values())}
+        return {k: b.detach() for k, b in self._bases.items()}
+
+
+def _tensors_over(slots: Mapping[int, Slot]) -> dict[int, torch.Tensor]:
+    """Tensors over the slots' memory, on storages that do not own it (one per distinct storage,
+    so outputs that shared a storage share one again)."""
+    import torch
+
+    storages: dict[int, Any] = {}
+    out: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for k, s in slots.items():
+            if s.storage_ptr not in storages:
+                storages[s.storage_ptr] = torch._C._construct_storage_from_data_pointer(
+                    s.storage_ptr, s.device, s.storage_nbytes)
+            base = torch.empty((), dtype=s.dtype, device=s.device)
+            base.set_(storages[s.storage_ptr], s.offset, s.size, s.stride)
+            out[k] = base
+    return out
