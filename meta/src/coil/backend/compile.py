@@ -275,8 +275,10 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
     also need COIL_CUDA_GRAPHS_TRAINING. A wrapper with steps a graph cannot capture carries a
     segment plan (`call.segments`): its capturable segments replay, the rest runs eagerly
     (coil.runtime.segments; `stats.cuda_graph_segments` says what each segment became). Otherwise
-    the whole graph is one CUDA graph; a training forward returns its saved activations uncloned
-    under the liveness rule, a backward reads them in place (coil.runtime.cudagraph).
+    the whole graph is one CUDA graph; training graphs hand their outputs out uncloned and hold
+    none (the forward's saved activations, the backward's gradients) under the liveness rule, and
+    a backward reads the saved activations in place and reuses their memory once read, in its
+    forward's pool (coil.runtime.cudagraph, "Handed-out outputs").
     COIL_CUDA_GRAPH_SEGMENTS_UNCAPTURED runs the segment plan without capture on any device.
     """
     plan = getattr(call, "segments", None)
@@ -294,25 +296,12 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
 
         return SegmentedRunner(plan, capture=True, report=stats.cuda_graph_segments)
     from coil.runtime import cudagraphify
-    from coil.runtime.cudagraph import FRESH
 
-    if kind == "forward":
-        return cudagraphify(call, launches=launches, static_outputs=_saved_for_backward(stats))
-    if kind == "backward":  # gradients handed out uncloned, the forward's pool shared
-        return cudagraphify(call, launches=launches, borrow_inputs=True, static_outputs=FRESH)
+    if kind == "forward":  # outputs handed out uncloned, not held (coil.runtime.handouts)
+        return cudagraphify(call, launches=launches, hold_outputs=False)
+    if kind == "backward":  # saved activations read in place and freed as in eager; the forward's pool
+        return cudagraphify(call, launches=launches, borrow_inputs=True, hold_outputs=False)
     return cudagraphify(call, launches=launches)
-
-
-def _saved_for_backward(stats: GraphStats) -> tuple[int, ...]:
-    """Indices of the forward graph's outputs that AOTAutograd saves for the backward (from its
-    TracingContext; empty when unknown: every output is then cloned)."""
-    context = torch._guards.TracingContext.try_get()
-    try:
-        saved = context.fw_metadata.tensors_saved_for_backwards_slice  # type: ignore[union-attr]
-        assert stats.output_strides is not None
-        return tuple(range(len(stats.output_strides))[saved])
-    except Exception:  # no context, or another AOTAutograd than this was written against
-        return ()
 
 
 def _from_cache(name: str, stats: GraphStats, cached: graph_cache.CachedGraph,
