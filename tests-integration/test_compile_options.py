@@ -59,10 +59,10 @@ def test_a_bad_mode_or_option_is_an_error_naming_it(device: torch.device, kwargs
         fn(torch.randn(8, 16, device=device), torch.randn(16, 16, device=device))
 
 
-def test_reduce_overhead_turns_training_graphs_on_for_that_compile(device: torch.device,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the forward's and the backward's compiles see (training CUDA graphs are off by
-    default: they cost peak memory, docs/perf.md session 6)."""
+def test_a_mode_turns_training_graphs_off_for_that_compile(device: torch.device,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the forward's and the backward's compiles see (training CUDA graphs are on by
+    default; "max-autotune-no-cudagraphs" turns them off for that compile only)."""
     import coil.backend.compile as backend_compile
 
     seen: list[tuple[str, bool]] = []
@@ -73,10 +73,10 @@ def test_reduce_overhead_turns_training_graphs_on_for_that_compile(device: torch
         return real(gm, name, *args, **kwargs)
 
     monkeypatch.setattr(backend_compile, "_compile", spy)
-    assert knobs.cuda_graphs_training is False
-    _compiled_step(device, mode="reduce-overhead")
-    assert sorted(seen) == [("backward", True), ("forward", True)]
-    assert knobs.cuda_graphs_training is False
+    assert knobs.cuda_graphs_training is True
+    _compiled_step(device, mode="max-autotune-no-cudagraphs")
+    assert sorted(seen) == [("backward", False), ("forward", False)]
+    assert knobs.cuda_graphs_training is True
 
 
 def test_modes_map_to_knobs() -> None:

@@ -57,9 +57,10 @@ KNOBS: dict[str, Knob] = {
                         "replay inference graphs as CUDA graphs (CUDA, static shapes; outputs are fresh clones, "
                         "non-parameter inputs are copied in; steps a graph cannot capture run eagerly between "
                         "captured segments)"),
-    "cuda_graphs_training": Knob("COIL_CUDA_GRAPHS_TRAINING", False, bool,
-                                 "also replay forward/backward graphs as CUDA graphs (saved activations uncloned, "
-                                 "guarded by storage liveness; needs COIL_CUDA_GRAPHS)"),
+    "cuda_graphs_training": Knob("COIL_CUDA_GRAPHS_TRAINING", True, bool,
+                                 "also replay forward/backward graphs as CUDA graphs (outputs handed out uncloned "
+                                 "and not held, saved activations reused by the backward once read, guarded by "
+                                 "storage liveness; needs COIL_CUDA_GRAPHS)"),
     "cuda_graph_segments_uncaptured": Knob("COIL_CUDA_GRAPH_SEGMENTS_UNCAPTURED", False, bool,
                                            "run a graph's CUDA-graph segments one by one without capturing them, "
                                            "on any device (tests the segment split)"),
