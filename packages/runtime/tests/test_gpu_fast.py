@@ -312,3 +312,36 @@ def test_an_output_kept_past_the_backward_is_not_overwritten(cache_dir: Path) ->
     _, out, _ = _step(fw, bw, x, w, g)
     torch.testing.assert_close(out, _expected(x, w, g)[1], rtol=1e-3, atol=1e-3)
     assert b.uncaptured_calls == 2 and f.uncaptured_calls == 0
+
+
+def _with_loss(args: list[Any]) -> tuple[Any, ...]:
+    """A forward whose outputs are a saved activation and a one-element loss (under no_grad, as
+    AOTAutograd runs a compiled forward: an autograd graph on the loss would hold `a`)."""
+    x, w = args
+    args.clear()
+    with torch.no_grad():
+        a = torch.tanh(x @ w)
+        return (a, a.square().mean())
+
+
+def test_a_kept_one_element_output_does_not_stop_the_replay(cache_dir: Path) -> None:
+    """Training loops keep each step's loss (`losses.append(loss.detach())`): a one-element output
+    is cloned per call, not handed out, so keeping it neither stops the next replay nor sees its
+    value overwritten; the big output is still handed out."""
+    w = torch.nn.Parameter(torch.randn(1024, 1024, device="cuda") / 32)
+    fw = cudagraphify(_with_loss, hold_outputs=False)
+    losses, wanted = [], []
+    with _recording() as made:
+        for step in range(4):
+            x, _ = _step_inputs(step)
+            a, loss = fw([x, w])
+            losses.append(loss.detach())
+            with torch.no_grad():
+                want = torch.tanh(x @ w)
+            torch.testing.assert_close(a, want, rtol=1e-4, atol=1e-4)
+            wanted.append(want.square().mean())
+            del a
+    (f,) = made
+    assert f.graph is not None and f.uncaptured_calls == 0
+    assert f._alias_idx == (0,), "the activation is handed out, the loss is not"
+    torch.testing.assert_close(torch.stack(losses), torch.stack(wanted), rtol=1e-4, atol=1e-5)

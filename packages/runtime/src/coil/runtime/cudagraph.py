@@ -61,8 +61,9 @@ tensors; the graph's memory is left alone) and a message is logged once. This is
 TorchInductor's cudagraph trees (storage liveness through `torch._C._storage_Use_Count`), in its
 simplest form: one graph per runner, no re-recording.
 
-`static_outputs=FRESH` hands out every tensor output whose storage is not an input's (a training
-backward's gradients: AccumulateGrad may keep the very tensor as `.grad`; while it does, or while
+`static_outputs=FRESH` hands out every tensor output of more than one element whose storage is
+not an input's (one-element outputs, a loss, are cloned per call instead, so a caller that keeps
+the last step's loss does not stop the next replay; a training backward's gradients: AccumulateGrad may keep the very tensor as `.grad`; while it does, or while
 the caller keeps a gradient, the backward runs uncaptured, and `optimizer.zero_grad()` with its
 default `set_to_none=True` releases them before the next step).
 
@@ -80,8 +81,8 @@ memory in the pool: a backward captured into its forward's pool could never reus
 saved activations it has finished reading, and the step's peak would hold all of them, the
 backward's scratch memory and every gradient at once (measured on an H200: 10-33 % above
 eager-style allocation, docs/perf.md session 7). So in this mode a runner keeps no output
-after capture (`coil.runtime.handouts`): every tensor output not over a static input's memory is
-handed out, uncloned, as the capture's own tensor on the first call and as a tensor over the
+after capture (`coil.runtime.handouts`): every tensor output not over a static input's memory
+(and of more than one element) is handed out, uncloned, as the capture's own tensor on the first call and as a tensor over the
 same addresses after each replay; copied inputs that are not mutated get their static buffers
 inside the capture, from the pool. A borrowing runner in this mode receives the lender's
 first-call tensors themselves as its capture's inputs, and holds no reference to them either,
@@ -326,10 +327,12 @@ class CudaGraphRunner:
             log.warning("CudaGraphRunner: capture failed (%s: %s); running without a CUDA graph",
                         type(exc).__name__, exc)
             return
-        if static_outputs == FRESH:  # every tensor output over memory that is not an input's
+        if static_outputs == FRESH:  # every tensor output over memory that is not an input's,
+            # but one-element outputs (a loss) are held and cloned: a caller keeping the last
+            # step's loss then does not stop the next replay (the liveness rule)
             taken = {int(x.untyped_storage()._cdata) for x in self._static_inputs if isinstance(x, torch.Tensor)}
             outs: tuple[Any, ...] = self._static_outputs
-            static_outputs = [k for k, o in enumerate(outs) if isinstance(o, torch.Tensor)
+            static_outputs = [k for k, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.numel() > 1
                               and int(o.untyped_storage()._cdata) not in taken]
             del outs
         elif isinstance(static_outputs, str):
