@@ -277,8 +277,8 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
     (coil.runtime.segments; `stats.cuda_graph_segments` says what each segment became). Otherwise
     the whole graph is one CUDA graph; training graphs hand their outputs out uncloned and hold
     none (the forward's saved activations, the backward's gradients) under the liveness rule, and
-    a backward reads the saved activations in place and reuses their memory once read, in its
-    forward's pool (coil.runtime.cudagraph, "Handed-out outputs").
+    a graph reads what an earlier one handed out (a backward its saved activations, a loss graph
+    after a graph break its logits) in place, in that graph's pool, reusing the memory once read (coil.runtime.cudagraph, "Handed-out outputs").
     COIL_CUDA_GRAPH_SEGMENTS_UNCAPTURED runs the segment plan without capture on any device.
     """
     plan = getattr(call, "segments", None)
@@ -297,9 +297,10 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
         return SegmentedRunner(plan, capture=True, report=stats.cuda_graph_segments)
     from coil.runtime import cudagraphify
 
-    if kind == "forward":  # outputs handed out uncloned, not held (coil.runtime.handouts)
-        return cudagraphify(call, launches=launches, hold_outputs=False)
-    if kind == "backward":  # saved activations read in place and freed as in eager; the forward's pool
+    if kind in ("forward", "backward"):
+        # outputs handed out uncloned, not held (coil.runtime.handouts); inputs that an earlier
+        # training graph handed out (a backward's saved activations, a loss graph's logits after a
+        # graph break) are read in place, in that graph's pool, and freed once read as in eager
         return cudagraphify(call, launches=launches, borrow_inputs=True, hold_outputs=False)
     return cudagraphify(call, launches=launches)
 
