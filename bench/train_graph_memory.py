@@ -2,6 +2,8 @@
 
     python bench/train_graph_memory.py CASE [CONFIG ...]    (CASE: a `coil bench` training case,
                                                             CONFIG: inductor, coil_off, coil_on)
+    python bench/train_graph_memory.py --one CASE,CASE CONFIG   (several cases in one process, one
+                                                            after another, logging uncaptured calls)
 
 Each CONFIG runs in its own process (a clean allocator): the model is compiled (`inductor`:
 `torch.compile` default; `coil_off`: backend="coil" with COIL_CUDA_GRAPHS_TRAINING=0; `coil_on`:
@@ -127,8 +129,19 @@ def measure(case: str, config: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) >= 3 and argv[0] == "--one":
-        print("RESULT " + json.dumps(measure(argv[1], argv[2])), flush=True)
+    if len(argv) >= 3 and argv[0] == "--one":  # CASE[,CASE...] CONFIG: the cases one after another
+        import gc
+        import logging
+
+        import torch
+
+        logging.basicConfig(level=logging.WARNING)
+        logging.getLogger("coil.runtime").setLevel(logging.INFO)  # why a call ran uncaptured
+        for case in argv[1].split(","):
+            print("RESULT " + json.dumps(measure(case, argv[2])), flush=True)
+            torch._dynamo.reset()
+            gc.collect()
+            torch.cuda.empty_cache()
         return 0
     if not argv:
         raise SystemExit(__doc__)

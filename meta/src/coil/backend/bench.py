@@ -1,6 +1,8 @@
-"""`coil bench`: eager, torch.compile default (TorchInductor) and coil side by side, one process.
+"""`coil bench`: eager, torch.compile default (TorchInductor) and coil side by side, one process
+per model case (micro cases share the main process).
 
-For each case, on the same inputs, each mode in turn: `torch._dynamo.reset()`, fresh cache
+For each case, on the same inputs, each mode in turn (a model case's modes free what the one
+before left, its model, gradients and Dynamo code, before the next is measured): `torch._dynamo.reset()`, fresh cache
 folders (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, COIL_CACHE_DIR set to new temp folders before
 the compile, in-memory kernel memos cleared), the first call timed (cold compile + first run),
 then the median of `triton.testing.do_bench` (CUDA events), the peak memory of one warm iteration
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coil.backend.bench_models import EST_S, MODEL_CASES, SPECS, compile_mode, run_model
+from coil.backend.bench_models import EST_S, MODEL_CASES, SPECS, compile_mode, run_model_in_process
 
 if TYPE_CHECKING:
     import torch
@@ -460,7 +462,7 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
         t0 = time.perf_counter()
         print(f"[bench] {name} ...", flush=True)
         if name in MODELS:
-            res = run_model(name, functools.partial(_cold, ctx.root), tuple(modes))
+            res = run_model_in_process(name, ctx.root, tuple(modes))
         else:
             res = run_micro(name, ctx, modes)
         res["case_s"] = time.perf_counter() - t0

@@ -23,10 +23,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 TOL = 1e-2
@@ -310,10 +312,39 @@ def _release(model: Any) -> None:
     torch.cuda.empty_cache()
 
 
+def run_model_in_process(case: str, root: Path, modes: tuple[str, ...]) -> dict[str, Any]:
+    """`run_model` in a new process, one per case: eager, Inductor and coil still run side by side
+    on the same inputs, but nothing an earlier case left behind (cached blocks, Dynamo code,
+    CUDA-graph pools) is counted in this case's memory or time."""
+    fd, name = tempfile.mkstemp(suffix=".json", dir=root)
+    os.close(fd)
+    cmd = [sys.executable, "-m", "coil.backend.bench_models", "--case", case, str(root), ",".join(modes), name]
+    try:
+        p = subprocess.run(cmd, timeout=3600)
+        code: object = p.returncode
+    except subprocess.TimeoutExpired:
+        code = "timeout"
+    try:
+        res: dict[str, Any] = json.loads(Path(name).read_text())
+        return res
+    except (OSError, ValueError):
+        return {"kind": "model", "error": f"the case's process wrote no result (exit {code})"}
+
+
 def main(argv: list[str]) -> int:
-    """`python -m coil.backend.bench_models CASE MODE`: print the first call's seconds."""
-    case, mode = argv
+    """`python -m coil.backend.bench_models CASE MODE`: print the first call's seconds;
+    `... --case CASE ROOT MODES OUT.json`: `run_model` for one case (modes comma-separated, cold
+    caches under ROOT), its result written to OUT.json."""
     import coil.backend  # noqa: F401  (registers backend="coil")
+
+    if argv[:1] == ["--case"]:
+        from coil.backend.bench import _cold
+
+        case, root, modes, out = argv[1:]
+        res = run_model(case, functools.partial(_cold, Path(root)), tuple(modes.split(",")))
+        Path(out).write_text(json.dumps(res, indent=2, default=str))
+        return 0
+    case, mode = argv
 
     print(f"first_call_s={first_call(case, mode)}")
     print(json.dumps({"case": case, "mode": mode}))
