@@ -1,8 +1,8 @@
 """`coil bench`: eager, torch.compile default (TorchInductor) and coil side by side, one process
 per model case (micro cases share the main process).
 
-For each case, on the same inputs, each mode in turn (a model case's modes free what the one
-before left, its model, gradients and Dynamo code, before the next is measured): `torch._dynamo.reset()`, fresh cache
+For each case, on the same inputs, each mode in turn (in a model case, each mode first frees what
+the one before left: its model, gradients and Dynamo code): `torch._dynamo.reset()`, fresh cache
 folders (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, COIL_CACHE_DIR set to new temp folders before
 the compile, in-memory kernel memos cleared), the first call timed (cold compile + first run),
 then the median of `triton.testing.do_bench` (CUDA events), the peak memory of one warm iteration

@@ -278,7 +278,8 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
     the whole graph is one CUDA graph; training graphs hand their outputs out uncloned and hold
     none (the forward's saved activations, the backward's gradients) under the liveness rule, and
     a graph reads what an earlier one handed out (a backward its saved activations, a loss graph
-    after a graph break its logits) in place, in that graph's pool, reusing the memory once read (coil.runtime.cudagraph, "Handed-out outputs").
+    after a graph break its logits) in place, in that graph's pool, reusing the memory once read
+    (coil.runtime.cudagraph, "Handed-out outputs").
     COIL_CUDA_GRAPH_SEGMENTS_UNCAPTURED runs the segment plan without capture on any device.
     """
     plan = getattr(call, "segments", None)
