@@ -88,8 +88,9 @@ def measure(case: str, config: str) -> dict[str, Any]:
     from coil.runtime import cudagraph, segments
 
     made: list[Any] = []
+    original = cudagraph.CudaGraphRunner
 
-    class Recording(cudagraph.CudaGraphRunner):
+    class Recording(original):  # type: ignore[misc,valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             made.append(self)
@@ -125,6 +126,10 @@ def measure(case: str, config: str) -> dict[str, Any]:
     if made:
         pool_ids: dict[int, int] = {}
         res["runners"] = [_runner(r, pool_ids) for r in made]
+    # the next case in this process (--one A,B) must not keep this one's runners alive
+    cudagraph.CudaGraphRunner = original  # type: ignore[misc]
+    segments.CudaGraphRunner = original  # type: ignore[misc]
+    made.clear()
     return res
 
 

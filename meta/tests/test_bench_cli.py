@@ -34,3 +34,15 @@ def test_bench_selects_subsets() -> None:
     assert select([]) == suite_names() and len(suite_names()) == 16 + 10
     with pytest.raises(ValueError, match="unknown case"):
         select(["nope"])
+
+
+def test_a_model_case_whose_process_fails_is_reported_not_raised(tmp_path: object) -> None:
+    """Model cases run in a process each (bench_models.run_model_in_process): a process that dies
+    before writing its result gives an error entry naming its exit status, and the bench goes on."""
+    from pathlib import Path
+
+    from coil.backend.bench_models import run_model_in_process
+
+    res = run_model_in_process("no_such_model_train_amp", Path(str(tmp_path)), ("eager", "coil"))
+    assert res["kind"] == "model"
+    assert res["error"] == "the case's process wrote no result (exit 1)"
