@@ -273,3 +273,32 @@ def test_split_sizes_brute_force(sizes, head, ok):
     pre, suf, _ = got
     assert int(sympy.Mul(*pre)) == head
     assert sympy.Mul(*pre) * sympy.Mul(*suf) == sympy.Mul(*sizes)
+
+
+def test_readers_of_a_scalar_are_not_fused_for_its_sake(sch):
+    """Three products that share only a computed scalar (as dropout masks share the RNG seed)
+    stay three kernels: sharing 4 bytes saves nothing, and gathering such readers built one huge
+    kernel (fusion.HORIZONTAL_MIN_BYTES). Two readers of a 4 KiB input are still fused."""
+    from coil.scheduler.fusion import HORIZONTAL_MIN_BYTES
+
+    n = 1024
+    a, b, c = (torch.randn(n) for _ in range(3))
+    w = torch.randn(7)  # another iteration space: the scalar's producer cannot fuse into the products
+
+    def scalar_shared(a, b, c, w):
+        s = w.sum()
+        return a * s, b * s, c * s
+
+    def input_shared(a, b, c, w):
+        return b * a, c.exp() * a, w.sum() * 2
+
+    assert 4 <= HORIZONTAL_MIN_BYTES < 4 * n
+    kept = sch.schedule(scalar_shared, a, b, c, w)
+    sch.check_topological(kept)
+    sch.check_groups(kept)
+    products = [g for g in kept.kernels() if any(m.op.output.layout.numel == n for m in g.members)]
+    assert len(products) == 3, [g.name for g in kept.kernels()]
+    fused = sch.schedule(input_shared, a, b, c, w)
+    sch.check_groups(fused)
+    readers = [g for g in fused.kernels() if any(m.op.output.layout.numel == n for m in g.members)]
+    assert len(readers) == 1, [g.name for g in fused.kernels()]

@@ -1,7 +1,8 @@
 """Greedy fusion of Pointwise/Reduction operations into kernel groups.
 
 Candidates are pairs of groups that share a buffer: producer -> consumer (vertical) or two
-readers of the same buffer (horizontal). Each is scored by the bytes fusion saves (a buffer that
+readers of the same buffer (horizontal; not through a buffer of at most `HORIZONTAL_MIN_BYTES`
+an operation writes, such as an RNG seed). Each is scored by the bytes fusion saves (a buffer that
 need not be written and read back; an input read once instead of twice) and tried best first.
 A fusion is taken when `group.plan` accepts the merged group (same iteration space, reads at the
 written index) and it makes no cycle among the remaining groups. Every decision, taken or not,
@@ -35,6 +36,13 @@ from coil.scheduler.canonical import LoopOrder, loop_permutation
 from coil.scheduler.group import FusionIllegal, KernelGroup, plan
 from coil.scheduler.merge_dag import MergeDag
 from coil.scheduler.peak_bound import TOLERATED_BYTES, LiveProfile
+
+# Two readers of a buffer this small are not fused for its sake (horizontal fusion): reading it
+# twice costs nothing, and every dropout mask of a training graph reads the same 8-byte RNG seed,
+# so a GPT-2 forward gathered its 37 masks (37 Philox generators) into one kernel that took Triton
+# 18 s to compile (sm_90, offline on this project's build machine) against ~0.45 s for the others;
+# now each mask fuses into its consumer.
+HORIZONTAL_MIN_BYTES = 64
 
 
 @dataclass
@@ -192,6 +200,8 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                     if isinstance(w, Pointwise | Reduction) and not _is_scan(w) and not empty[id(w)] \
                             and gid[id(w)] != gid[id(op)]:
                         cands.append((2 * nbytes(w, r), gid[id(w)], gid[id(op)], r))
+                    if r in writer and nbytes(writer[r], r) <= HORIZONTAL_MIN_BYTES:
+                        continue  # sharing a scalar (an RNG seed) saves nothing: no horizontal fusion
                     for other in readers.get(r, []):
                         if other is not op and isinstance(other, Pointwise | Reduction) and not _is_scan(other) \
                                 and not empty[id(other)] and gid[id(other)] != gid[id(op)]:
