@@ -2,10 +2,8 @@
 # session 8: the CUDA-graph GPU tests and test_autotune.py alone (each file in its own process),
 # then bench/train_graph_memory.py (Inductor and coil with training graphs) on the AMP steps
 set -u
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 COIL_CACHE_DIR=/tmp/coil-cache COIL_AUTOTUNE=0
+source bench/device_env.sh
+export COIL_AUTOTUNE=0
 for t in ${TESTS:-packages/runtime/tests/test_gpu_fast.py tests-integration/test_cuda_graph_segments.py tests-integration/test_autotune.py}; do
   echo "== $t"
   timeout ${TEST_S:-150} python3 -m pytest -q -p no:cacheprovider --show-capture=no --tb=short $t > $OUT/t.log 2>&1

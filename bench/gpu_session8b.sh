@@ -2,10 +2,7 @@
 # session 8: CUDA-graph GPU tests (one process per file), train_graph_memory.py (CASES x
 # CONFIGS), then `coil bench BENCH` (eager, Inductor, coil in one process) when BENCH is set
 set -u
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 COIL_CACHE_DIR=/tmp/coil-cache
+source bench/device_env.sh
 for t in ${TESTS:-}; do
   echo "== $t"
   COIL_AUTOTUNE=0 timeout ${TEST_S:-150} python3 -m pytest -q -p no:cacheprovider --show-capture=no --tb=short $t > $OUT/t.log 2>&1

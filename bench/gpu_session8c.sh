@@ -1,10 +1,7 @@
 #!/usr/bin/env bash
 # session 8: two training cases in one process (does the second one replay?), then `coil bench BENCH`
 set -u
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 COIL_CACHE_DIR=/tmp/coil-cache
+source bench/device_env.sh
 if [ -n "${SEQ:-}" ]; then
   COIL_AUTOTUNE=0 timeout ${SEQ_S:-200} python3 bench/train_graph_memory.py --one $SEQ coil_on > $OUT/seq.log 2>&1
   grep -E "RESULT|CudaGraphRunner|Error" $OUT/seq.log | cut -c1-700

@@ -135,18 +135,15 @@ def measure(case: str, config: str) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 3 and argv[0] == "--one":  # CASE[,CASE...] CONFIG: the cases one after another
-        import gc
         import logging
 
-        import torch
+        from coil.backend.bench_models import _release
 
         logging.basicConfig(level=logging.WARNING)
         logging.getLogger("coil.runtime").setLevel(logging.INFO)  # why a call ran uncaptured
         for case in argv[1].split(","):
             print("RESULT " + json.dumps(measure(case, argv[2])), flush=True)
-            torch._dynamo.reset()
-            gc.collect()
-            torch.cuda.empty_cache()
+            _release(None)  # Dynamo's code, garbage, cached blocks: as coil bench between modes
         return 0
     if not argv:
         raise SystemExit(__doc__)
