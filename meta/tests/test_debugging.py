@@ -53,9 +53,14 @@ def test_progress_bar_only_on_a_tty_with_tqdm(monkeypatch: pytest.MonkeyPatch) -
         assert progress.progress_bar(5, "g") is None
     calls: list[int] = []
     monkeypatch.setattr(progress, "compile_kernels", lambda specs, device: calls.append(len(specs)) or {})
-    monkeypatch.setenv("COIL_COMPILE_THREADS", "2")
+    monkeypatch.setenv("COIL_COMPILE_WORKERS", "2")
     progress.compile_with_progress([object()] * 5, torch.device("cpu"), "g")  # type: ignore[list-item]
     assert calls == [2, 2, 1] and bars[-1].done == 5 and bars[-1].closed
+    calls.clear()
+    monkeypatch.setenv("COIL_COMPILE_WORKERS", "0")  # no workers: chunks of the thread count
+    monkeypatch.setenv("COIL_COMPILE_THREADS", "3")
+    progress.compile_with_progress([object()] * 5, torch.device("cpu"), "g")  # type: ignore[list-item]
+    assert calls == [3, 2]
     monkeypatch.setitem(sys.modules, "tqdm", None)  # not installed: no bar, one call
     assert progress.progress_bar(5, "g") is None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,11 @@ class FakeJit:
 
 
 @pytest.fixture
-def no_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_cuda_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No device context switch, and the thread path (worker processes: test_compile_pool.py)."""
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    with override(compile_workers=0):
+        yield
 
 
 def test_precompile_args_threads_and_errors(specs: Any, tmp_path: Path, no_cuda_device: None) -> None:

@@ -59,6 +59,38 @@ def test_aot_then_launch_without_compiling(cache_dir: Path, specs: Any, compiles
     assert not any(k.interpreted for k in kernels.values())
 
 
+def test_worker_processes_compile_and_this_process_only_loads(
+        cache_dir: Path, specs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With compile workers, Triton's code generator never runs in this process (each binary is
+    found in Triton's disk cache, where a worker put it), and the kernels compute x + y."""
+    from triton.compiler import ASTSource
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    generated: list[str] = []
+    real = ASTSource.make_ir
+
+    def make_ir(self: Any, *args: Any, **kwargs: Any) -> Any:
+        generated.append(self.fn.__name__)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ASTSource, "make_ir", make_ir)
+    device = torch.device("cuda")
+    blocks = (64, 128, 256, 512, 1024)
+    f32 = TensorArg(torch.float32)
+    spec_list = [KernelSpec(f"addw_{b}", specs.add_source.replace("add_kernel", f"addw_{b}"), (f32, f32, f32, 1024),
+                            {"BLOCK": b}) for b in blocks]
+    with override(compile_workers=2):
+        kernels = compile_kernels(spec_list, device)
+    assert generated == []
+    n = 1024 * 37
+    x, y = torch.randn(n, device=device), torch.randn(n, device=device)
+    for spec, block in zip(spec_list, blocks, strict=True):
+        out = torch.empty_like(x)
+        kernels[spec.name](((n + block - 1) // block,), x, y, out, n)
+        assert torch.equal(out, x + y)
+    assert generated == []
+
+
 def test_row_reduction_on_gpu(cache_dir: Path, specs: Any) -> None:
     kernels = compile_kernels([specs.rowsum_dynamic()], torch.device("cuda"))
     for rows, cols in [(1, 1), (17, 17), (64, 1000)]:

@@ -43,7 +43,7 @@ from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats,
 from coil.fx_passes import adopt_input_strides, run_post_grad_passes, run_pre_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
 from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, decomposition_table, lower
-from coil.runtime import KernelSpec, TensorArg
+from coil.runtime import KernelSpec, TensorArg, interpreter_enabled, prestart_compile_workers
 from coil.scheduler import Schedule, schedule
 from coil.triton_codegen import CodegenOptions, KernelSource, generate_schedule
 from coil.wrapper_codegen import KernelLaunch, WrapperProgram, build, emit_python
@@ -437,6 +437,9 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
     BACKEND_CALLS.append(call)
     first = len(COMPILED)
     t0 = time.perf_counter()
+    if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" and not interpreter_enabled(x.device)
+           for x in example_inputs):
+        prestart_compile_workers()  # they import Triton while the graph is traced and lowered
     gm = run_pre_grad_passes(gm, example_inputs)
     t1 = time.perf_counter()
     call.pre_grad_s = t1 - t0

@@ -1,8 +1,9 @@
 """A progress bar while a graph's kernels compile: only on a TTY, only when tqdm is installed.
 
 tqdm is optional (coil does not depend on it); it is looked up with importlib when a graph has
-kernels to compile. With a bar, kernels are compiled in chunks of COIL_COMPILE_THREADS (each chunk
-still compiles in parallel) so the bar can advance between chunks.
+kernels to compile. With a bar, kernels are compiled in chunks of COIL_COMPILE_WORKERS (or, with
+workers off, COIL_COMPILE_THREADS; each chunk still compiles in parallel) so the bar can advance
+between chunks.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def compile_with_progress(specs: Sequence[KernelSpec], device: torch.device, tit
     bar = progress_bar(len(specs), title)
     if bar is None:
         return compile_kernels(specs, device)
-    chunk = max(1, int(runtime_knobs.compile_threads))
+    chunk = max(1, int(runtime_knobs.compile_workers or runtime_knobs.compile_threads))
     out: dict[str, Any] = {}
     try:
         for i in range(0, len(specs), chunk):

@@ -6,44 +6,43 @@ stands a mock tensor in for them), ints as the spec's example values, plus the b
 num_warps and num_stages (and debug options for a `KernelSpec(debug=True)`: `launch_options`). Triton keeps the binary in its in-memory kernel cache (the first real
 launch with the same specialisation finds it there) and in its own on-disk cache (TRITON_CACHE_DIR).
 
-The first kernel compiles in the calling thread (so Triton's driver and torch's CUDA context are
-set up by one thread), the rest on a pool of `COIL_COMPILE_THREADS` threads, each with the target
-device made current.
+With worker processes (COIL_COMPILE_WORKERS > 0, the default; `compile_pool`), each kernel's
+warmup is first captured as a `CompileJob` (`compile_jobs.capture`) and compiled by a worker into
+Triton's disk cache; as each job finishes, this thread runs the kernel's warmup, which now only
+loads the binary. Kernels with no job (already compiled here, or not capturable) are warmed up
+first, while the workers run. A job that fails in a worker costs nothing but time: the warmup
+here compiles the kernel and raises its real error.
+
+Without workers (COIL_COMPILE_WORKERS=0, or fewer than two kernels), the first kernel compiles in
+the calling thread (so Triton's driver and torch's CUDA context are set up by one thread), the
+rest on a pool of `COIL_COMPILE_THREADS` threads, each with the target device made current.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from coil.runtime import compile_jobs, compile_pool
 from coil.runtime.errors import KernelCompileError
-from coil.runtime.kernel import Kernel, launch_options
-from coil.runtime.spec import TensorArg
+from coil.runtime.kernel import Kernel
 
 if TYPE_CHECKING:
     import torch
 
-
-def warmup_args(kernel: Kernel) -> list[object]:
-    """The placeholder positional arguments that `warmup` compiles `kernel` for."""
-    return [a.dtype if isinstance(a, TensorArg) else a for a in kernel.spec.args]
+log = logging.getLogger("coil.runtime")
 
 
 def _compile_one(kernel: Kernel, device: torch.device) -> None:
     import torch
 
-    spec = kernel.spec
     try:
         with torch.cuda.device(device):
-            kernel.fn.warmup(
-                *warmup_args(kernel),
-                grid=(1,),
-                **spec.constexprs,
-                **launch_options(spec),
-            )
+            compile_jobs.warmup(kernel)
     except Exception as exc:
-        raise KernelCompileError(spec.name, kernel.path, "compile", exc) from exc
+        raise KernelCompileError(kernel.spec.name, kernel.path, "compile", exc) from exc
 
 
 def precompile(kernels: Sequence[Kernel], device: torch.device, threads: int) -> None:
@@ -51,20 +50,7 @@ def precompile(kernels: Sequence[Kernel], device: torch.device, threads: int) ->
 
     Raises `KernelCompileError` (the Triton error chained) naming the kernel and its source file.
     """
-    if not kernels:
-        return
-    _compile_one(kernels[0], device)
-    rest = kernels[1:]
-    if not rest:
-        return
-    if threads <= 1:
-        for kernel in rest:
-            _compile_one(kernel, device)
-        return
-    with ThreadPoolExecutor(max_workers=min(threads, len(rest)), thread_name_prefix="coil-aot") as pool:
-        futures = [pool.submit(_compile_one, kernel, device) for kernel in rest]
-        errors = [f.exception() for f in futures]
-    for error in errors:
+    for error in precompile_each(kernels, device, threads):
         if error is not None:
             raise error
 
@@ -77,11 +63,17 @@ def precompile_each(kernels: Sequence[Kernel], device: torch.device, threads: in
     Several kernels may share one Triton function (the variants of a kernel under other
     constexprs). A function's first compile sets up its per-device state (its cache key, its
     argument binder and kernel cache), which Triton does not guard against concurrent first
-    use, so compiles run in two rounds: the first kernel of every distinct function (the very
-    first in the calling thread, the others on the pool), then all the rest on the pool.
+    use. Through worker processes every warmup here runs in the calling thread; on threads,
+    compiles run in two rounds: the first kernel of every distinct function (the very first in
+    the calling thread, the others on the pool), then all the rest on the pool.
     """
     if not kernels:
         return []
+    workers = compile_pool.shared_pool() if len(kernels) > 1 else None
+    if workers is not None:
+        got = _in_workers(kernels, device, workers)
+        if got is not None:
+            return got
     errors: list[KernelCompileError | None] = [None] * len(kernels)
     seen: set[int] = set()
     firsts: list[int] = []
@@ -108,3 +100,23 @@ def _try_one(kernel: Kernel, device: torch.device) -> KernelCompileError | None:
     except KernelCompileError as exc:
         return exc
     return None
+
+
+def _in_workers(kernels: Sequence[Kernel], device: torch.device,
+                pool: compile_pool.CompilePool) -> list[KernelCompileError | None] | None:
+    """`precompile_each` through worker processes (see the module docstring); None when the
+    jobs could not be captured at all (the caller compiles on threads instead)."""
+    try:
+        jobs = compile_jobs.capture(kernels, device)
+    except Exception as exc:  # e.g. a Triton without jit_cache_hook: compile here instead
+        log.debug("coil: kernel compile jobs not captured (%s: %s); compiling on threads", type(exc).__name__, exc)
+        return None
+    errors: list[KernelCompileError | None] = [None] * len(kernels)
+    sent = [i for i, job in enumerate(jobs) if job is not None]
+    results = pool.run([job for job in jobs if job is not None]) if sent else iter(())
+    for i, job in enumerate(jobs):
+        if job is None:
+            errors[i] = _try_one(kernels[i], device)
+    for k, _ in results:
+        errors[sent[k]] = _try_one(kernels[sent[k]], device)
+    return errors

@@ -9,7 +9,11 @@ Knobs:
   COIL_CACHE_DIR        cache_dir         Path  root of coil's on-disk cache (default ~/.cache/coil);
                                                 kernel sources live under <cache_dir>/kernels/
   COIL_COMPILE_THREADS  compile_threads   int   threads compiling kernels ahead of time on a GPU
-                                                (default min(32, cpu count); 1 = serial)
+                                                (default min(32, cpu count); 1 = serial) when
+                                                compile workers are off
+  COIL_COMPILE_WORKERS  compile_workers   int   worker processes compiling GPU kernels
+                                                (compile_pool; default min(32, cpu count);
+                                                0 = none: compile on threads of this process)
   COIL_AOT_COMPILE      aot_compile       bool  compile GPU kernels in compile_kernels rather than
                                                 at their first launch (default on)
   COIL_FAST_LAUNCH      fast_launch       bool  launch GPU kernels through their bound launcher,
@@ -51,14 +55,19 @@ def _parse_bool(name: str, raw: str) -> bool:
     raise ValueError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
 
 
-def _parse_positive_int(name: str, raw: str) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not an integer") from None
-    if value < 1:
-        raise ValueError(f"{name}={raw!r} must be >= 1")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str, str], int]:
+    """A parser of integer knobs that rejects values below `minimum`."""
+
+    def parse(name: str, raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ValueError(f"{name}={raw!r} is not an integer") from None
+        if value < minimum:
+            raise ValueError(f"{name}={raw!r} must be >= {minimum}")
+        return value
+
+    return parse
 
 
 def _parse_path(name: str, raw: str) -> Path:
@@ -107,7 +116,8 @@ class RuntimeKnobs:
     """The runtime's knobs; use the module-level `knobs` instance."""
 
     cache_dir = _EnvKnob("COIL_CACHE_DIR", _parse_path, lambda: Path.home() / ".cache" / "coil")
-    compile_threads = _EnvKnob("COIL_COMPILE_THREADS", _parse_positive_int, _default_threads)
+    compile_threads = _EnvKnob("COIL_COMPILE_THREADS", _int_at_least(1), _default_threads)
+    compile_workers = _EnvKnob("COIL_COMPILE_WORKERS", _int_at_least(0), _default_threads)
     aot_compile = _EnvKnob("COIL_AOT_COMPILE", _parse_bool, lambda: True)
     fast_launch = _EnvKnob("COIL_FAST_LAUNCH", _parse_bool, lambda: True)
     triton_interpret = _EnvKnob("TRITON_INTERPRET", _parse_bool, lambda: False)

@@ -1,0 +1,118 @@
+"""`CompileJob`: what another process needs to compile one kernel exactly as this one would.
+
+A GPU kernel's first `JITFunction.warmup` in this process would compile it here, under the GIL.
+Instead, `capture` runs that warmup with Triton's `knobs.runtime.jit_cache_hook` set: Triton
+calls the hook with its own serialised description of the call (the JSON of its
+`serialize_specialization_data`: signature, constexprs, attributes such as 16-byte divisibility,
+options) just before it would compile, and the hook answers "skip". The job keeps that JSON, the
+GPU target (`GPUTarget` fields), the kernel module's file, and this process's environment
+(Triton's cache key reads some variables; `TRITON_CACHE_DIR` is set to the folder Triton uses
+here). A worker (`compile_worker`) rebuilds Triton's `ASTSource` from it and calls
+`triton.compile`, which writes the binary into Triton's on-disk cache under the key this
+process's own warmup computes next, so that warmup only loads it.
+
+Nothing here decides correctness: a job that is wrong or lost only means the later warmup in this
+process compiles the kernel itself.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from coil.runtime.kernel import Kernel, launch_options
+from coil.runtime.spec import TensorArg
+
+if TYPE_CHECKING:
+    import torch
+
+_local = threading.local()
+_hook_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """One kernel to compile in a worker process (JSON-serialisable fields only).
+
+    Attributes:
+        path: the kernel module's file (coil's disk-cache entry; executed as a module there).
+        name: the `@triton.jit` function in that module.
+        specialization: Triton's JSON description of the call (see the module docstring).
+        target: `GPUTarget(backend, arch, warp_size)` fields of the device it is compiled for.
+        env: this process's environment, with `TRITON_CACHE_DIR` resolved.
+    """
+
+    path: str
+    name: str
+    specialization: str
+    target: tuple[str, int | str, int]
+    env: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The job as a JSON object (the worker protocol's request)."""
+        return {"path": self.path, "name": self.name, "specialization": self.specialization,
+                "target": list(self.target), "env": self.env}
+
+
+def warmup_args(kernel: Kernel) -> list[object]:
+    """The placeholder positional arguments that `warmup` compiles `kernel` for."""
+    return [a.dtype if isinstance(a, TensorArg) else a for a in kernel.spec.args]
+
+
+def warmup(kernel: Kernel) -> None:
+    """`JITFunction.warmup` of `kernel` with its spec's arguments, constexprs and options (on the
+    current device): compiles it, or finds it in Triton's caches."""
+    spec = kernel.spec
+    kernel.fn.warmup(*warmup_args(kernel), grid=(1,), **spec.constexprs, **launch_options(spec))
+
+
+def _hook(**kwargs: Any) -> bool | None:
+    """Triton's jit_cache_hook while `capture` runs: on a capturing thread record the call's
+    specialisation and skip the compile; elsewhere defer to the hook that was set before."""
+    box = getattr(_local, "box", None)
+    if box is None:
+        previous = _previous_hook[0]
+        return previous(**kwargs) if previous is not None else None
+    box.append(str(kwargs["compile"]["specialization_data"]))
+    return True
+
+
+_previous_hook: list[Any] = [None]
+
+
+def capture(kernels: Sequence[Kernel], device: torch.device) -> list[CompileJob | None]:
+    """A job per kernel (same order), or None where Triton would not compile it here (its binary
+    is already in this process's kernel cache) or where the capture itself failed (the caller's
+    warmup will then compile it, and report any error)."""
+    import torch
+    import triton
+    from triton.runtime.driver import driver
+
+    with torch.cuda.device(device):
+        t = driver.active.get_current_target()
+    target = (str(t.backend), t.arch, int(t.warp_size))
+    env = dict(os.environ)
+    env["TRITON_CACHE_DIR"] = str(triton.knobs.cache.dir)
+    jobs: list[CompileJob | None] = []
+    with _hook_lock:
+        _previous_hook[0] = triton.knobs.runtime.jit_cache_hook
+        triton.knobs.runtime.jit_cache_hook = _hook
+        try:
+            with torch.cuda.device(device):
+                for kernel in kernels:
+                    box: list[str] = []
+                    _local.box = box
+                    try:
+                        warmup(kernel)
+                    except Exception:
+                        box.clear()  # the caller's own warmup raises it, with its kernel named
+                    finally:
+                        _local.box = None
+                    jobs.append(CompileJob(str(kernel.path), kernel.name, box[0], target, env) if box else None)
+        finally:
+            triton.knobs.runtime.jit_cache_hook = _previous_hook[0]
+            _previous_hook[0] = None
+    return jobs

@@ -1,0 +1,173 @@
+"""Compiling GPU kernels in worker processes (compile_jobs, compile_worker, compile_pool, aot), on
+the CPU: Triton compiles for a named sm_90 target without a GPU, and this process stands a
+driver in for the device that reports that target.
+
+The oracle is Triton's own on-disk cache: a worker must write each binary under the key that
+this process's `JITFunction.warmup` computes, so the warmup afterwards finds it there and never
+reaches Triton's code generator (`ASTSource.make_ir`, watched here); a kernel no worker compiled
+does reach it, which shows the check can fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from coil.runtime import KernelCompileError, KernelSpec, TensorArg, compile_jobs
+from coil.runtime import aot as aot_module
+from coil.runtime.compile import _load
+from coil.runtime.compile_pool import CompilePool
+from coil.runtime.kernel import Kernel
+from coil.runtime.knobs import override
+
+CUDA0 = torch.device("cuda", 0)
+
+
+class _Sm90Driver:
+    """What Triton's warmup asks of the active driver, for a device that is not there."""
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int) -> int:
+        return 0
+
+    def get_current_target(self) -> Any:
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+
+@pytest.fixture
+def sm90(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cache_dir: Path) -> Iterator[Path]:
+    """An sm_90 stand-in driver, an empty TRITON_CACHE_DIR (yielded), no interpreter."""
+    from triton.runtime.driver import driver
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    triton_cache = tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_cache))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(driver, "_active", _Sm90Driver())
+    yield triton_cache
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[CompilePool]:
+    p = CompilePool(2)
+    yield p
+    p.close()
+
+
+def _entries(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()} if folder.exists() else set()
+
+
+def _kernels(specs: Any, blocks: tuple[int, ...]) -> list[Kernel]:
+    return [_load(specs.add(b), CUDA0, False) for b in blocks] + [_load(specs.rowsum(100), CUDA0, False)]
+
+
+class _Generated(Exception):
+    pass
+
+
+def test_a_worker_fills_the_cache_entry_the_warmup_here_reads(specs: Any, sm90: Path, pool: CompilePool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from triton.compiler import ASTSource
+
+    generated: list[str] = []
+
+    def make_ir(self: Any, *args: Any, **kwargs: Any) -> Any:
+        generated.append(self.fn.__name__)
+        raise _Generated(self.fn.__name__)
+
+    kernels = _kernels(specs, (64, 256))
+    jobs = compile_jobs.capture(kernels, CUDA0)
+    assert all(j is not None for j in jobs)
+    assert _entries(sm90) == set()  # capturing compiles nothing
+    results = list(pool.run([j for j in jobs if j is not None]))
+    assert sorted(i for i, _ in results) == [0, 1, 2] and all(e is None for _, e in results)
+    filled = _entries(sm90)
+    assert len(filled) >= 3
+    monkeypatch.setattr(ASTSource, "make_ir", make_ir)
+    for kernel in kernels:
+        compile_jobs.warmup(kernel)  # here: found on disk, nothing generated
+    assert generated == [] and _entries(sm90) == filled
+    with pytest.raises(_Generated):
+        compile_jobs.warmup(_load(specs.add(1024), CUDA0, False))  # no worker saw this one
+    assert generated == ["add_kernel"]
+
+
+def test_a_job_that_fails_is_reported_and_the_worker_goes_on(specs: Any, sm90: Path, pool: CompilePool) -> None:
+    good, = compile_jobs.capture([_load(specs.add(128), CUDA0, False)], CUDA0)
+    assert good is not None
+    missing = compile_jobs.CompileJob(good.path, "no_such_kernel", good.specialization, good.target, good.env)
+    bad_json = compile_jobs.CompileJob(good.path, good.name, "{not json", good.target, good.env)
+    results = dict(pool.run([missing, good, bad_json]))
+    assert results[1] is None
+    assert results[0] is not None and "AttributeError" in results[0] and "no_such_kernel" in results[0]
+    assert results[2] is not None and "JSONDecodeError" in results[2]
+    assert pool.live_workers() == 2
+
+
+def test_a_dead_worker_costs_its_job_not_the_others(specs: Any, sm90: Path) -> None:
+    jobs = [j for j in compile_jobs.capture(_kernels(specs, (32,)), CUDA0) if j is not None]
+    p = CompilePool(2)
+    try:
+        p.start()
+        victim = p._workers[0]
+        victim.proc.kill()
+        victim.proc.wait()
+        results = dict(p.run(jobs))
+        assert set(results) == {0, 1}
+        assert sum(e is None for e in results.values()) >= 1  # the live worker compiled the rest
+        assert p.live_workers() == 1
+        victim2 = p._workers[1]
+        victim2.proc.kill()
+        victim2.proc.wait()
+        assert all(e is not None for _, e in p.run(jobs))  # none left: every job reported, none lost
+    finally:
+        p.close()
+
+
+def test_precompile_through_workers_compiles_each_kernel_once_and_reports_errors(
+        specs: Any, sm90: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad_source = (
+        "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+        "def bad(x_ptr, BLOCK: tl.constexpr):\n    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)\n"
+    )
+    bad = _load(KernelSpec("bad", bad_source, (TensorArg(torch.float32),), {"BLOCK": 3}), CUDA0, False)
+    kernels = _kernels(specs, (64, 512))
+    kernels.insert(1, bad)
+    sent: list[int] = []
+    real_run = CompilePool.run
+
+    def counting_run(self: CompilePool, jobs: Any) -> Any:
+        sent.append(len(jobs))
+        return real_run(self, jobs)
+
+    monkeypatch.setattr(CompilePool, "run", counting_run)
+    with override(compile_workers=2):
+        errors = aot_module.precompile_each(kernels, CUDA0, threads=1)
+    assert sent == [4]  # every kernel went to the workers
+    assert [e is None for e in errors] == [True, False, True, True]
+    error = errors[1]
+    assert isinstance(error, KernelCompileError) and error.kernel_name == "bad" and error.stage == "compile"
+    filled = _entries(sm90)
+    with override(compile_workers=2):
+        assert aot_module.precompile_each(kernels[2:], CUDA0, threads=1) == [None, None]
+    assert _entries(sm90) == filled and sent == [4]  # in this process's memory now: no job, no entry
+
+
+def test_a_job_is_plain_json(specs: Any, sm90: Path) -> None:
+    job, = compile_jobs.capture([_load(specs.add(64), CUDA0, False)], CUDA0)
+    assert job is not None
+    request = json.loads(json.dumps(job.to_json()))
+    assert request["name"] == "add_kernel" and request["target"] == ["cuda", 90, 32]
+    assert request["env"]["TRITON_CACHE_DIR"] == str(sm90)
+    spec = json.loads(request["specialization"])
+    assert spec["constant_vals"] and spec["options"]["num_warps"] == 4
