@@ -121,6 +121,31 @@ def test_results_are_cached_in_memory_and_on_disk(fresh: None, cache_dir: object
     assert tune([_problem(rows=ROWS + 1)], CPU)[0].origin == "tuned"
 
 
+def _renamed(problem: TuningProblem, name: str) -> TuningProblem:
+    """The same kernel called `name`, its first line a comment naming other FX nodes (as coil's
+    kernels in each layer of a model do)."""
+    comment = f"# kernel {name}: fused FX nodes add_{name[-1]}, sum_{name[-1]}\n"
+    cands = tuple(Candidate(KernelSpec(name, comment + c.spec.source.replace("rowsum_xr", name),
+                                       c.spec.args, c.spec.constexprs), c.grid) for c in problem.candidates)
+    return TuningProblem(cands, problem.numels, problem.outputs, problem.reduction_length)
+
+
+def test_the_same_kernel_under_another_name_is_tuned_once(fresh: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    timer = FakeTimer({4: 1.0, 2: 0.4, 8: 0.5})
+    monkeypatch.setattr(timing, "measure", timer)
+    layers = [_renamed(_problem(), f"rowsum_layer{i}") for i in range(3)]
+    other = _renamed(_problem(rows=ROWS + 1), "rowsum_layer3")  # other sizes: its own problem
+    results = tune([*layers, other], CPU)
+    assert [r.origin for r in results] == ["tuned", "memo", "memo", "tuned"]
+    assert [r.choice for r in results] == [1, 1, 1, 1] and len(timer.calls) == 6
+    assert len({autotune.problem_key(p, CPU) for p in layers}) == 1
+    # a name is only a name: a kernel whose body differs is another problem
+    assert autotune.problem_key(_problem(wrong=1), CPU) != autotune.problem_key(_problem(), CPU)
+    autotune.clear_memo()
+    from_disk = tune([_renamed(_problem(), "rowsum_layer9")], CPU)[0]  # stored under layer0's name
+    assert (from_disk.origin, from_disk.choice, len(timer.calls)) == ("disk", 1, 6)
+
+
 @pytest.mark.parametrize("damage", ["truncate", "edit", "bogus_choice"])
 def test_a_damaged_cache_entry_is_rebuilt(fresh: None, cache_dir: object, monkeypatch: pytest.MonkeyPatch,
                                           damage: str) -> None:

@@ -4,12 +4,16 @@
 kernel under other constexprs, warps and grid; the default first), how many elements each of its
 pointer arguments has, which of them it writes, and its reduction length. For each problem:
 
-1. **Cache.** The key (`problem_key`: sha256 of every candidate's source hash, name, arguments,
-   size values, constexprs, warps, stages and grid, of the buffer sizes, and of the Triton and
-   torch versions and the device's name and compute capability) is looked up in an in-process
-   memo, then on disk (`<COIL_CACHE_DIR>/autotune/<key[:2]>/<key>.blob`, coil.runtime.disk_cache:
-   atomic, checksummed; a damaged or inconsistent entry is a miss, logged at INFO, and rewritten).
-   A hit runs nothing.
+1. **Cache.** The key (`problem_key`: sha256 of every candidate's source hash, without comment
+   lines and with the kernel's own name replaced by a placeholder, arguments, size values, constexprs, warps, stages and
+   grid, of the buffer sizes, and of the Triton and torch versions and the device's name and
+   compute capability) is looked up in an in-process memo, then on disk
+   (`<COIL_CACHE_DIR>/autotune/<key[:2]>/<key>.blob`, coil.runtime.disk_cache: atomic,
+   checksummed; a damaged or inconsistent entry is a miss, logged at INFO, and rewritten). A hit
+   runs nothing. The key ignores the kernel's name, so the same kernel under another name (each
+   layer of a transformer has its own copy of one softmax) is one problem: within one `tune`
+   call, problems with equal keys are tuned once, and the others take that result (origin
+   "memo").
 2. **Compile.** Every candidate of every missed problem is loaded and, on a GPU, compiled ahead of
    time in one parallel batch (`compile.compile_variants`). A candidate that fails to compile is
    dropped (INFO log).
@@ -36,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +61,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coil.runtime")
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 NAMESPACE = "autotune"
 SWITCH_MARGIN = 0.03  # leave the default only for a candidate more than 3 % faster
 SEED = 0
@@ -157,7 +162,11 @@ def tune(problems: Sequence[TuningProblem], device: torch.device) -> list[Tuning
 def _tune_all(problems: Sequence[TuningProblem], device: torch.device) -> list[TuningResult]:
     keys = [problem_key(p, device) for p in problems]
     results: list[TuningResult | None] = [_cached(p, k) for p, k in zip(problems, keys, strict=True)]
-    todo = [i for i, r in enumerate(results) if r is None]
+    first: dict[str, int] = {}
+    for i, r in enumerate(results):
+        if r is None:
+            first.setdefault(keys[i], i)
+    todo = sorted(first.values())
     specs = [c.spec for i in todo for c in problems[i].candidates]
     compiled = compile_variants(specs, device) if specs else []
     at = 0
@@ -168,6 +177,12 @@ def _tune_all(problems: Sequence[TuningProblem], device: torch.device) -> list[T
         if result.origin == "tuned":
             _store(problems[i], keys[i], result)
         results[i] = result
+    for i, r in enumerate(results):
+        if r is None:  # the same kernel as an earlier problem, under another name
+            same = results[first[keys[i]]]
+            assert same is not None
+            results[i] = TuningResult(same.choice, same.times_ms, same.rejected,
+                                      "memo" if same.origin == "tuned" else same.origin)
     return [r for r in results if r is not None]
 
 
@@ -184,10 +199,18 @@ def problem_key(problem: TuningProblem, device: torch.device) -> str:
     for c in problem.candidates:
         s = c.spec
         args = [str(a.dtype) if isinstance(a, TensorArg) else a for a in s.args]
-        add(hashlib.sha256(s.source.encode("utf-8")).hexdigest(), s.name, args,
+        add(hashlib.sha256(_anonymous(s).encode("utf-8")).hexdigest(), args,
             sorted(s.constexprs.items()), s.num_warps, s.num_stages, s.debug, c.grid)
     add(problem.numels, problem.outputs, problem.reduction_length)
     return h.hexdigest()
+
+
+def _anonymous(spec: KernelSpec) -> str:
+    """`spec.source` without comment lines and with the kernel's name replaced: what Triton
+    compiles, whatever the kernel is called (coil's kernels start with a comment naming the FX
+    nodes they fuse, which differ from layer to layer)."""
+    code = "\n".join(line for line in spec.source.splitlines() if not line.lstrip().startswith("#"))
+    return re.sub(rf"\b{re.escape(spec.name)}\b", "_coil_tuned_kernel_", code)
 
 
 def device_description(device: torch.device) -> str:
@@ -341,7 +364,7 @@ def _parse(problem: TuningProblem, text: str) -> TuningResult | None:
         choice = d["choice"]
         times = tuple(None if t is None else float(t) for t in d["times_ms"])
         rejected = {int(i): str(w) for i, w in d["rejected"].items()}
-        ok = (d["format"] == FORMAT_VERSION and d["kernel"] == problem.name and d["configs"] == configs
+        ok = (d["format"] == FORMAT_VERSION and d["configs"] == configs
               and isinstance(choice, int) and 0 <= choice < len(configs) and choice not in rejected
               and len(times) == len(configs))
     except (ValueError, KeyError, TypeError, AttributeError):
