@@ -4,7 +4,8 @@
 
 Compiles CASE's step with backend="coil" (fresh cache folders), with torch's
 `AOTAutogradCache._pickle_entry` wrapped: when it fails, prints the attribute paths inside the
-entry that lead to CUDA tensors (up to 20), their sizes and dtypes.
+entry that lead to CUDA tensors (up to 20), their sizes and dtypes, and the deepest attribute
+paths that fail to pickle in the same context (the error of each).
 """
 
 from __future__ import annotations
@@ -40,6 +41,33 @@ def cuda_tensors(obj: Any, path: str, out: list[str], seen: set[int], depth: int
                 cuda_tensors(getattr(obj, k), f"{path}.{k}", out, seen, depth + 1)
 
 
+def _children(obj: Any) -> list[tuple[str, Any]]:
+    if isinstance(obj, dict):
+        return [(f"[{k!r}]", v) for k, v in obj.items()]
+    if isinstance(obj, (list, tuple, set)):
+        return [(f"[{i}]", v) for i, v in enumerate(obj)]
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        return [(f".{k}", v) for k, v in vars(obj).items()]
+    return []
+
+
+def unpicklable(obj: Any, path: str, out: list[str], seen: set[int], depth: int = 0) -> bool:
+    """Record the deepest paths under `obj` that fail to pickle; True if `obj` itself fails."""
+    import pickle
+
+    if len(out) >= 10 or depth > 12 or id(obj) in seen:
+        return False
+    seen.add(id(obj))
+    try:
+        pickle.dumps(obj)
+        return False
+    except Exception as e:
+        error = f"{type(e).__name__}: {str(e)[:300]}"
+    if not any([unpicklable(v, path + k, out, seen, depth + 1) for k, v in _children(obj)]):
+        out.append(f"{path} ({type(obj).__name__}): {error}")
+    return True
+
+
 def main() -> None:
     case = sys.argv[1] if len(sys.argv) > 1 else "gpt2_train_amp"
     root = tempfile.mkdtemp()
@@ -49,14 +77,32 @@ def main() -> None:
 
     original = AOTAutogradCache._pickle_entry
 
+    def report(entry: Any, error: BaseException | None) -> None:
+        found: list[str] = []
+        cuda_tensors(entry, "entry", found, set())
+        print(f"[probe] entry {type(entry).__name__} did not pickle ({type(error).__name__}: {error}); "
+              "CUDA tensors inside:", flush=True)
+        for line in found or ["(none found by the walk)"]:
+            print("   ", line, flush=True)
+        if error is not None:
+            import traceback
+
+            for line in traceback.format_exception(error)[-12:]:
+                print("    |", line.rstrip()[:300], flush=True)
+        bad: list[str] = []
+        unpicklable(entry, "entry", bad, set())
+        print("[probe] deepest parts that do not pickle:", flush=True)
+        for line in bad or ["(the walk found none)"]:
+            print("   ", line, flush=True)
+
     def probe(entry: Any, remote: bool) -> Any:
-        result = original(entry, remote)
+        try:
+            result = original(entry, remote)
+        except Exception as e:  # torch 2.11 catches only some types here: report, then re-raise
+            report(entry, e)
+            raise
         if result is None:
-            found: list[str] = []
-            cuda_tensors(entry, "entry", found, set())
-            print(f"[probe] entry {type(entry).__name__} did not pickle; CUDA tensors inside:", flush=True)
-            for line in found or ["(none found by the walk)"]:
-                print("   ", line, flush=True)
+            report(entry, None)
         return result
 
     AOTAutogradCache._pickle_entry = staticmethod(probe)  # type: ignore[method-assign]

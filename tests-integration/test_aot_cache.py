@@ -5,6 +5,8 @@ reason the cache is not used is logged."""
 
 from __future__ import annotations
 
+import copyreg
+import io
 import logging
 import os
 import pickle
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 from coil.backend import COMPILED, coil_backend
-from coil.backend.aot_cache import PortableGraph
+from coil.backend.aot_cache import PortableGraph, portable_module
 from coil.backend.stats import BACKEND_CALLS
 from fresh_process import run_mlp
 from models import MLP
@@ -137,3 +139,44 @@ def test_portable_graph_pickles_its_constants_by_value_under_fake_mode() -> None
         assert (u.dtype, u.shape, u.stride(), u.storage_offset(), u.device) == (
             t.dtype, t.shape, t.stride(), t.storage_offset(), t.device), name
         assert torch.equal(u, t), name
+
+
+def _strict_dumps(obj: object) -> bytes:
+    """pickle.dumps, failing on any torch.Tensor pickled the default way (what torch 2.11 cannot
+    do for a real CUDA tensor under FakeTensorMode)."""
+    def refuse(t: torch.Tensor) -> Any:
+        raise pickle.PicklingError(f"a tensor {tuple(t.shape)} pickled by default")
+
+    buf = io.BytesIO()
+    p = pickle.Pickler(buf)
+    p.dispatch_table = {**copyreg.dispatch_table, torch.Tensor: refuse}
+    p.dump(obj)
+    return buf.getvalue()
+
+
+def _module_with_tensors() -> torch.fx.GraphModule:
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    y = g.call_function(torch.add, (x, g.get_attr("scale")))
+    g.output(g.call_function(torch.mul, (y, g.get_attr("weights"))))
+    root = torch.nn.Module()
+    root.scale = torch.tensor(2.5)
+    root.register_buffer("weights", torch.arange(4.0).to(torch.bfloat16))
+    return torch.fx.GraphModule(root, g)
+
+
+def test_a_portable_graph_module_pickles_its_tensors_by_value() -> None:
+    """torch 2.11 pickles the backward graph module into the entry under FakeTensorMode; its
+    tensor attributes and buffers must travel as bytes, come back equal, and still compute."""
+    with pytest.raises(pickle.PicklingError):
+        _strict_dumps(_module_with_tensors())  # the check can fail: by default they are tensors
+    gm = _module_with_tensors()
+    portable_module(gm)
+    with FakeTensorMode():
+        raw = _strict_dumps(gm)
+    back = pickle.loads(raw)
+    x = torch.randn(4)
+    assert torch.equal(back(x), gm(x)) and torch.equal(back.scale, gm.scale)
+    assert back.weights.dtype == torch.bfloat16 and "weights" in dict(back.named_buffers())
+    with pytest.raises(pickle.PicklingError):
+        _strict_dumps(_module_with_tensors())  # only the module made portable changed

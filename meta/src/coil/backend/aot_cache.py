@@ -112,6 +112,55 @@ def _unpickle_graph(text: str, constants: dict[str, PackedTensor]) -> PortableGr
     return PortableGraph(text, {k: unpack_tensor(v) for k, v in constants.items()})
 
 
+@dataclasses.dataclass(frozen=True)
+class _PackedAttribute:
+    """A graph module's tensor attribute as `pack_tensor` packed it (see `portable_module`)."""
+
+    packed: PackedTensor
+
+
+def _rebuild_module(rebuild: Callable[..., Any], body: dict[str, Any], *rest: Any) -> Any:
+    """Unpickle a module `portable_module` made portable: its tensors back, then torch's rebuild."""
+    body = {k: unpack_tensor(v.packed) if isinstance(v, _PackedAttribute) else v for k, v in body.items()}
+    buffers = body.get("_buffers")
+    if isinstance(buffers, dict):
+        body["_buffers"] = {k: unpack_tensor(v.packed) if isinstance(v, _PackedAttribute) else v
+                            for k, v in buffers.items()}
+    return rebuild(body, *rest)
+
+
+def portable_module(gm: torch.fx.GraphModule) -> None:
+    """Make `gm` pickle its tensor attributes and buffers by value (`pack_tensor`), like
+    `PortableGraph` does its constants.
+
+    torch 2.11 keeps the backward graph module in the AOTAutograd cache entry (for a lazy
+    backward compile) and pickles it while AOTAutograd's FakeTensorMode is active; a real CUDA
+    tensor attribute (a constant the graph reads, e.g. GPT-2's 0-d attention mask value) then
+    fails to pickle ("Please convert all Tensors to FakeTensors first ... aten._to_copy"), and
+    no entry of the graph is ever stored: every warm start misses. Each fx GraphModule has a class
+    of its own, so overriding `__reduce__` there changes this module only; unpickling rebuilds it
+    with every tensor back on its device.
+    """
+    cls = type(gm)
+    if getattr(cls, "_coil_portable", False):
+        return
+    reduce = cls.__reduce__
+
+    def __reduce__(self: torch.fx.GraphModule) -> tuple[Any, tuple[Any, ...]]:
+        rebuild, (body, *rest) = reduce(self)
+
+        def pack(v: Any) -> Any:
+            return _PackedAttribute(pack_tensor(v)) if type(v) is torch.Tensor else v
+
+        body = {k: pack(v) for k, v in body.items()}
+        if isinstance(body.get("_buffers"), dict):
+            body["_buffers"] = {k: pack(v) for k, v in body["_buffers"].items()}
+        return _rebuild_module, (rebuild, body, *rest)
+
+    cls.__reduce__ = __reduce__  # type: ignore[assignment,method-assign]
+    cls._coil_portable = True  # type: ignore[attr-defined]
+
+
 class CoilOutputCode(OutputCode):
     """One compiled forward, backward or inference graph, as torch's AOTAutograd cache holds it.
 

@@ -26,7 +26,7 @@ import torch
 import torch.fx
 from coil.backend import aot_cache, autotune, graph_cache, logs
 from coil.backend import options as compile_options
-from coil.backend.aot_cache import CoilOutputCode, PortableGraph
+from coil.backend.aot_cache import CoilOutputCode, PortableGraph, portable_module
 from coil.backend.artefacts import Artefacts
 from coil.backend.checks import (
     TRACKER,
@@ -43,7 +43,13 @@ from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats,
 from coil.fx_passes import adopt_input_strides, run_post_grad_passes, run_pre_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
 from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, decomposition_table, lower
-from coil.runtime import KernelSpec, TensorArg, interpreter_enabled, prestart_compile_workers
+from coil.runtime import (
+    KernelSpec,
+    TensorArg,
+    interpreter_enabled,
+    prefetch_kernels,
+    prestart_compile_workers,
+)
 from coil.scheduler import Schedule, schedule
 from coil.triton_codegen import CodegenOptions, KernelSource, generate_schedule
 from coil.wrapper_codegen import KernelLaunch, WrapperProgram, build, emit_python
@@ -125,6 +131,8 @@ def _compile_for_aot_cache(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     """`compile_graph` (inputs unchecked: Dynamo guards them) as the CoilOutputCode torch's
     AOTAutograd cache stores."""
     t0 = time.perf_counter_ns()
+    if kind == "backward":  # torch pickles this module into the entry, under its FakeTensorMode
+        portable_module(gm)
     call, graph = _compile_graph(gm, example_inputs, kind, False)
     code = CoilOutputCode(kind, call, None, graph) if isinstance(graph, str) else CoilOutputCode(kind, call, graph)
     code._time_taken_ns = time.perf_counter_ns() - t0  # torch reports it as the time a hit saves
@@ -229,6 +237,7 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     out.kernels(sources)
     _stage(stats, "device", _check_kernel_devices, sources, lowered, device)
     if autotune.enabled(device):  # COIL_AUTOTUNE: launch configurations chosen by timing
+        prefetch_kernels(_specs(sources, lowered), device)  # they compile while the candidates are timed
         sources = _stage(stats, "autotune", autotune.tune_sources, sources, lowered, device, target, stats, _specs)
     launches = {s.name: KernelLaunch(s.name, s.pointer_args, s.size_args, s.grid) for s in sources}
     program: WrapperProgram = _stage(stats, "wrapper codegen", build, sched, launches, reuse=knobs.reuse,
