@@ -57,12 +57,20 @@ def _model(layers: int, device: torch.device) -> Any:
 
 
 @contextmanager
-def _timed_scheduler(times: dict[str, float]) -> Iterator[None]:
-    """Time the scheduler's two parts (fusion, memory-planner ordering) by wrapping them where
-    `coil.scheduler.schedule` calls them."""
+def _timed_parts(times: dict[str, float]) -> Iterator[None]:
+    """Time parts of two stages by wrapping functions where their callers look them up: the
+    scheduler's fusion and memory-planner ordering (`coil.scheduler.schedule`), and autotuning's
+    compile of the candidates, the synthetic arguments, and the timing of each candidate
+    (`coil.runtime.autotune`, `coil.runtime.timing`)."""
+    import coil.runtime.autotune
+    import coil.runtime.timing
 
     sched_mod = sys.modules["coil.scheduler.schedule"]  # the package attribute is the function
-    saved = {n: getattr(sched_mod, n) for n in ("fuse", "order_steps")}
+    targets = [(sched_mod, "fuse", "fusion"), (sched_mod, "order_steps", "ordering"),
+               (coil.runtime.autotune, "compile_variants", "autotune: compile candidates"),
+               (coil.runtime.autotune, "make_arguments", "autotune: synthetic arguments"),
+               (coil.runtime.timing, "measure", "autotune: timing")]
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in targets]
 
     def wrap(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -73,13 +81,13 @@ def _timed_scheduler(times: dict[str, float]) -> Iterator[None]:
                 times[label] = times.get(label, 0.0) + time.perf_counter() - t0
         return timed
 
-    sched_mod.fuse = wrap("fusion", saved["fuse"])  # type: ignore[attr-defined]
-    sched_mod.order_steps = wrap("ordering", saved["order_steps"])  # type: ignore[attr-defined]
+    for (mod, name, label), (_, _, fn) in zip(targets, saved, strict=True):
+        setattr(mod, name, wrap(label, fn))
     try:
         yield
     finally:
-        for n, f in saved.items():
-            setattr(sched_mod, n, f)
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
 
 
 def _sync(device: torch.device) -> None:
@@ -136,7 +144,7 @@ def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
 
     sched_times: dict[str, float] = {}
     prof = cProfile.Profile() if profile else None
-    with _timed_scheduler(sched_times):
+    with _timed_parts(sched_times):
         t0, c0 = time.perf_counter(), time.process_time()
         if prof is not None:
             prof.enable()
@@ -181,8 +189,8 @@ def _print(r: dict[str, Any]) -> None:
     print(f"  AOTAutograd (without coil compile) {r['aot_autograd_s']:7.2f} s  (AOT cache: {', '.join(r['aot_cache'])})")
     for stage, t in r["coil_stages_s"].items():
         print(f"  {stage:<34} {t:7.2f} s")
-        if stage == "scheduling":
-            for part, tp in r["scheduler_parts_s"].items():
+        for part, tp in r["scheduler_parts_s"].items():
+            if part.startswith("autotune") == (stage == "autotune") and stage in ("scheduling", "autotune"):
                 print(f"    {part:<32} {tp:7.2f} s")
     total = sum(r["coil_stages_s"].values())
     print(f"  coil stages total                  {total:7.2f} s")

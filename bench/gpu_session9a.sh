@@ -2,12 +2,12 @@
 # session 9: where the cold compile of the bench's training steps goes on the GPU, after
 # 07b8c5b (no horizontal fusion through an RNG seed): bench/compile_profile.py per case, coil
 # cold then warm (a new process on the folders the cold run filled), Inductor cold, each with
-# its own empty cache folders; CPROFILE=case adds a cold coil run under cProfile for that case
+# its own empty cache folders (RUNS picks some of the three); CPROFILE=case adds a cold coil run under cProfile for that case
 set -u
 source bench/device_env.sh
 for case in ${CASES:-gpt2_train_amp resnet50_train_amp}; do
   C=/tmp/cp_$case; rm -rf $C
-  for run in coil:cold coil:warm inductor:cold; do
+  for run in ${RUNS:-coil:cold coil:warm inductor:cold}; do
     compiler=${run%%:*}; D=$C/$compiler; [ "${run#*:}" = cold ] && rm -rf $D; mkdir -p $D
     echo "== $case $run"
     COIL_CACHE_DIR=$D/coil TRITON_CACHE_DIR=$D/triton TORCHINDUCTOR_CACHE_DIR=$D/inductor \

@@ -19,6 +19,7 @@ EXPECTED_ALL = [
     "compile_kernels",
     "cudagraphify",
     "interpreter_enabled",
+    "prefetch_kernels",
     "prestart_compile_workers",
 ]
 
@@ -26,6 +27,7 @@ EXPECTED_SIGNATURES = {
     "compile_kernels": "(specs: 'Sequence[KernelSpec]', device: 'torch.device') -> 'dict[str, Kernel]'",
     "interpreter_enabled": "(device: 'torch.device') -> 'bool'",
     "prestart_compile_workers": "() -> 'None'",
+    "prefetch_kernels": "(specs: 'Sequence[KernelSpec]', device: 'torch.device') -> 'None'",
     "Kernel.__call__": "(self, grid: 'tuple[int, ...]', *args: 'object') -> 'None'",
     "CudaGraphRunner.__init__": (
         "(self, call: 'BoxedCall', example_inputs: 'Sequence[Any]', "
@@ -75,6 +77,7 @@ def test_signatures_snapshot() -> None:
         "compile_kernels": str(inspect.signature(runtime.compile_kernels)),
         "interpreter_enabled": str(inspect.signature(runtime.interpreter_enabled)),
         "prestart_compile_workers": str(inspect.signature(runtime.prestart_compile_workers)),
+        "prefetch_kernels": str(inspect.signature(runtime.prefetch_kernels)),
         "Kernel.__call__": str(inspect.signature(runtime.Kernel.__call__)),
         "CudaGraphRunner.__init__": str(inspect.signature(runtime.CudaGraphRunner.__init__)),
         "CudaGraphRunner.__call__": str(inspect.signature(runtime.CudaGraphRunner.__call__)),

@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from coil.runtime import KernelCompileError, KernelSpec, TensorArg, compile_jobs
+from coil.runtime import (
+    KernelCompileError,
+    KernelSpec,
+    TensorArg,
+    compile_jobs,
+    compile_pool,
+    prefetch_kernels,
+)
 from coil.runtime import aot as aot_module
 from coil.runtime.compile import _load
 from coil.runtime.compile_pool import CompilePool
@@ -126,10 +134,14 @@ def test_a_dead_worker_costs_its_job_not_the_others(specs: Any, sm90: Path) -> N
         assert set(results) == {0, 1}
         assert sum(e is None for e in results.values()) >= 1  # the live worker compiled the rest
         assert p.live_workers() == 1
+        assert dict(p.run(jobs)) == {0: None, 1: None}  # compiled once: the same jobs again are done
         victim2 = p._workers[1]
         victim2.proc.kill()
         victim2.proc.wait()
-        assert all(e is not None for _, e in p.run(jobs))  # none left: every job reported, none lost
+        fresh = [_load(specs.add(b), CUDA0, False) for b in (16, 2048)]  # jobs no worker saw
+        more = [j for j in compile_jobs.capture(fresh, CUDA0) if j is not None]
+        assert len(more) == 2
+        assert all(e is not None for _, e in p.run(more))  # no worker left: every job reported, none lost
     finally:
         p.close()
 
@@ -161,6 +173,52 @@ def test_precompile_through_workers_compiles_each_kernel_once_and_reports_errors
     with override(compile_workers=2):
         assert aot_module.precompile_each(kernels[2:], CUDA0, threads=1) == [None, None]
     assert _entries(sm90) == filled and sent == [4]  # in this process's memory now: no job, no entry
+
+
+def test_a_job_queued_twice_is_compiled_once(specs: Any, sm90: Path) -> None:
+    jobs = [j for j in compile_jobs.capture(_kernels(specs, (8,)), CUDA0) if j is not None]
+    p = CompilePool(1)
+    sent: list[str] = []
+    try:
+        p.start()
+        worker = p._workers[0]
+        call = worker.call
+
+        def counting(request: dict[str, Any]) -> Any:
+            sent.append(request["name"])
+            return call(request)
+
+        worker.call = counting  # type: ignore[method-assign]
+        first = p.run(jobs)  # a prefetch nobody waits for
+        assert dict(p.run(jobs + jobs)) == {0: None, 1: None, 2: None, 3: None}
+        assert sorted(sent) == sorted(j.name for j in jobs)  # each sent once
+        assert dict(first) == {0: None, 1: None}
+    finally:
+        p.close()
+
+
+def test_prefetched_kernels_are_compiled_once_and_waited_for(specs: Any, sm90: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[str] = []
+    call = compile_pool._Worker.call
+
+    def counting(self: Any, request: dict[str, Any]) -> Any:
+        sent.append(request["name"])
+        return call(self, request)
+
+    monkeypatch.setattr(compile_pool._Worker, "call", counting)
+    spec_list = [specs.add(4), specs.add(4096), specs.rowsum(60)]
+    with override(compile_workers=2):
+        prefetch_kernels(spec_list, CUDA0)  # returns at once; the workers get the jobs
+        deadline = time.monotonic() + 60
+        while len(sent) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(sent) == ["add_kernel", "add_kernel", "rowsum_kernel"]
+        errors = aot_module.precompile_each([_load(s, CUDA0, False) for s in spec_list], CUDA0, threads=1)
+    assert errors == [None, None, None] and len(sent) == 3  # waited for, not compiled again
+    with override(triton_interpret=True):
+        prefetch_kernels([specs.add(8)], CUDA0)  # interpreted: nothing to compile
+    assert len(sent) == 3
 
 
 def test_a_job_is_plain_json(specs: Any, sm90: Path) -> None:

@@ -2,8 +2,9 @@
 
 Generated wrapper code calls `compile_kernels(specs, device)` once per compiled graph, then
 `kernels[name]((g0, g1, g2), *args)` on every run. On a GPU, kernels are compiled ahead of time in
-parallel (in worker processes, `compile_pool`; `prestart_compile_workers` starts them early); on
-the CPU they run under Triton's interpreter. See the package README for the cache
+parallel (in worker processes, `compile_pool`; `prestart_compile_workers` starts them early,
+`prefetch_kernels` queues kernels without waiting); on the CPU they run under Triton's
+interpreter. See the package README for the cache
 layout and the knobs (`coil.runtime.knobs`). GPU launches bind Triton's compiled launcher after the
 first launch (`fast_launch`); `CudaGraphRunner`/`cudagraphify` capture a boxed callable into a
 CUDA graph; `SegmentedRunner` replays a graph's capturable segments and runs the steps between
@@ -12,7 +13,7 @@ them eagerly.
 Importing this package imports neither torch nor triton: both are imported on first use.
 """
 
-from coil.runtime.compile import compile_kernels
+from coil.runtime.compile import compile_kernels, prefetch_kernels
 from coil.runtime.compile_pool import prestart_compile_workers
 from coil.runtime.cudagraph import CudaGraphRunner, cudagraphify
 from coil.runtime.errors import KernelCompileError
@@ -31,5 +32,6 @@ __all__ = [
     "compile_kernels",
     "cudagraphify",
     "interpreter_enabled",
+    "prefetch_kernels",
     "prestart_compile_workers",
 ]

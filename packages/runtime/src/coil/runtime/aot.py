@@ -120,3 +120,18 @@ def _in_workers(kernels: Sequence[Kernel], device: torch.device,
     for k, _ in results:
         errors[sent[k]] = _try_one(kernels[sent[k]], device)
     return errors
+
+
+def prefetch(kernels: Sequence[Kernel], device: torch.device) -> None:
+    """Queue `kernels` for the compile workers and return at once (no-op without workers): a
+    later `precompile_each` of the same kernels finds them compiled, or waits for them instead
+    of compiling them twice. Never raises: a kernel that cannot be queued is compiled later."""
+    workers = compile_pool.shared_pool()
+    if workers is None or not kernels:
+        return
+    try:
+        jobs = compile_jobs.capture(kernels, device)
+    except Exception as exc:
+        log.debug("coil: kernel compile jobs not captured (%s: %s); nothing prefetched", type(exc).__name__, exc)
+        return
+    workers.run([job for job in jobs if job is not None])

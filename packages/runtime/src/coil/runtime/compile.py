@@ -73,6 +73,30 @@ def compile_kernels(specs: Sequence[KernelSpec], device: torch.device) -> dict[s
     return result
 
 
+def prefetch_kernels(specs: Sequence[KernelSpec], device: torch.device) -> None:
+    """Start compiling `specs` for `device` in the compile workers and return at once.
+
+    A later `compile_kernels` (or `compile_variants`) of an equal spec then waits for that compile
+    instead of starting its own, so a caller can queue a graph's kernels early and do other work
+    (autotuning the rest) while they compile. Does nothing on the CPU, under the interpreter,
+    with COIL_AOT_COMPILE=0 or COIL_COMPILE_WORKERS=0; never raises (a spec that fails to load is
+    reported by the later compile).
+    """
+    device = _normalize(device)
+    if device.type != "cuda" or interpreter_enabled(device) or not knobs.aot_compile:
+        return
+    kernels: list[Kernel] = []
+    for spec in specs:
+        with _lock:
+            known = (spec, device, False) in _kernels
+        if not known:
+            try:
+                kernels.append(_load(spec, device, False))
+            except KernelCompileError:
+                continue
+    aot.prefetch(kernels, device)
+
+
 def compile_variants(specs: Sequence[KernelSpec], device: torch.device) -> list[Kernel | KernelCompileError]:
     """Load and (on a GPU) compile every spec like `compile_kernels`, but names may repeat (the
     variants of one kernel under other constexprs or warps) and a failure is returned, not raised.

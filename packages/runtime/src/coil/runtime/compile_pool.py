@@ -5,15 +5,17 @@ process overlap little: on a 16-core H100 host, coil's 483 kernels of a GPT-2 tr
 18 s on 16 threads while the process used ~2 cores. Worker processes compile in parallel for real.
 
 Contract:
-- `run(jobs)` sends each `CompileJob` to a free worker and yields `(index, error)` as each one
-  finishes (`error` is None on success, else the worker's message), every index exactly once,
-  in completion order. A job whose worker died, or that no live worker is left for, is yielded
-  with an error. It never raises for a job's sake: compiling in a worker only fills Triton's
+- `run(jobs)` queues each `CompileJob` for the next free worker and yields `(index, error)` as
+  each one finishes (`error` is None on success, else the worker's message), every index
+  exactly once, in completion order. A job equal to one queued or compiled earlier is not sent
+  again (it finishes with that one; a failed one is sent again). A job whose worker died, or
+  that no live worker is left for, is yielded with an error. It never raises for a job's sake: compiling in a worker only fills Triton's
   disk cache, and the caller's own warmup afterwards is what decides and reports.
 - Workers are started by `start()` (or the first `run`), each `python -m
   coil.runtime.compile_worker` with this process's `sys.path` as PYTHONPATH; they stay up for
   the process's life (idle, blocked on their input) and end with it, or at `close()`.
-- Thread-safe: concurrent `run` calls share the workers, one request per worker at a time.
+- Thread-safe: concurrent `run` calls share one queue (first come, first served) and the
+  workers, one request per worker at a time; nobody has to iterate a run's results.
 
 `shared_pool()` is the process's pool with COIL_COMPILE_WORKERS workers (None when that is 0).
 """
@@ -21,13 +23,14 @@ Contract:
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from coil.runtime.compile_jobs import CompileJob
@@ -68,7 +71,7 @@ class _Worker:
             try:
                 self.proc.stdin.write(json.dumps(request) + "\n")
                 self.proc.stdin.flush()
-            except OSError:
+            except (OSError, ValueError):  # a broken pipe, or closed by `close`
                 self.alive = False
                 return None
             reply = self._read()
@@ -85,6 +88,20 @@ class _Worker:
             self.proc.kill()
 
 
+def _report(done: queue.SimpleQueue[tuple[int, str | None]], index: int, error: str | None) -> None:
+    done.put((index, error))
+
+
+class _Slot:
+    """One distinct job: its request, and its outcome once a worker answered."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        self.request = request
+        self.done = False
+        self.error: str | None = None
+        self.waiters: list[Callable[[str | None], None]] = []
+
+
 class CompilePool:
     """`size` worker processes (see the module docstring)."""
 
@@ -93,57 +110,74 @@ class CompilePool:
             raise ValueError(f"a CompilePool needs at least one worker, got {size}")
         self.size = size
         self._workers: list[_Worker] = []
+        self._queue: queue.SimpleQueue[_Slot | None] = queue.SimpleQueue()
+        self._slots: dict[str, _Slot] = {}
         self._lock = threading.Lock()
 
     def start(self) -> None:
         """Start the workers (returns at once; they import Triton in the background)."""
         with self._lock:
-            if not self._workers:
-                self._workers = [_Worker() for _ in range(self.size)]
+            if self._workers:
+                return
+            self._workers = [_Worker() for _ in range(self.size)]
+            for w in self._workers:
+                threading.Thread(target=self._serve, args=(w,), daemon=True, name="coil-compile-pool").start()
 
     def live_workers(self) -> int:
         """Workers not known to be dead."""
         with self._lock:
             return sum(w.alive is not False for w in self._workers)
 
-    def run(self, jobs: Sequence[CompileJob]) -> Iterator[tuple[int, str | None]]:
-        """Start compiling `jobs` on the workers (at once, before returning) and return an
-        iterator of `(index, error or None)`, one per job as it finishes."""
-        self.start()
-        pending: queue.SimpleQueue[int] = queue.SimpleQueue()
-        for i in range(len(jobs)):
-            pending.put(i)
-        done: queue.SimpleQueue[tuple[int, str | None]] = queue.SimpleQueue()
+    def _serve(self, worker: _Worker) -> None:
+        while (slot := self._queue.get()) is not None:
+            reply = worker.call(slot.request)
+            if reply is None:
+                self._finish(slot, "the compile worker exited")
+                return
+            self._finish(slot, None if reply.get("ok") is True else str(reply.get("error", "unknown error")))
 
-        def serve(worker: _Worker) -> None:
-            while True:
-                try:
-                    i = pending.get_nowait()
-                except queue.Empty:
-                    return
-                reply = worker.call(jobs[i].to_json())
-                if reply is None:
-                    done.put((i, "the compile worker exited"))
-                    return
-                done.put((i, None if reply.get("ok") is True else str(reply.get("error", "unknown error"))))
-
+    def _finish(self, slot: _Slot, error: str | None) -> None:
         with self._lock:
-            workers = [w for w in self._workers if w.alive is not False]
-        threads = [threading.Thread(target=serve, args=(w,), daemon=True, name="coil-compile-pool")
-                   for w in workers]
-        for t in threads:
-            t.start()
-        return self._results(len(jobs), done, threads)
+            slot.done, slot.error = True, error
+            waiters, slot.waiters = slot.waiters, []
+            if error is not None:  # a later run tries it again
+                key = json.dumps(slot.request, sort_keys=True)
+                if self._slots.get(key) is slot:
+                    del self._slots[key]
+        for wake in waiters:
+            wake(error)
 
-    @staticmethod
-    def _results(n: int, done: queue.SimpleQueue[tuple[int, str | None]],
-                 threads: list[threading.Thread]) -> Iterator[tuple[int, str | None]]:
+    def run(self, jobs: Sequence[CompileJob]) -> Iterator[tuple[int, str | None]]:
+        """Queue `jobs` for the workers (at once, before returning) and return an iterator of
+        `(index, error or None)`, one per job as it finishes. A job equal to one queued or done
+        earlier (by any caller) is not compiled again: it finishes when that one does. Nobody
+        has to iterate: the workers compile regardless (`prefetch`)."""
+        self.start()
+        done: queue.SimpleQueue[tuple[int, str | None]] = queue.SimpleQueue()
+        for i, job in enumerate(jobs):
+            request = job.to_json()
+            key = json.dumps(request, sort_keys=True)
+            with self._lock:
+                slot = self._slots.get(key)
+                fresh = slot is None
+                if slot is None:
+                    slot = self._slots[key] = _Slot(request)
+                finished = slot.done
+                if not finished:
+                    slot.waiters.append(functools.partial(_report, done, i))
+            if finished:
+                done.put((i, slot.error))
+            elif fresh:
+                self._queue.put(slot)
+        return self._results(len(jobs), done)
+
+    def _results(self, n: int, done: queue.SimpleQueue[tuple[int, str | None]]) -> Iterator[tuple[int, str | None]]:
         left = set(range(n))
         while left:
             try:
                 i, error = done.get(timeout=0.2)
             except queue.Empty:
-                if any(t.is_alive() for t in threads) or not done.empty():
+                if self.live_workers() > 0 or not done.empty():
                     continue
                 break  # every worker is gone with jobs left
             left.discard(i)
@@ -155,6 +189,8 @@ class CompilePool:
         """End the workers (idempotent)."""
         with self._lock:
             workers, self._workers = self._workers, []
+        for _ in workers:
+            self._queue.put(None)
         for w in workers:
             w.close()
 
