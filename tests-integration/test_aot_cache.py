@@ -180,3 +180,34 @@ def test_a_portable_graph_module_pickles_its_tensors_by_value() -> None:
     assert back.weights.dtype == torch.bfloat16 and "weights" in dict(back.named_buffers())
     with pytest.raises(pickle.PicklingError):
         _strict_dumps(_module_with_tensors())  # only the module made portable changed
+
+
+def test_the_backward_module_torch_stores_is_portable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The module made portable is the partitioner's backward (the one torch pickles into the
+    entry; the backward compiler only gets a copy), and its lifted constant pickles by value."""
+    import coil.backend.aot_cache as aot_cache_module
+
+    made: list[torch.fx.GraphModule] = []
+    real = aot_cache_module.portable_module
+
+    def recording(gm: torch.fx.GraphModule) -> None:
+        made.append(gm)
+        real(gm)
+
+    monkeypatch.setattr(aot_cache_module, "portable_module", recording)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x.sin() * torch.tensor([1.5, 2.5, 3.5])).sum()  # the constant: a graph attribute
+
+    torch._dynamo.reset()
+    x = torch.randn(3, requires_grad=True)
+    torch.compile(f, backend=coil_backend)(x).backward()
+    want = torch.cos(x.detach()) * torch.tensor([1.5, 2.5, 3.5])
+    assert x.grad is not None and torch.allclose(x.grad, want)
+    (bw,) = made
+    held = dict(bw.named_buffers())  # the lifted constant (a buffer of the module)
+    assert held and all(torch.equal(v, torch.tensor([1.5, 2.5, 3.5])) for v in held.values())
+    with FakeTensorMode():
+        raw = _strict_dumps(bw)
+    back = dict(pickle.loads(raw).named_buffers())
+    assert all(torch.equal(back[k], v) for k, v in held.items())

@@ -137,9 +137,10 @@ def portable_module(gm: torch.fx.GraphModule) -> None:
     backward compile) and pickles it while AOTAutograd's FakeTensorMode is active; a real CUDA
     tensor attribute (a constant the graph reads, e.g. GPT-2's 0-d attention mask value) then
     fails to pickle ("Please convert all Tensors to FakeTensors first ... aten._to_copy"), and
-    no entry of the graph is ever stored: every warm start misses. Each fx GraphModule has a class
-    of its own, so overriding `__reduce__` there changes this module only; unpickling rebuilds it
-    with every tensor back on its device.
+    no entry of the graph is ever stored: every warm start misses. The module torch stores is the
+    partitioner's (the backward compiler gets a deep copy), hence `partition`. Each fx
+    GraphModule has a class of its own, so overriding `__reduce__` there changes this module
+    only; unpickling rebuilds it with every tensor back on its device.
     """
     cls = type(gm)
     if getattr(cls, "_coil_portable", False):
@@ -159,6 +160,16 @@ def portable_module(gm: torch.fx.GraphModule) -> None:
 
     cls.__reduce__ = __reduce__  # type: ignore[assignment,method-assign]
     cls._coil_portable = True  # type: ignore[attr-defined]
+
+
+def partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """torch's `min_cut_rematerialization_partition`, with the backward module it returns made
+    portable (`portable_module`): the partitioner coil passes to AOTAutograd."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    fw_module, bw_module = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+    portable_module(bw_module)
+    return fw_module, bw_module
 
 
 class CoilOutputCode(OutputCode):

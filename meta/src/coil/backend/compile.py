@@ -26,7 +26,7 @@ import torch
 import torch.fx
 from coil.backend import aot_cache, autotune, graph_cache, logs
 from coil.backend import options as compile_options
-from coil.backend.aot_cache import CoilOutputCode, PortableGraph, portable_module
+from coil.backend.aot_cache import CoilOutputCode, PortableGraph
 from coil.backend.artefacts import Artefacts
 from coil.backend.checks import (
     TRACKER,
@@ -55,7 +55,6 @@ from coil.triton_codegen import CodegenOptions, KernelSource, generate_schedule
 from coil.wrapper_codegen import KernelLaunch, WrapperProgram, build, emit_python
 from coil.wrapper_codegen.segments import split_segments
 from torch._functorch.aot_autograd import aot_module_simplified
-from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 log = logging.getLogger("coil.backend")
 _counter = itertools.count()
@@ -131,8 +130,6 @@ def _compile_for_aot_cache(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     """`compile_graph` (inputs unchecked: Dynamo guards them) as the CoilOutputCode torch's
     AOTAutograd cache stores."""
     t0 = time.perf_counter_ns()
-    if kind == "backward":  # torch pickles this module into the entry, under its FakeTensorMode
-        portable_module(gm)
     call, graph = _compile_graph(gm, example_inputs, kind, False)
     code = CoilOutputCode(kind, call, None, graph) if isinstance(graph, str) else CoilOutputCode(kind, call, graph)
     code._time_taken_ns = time.perf_counter_ns() - t0  # torch reports it as the time a hit saves
@@ -475,7 +472,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
             bw_compiler=compilers["backward"],
             inference_compiler=compilers["inference"],
             decompositions=_decompositions(),
-            partition_fn=min_cut_rematerialization_partition,
+            partition_fn=aot_cache.partition,  # torch's min-cut partitioner; see aot_cache.portable_module
             keep_inference_input_mutations=True,
         )
     call.aot_s = time.perf_counter() - t1
