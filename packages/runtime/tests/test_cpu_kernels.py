@@ -88,6 +88,32 @@ def test_same_source_is_one_cache_entry_and_names_must_be_unique(cache_dir: Path
         compile_kernels([specs.add(64), clash], CPU)
 
 
+def test_copies_of_one_kernel_under_other_names_share_one_compile(cache_dir: Path, specs: Any) -> None:
+    """Each layer of a model has its own copy of a kernel, named apart and headed by a comment
+    naming its FX nodes: one load (and, on a GPU, one compile) serves every copy."""
+    f32 = TensorArg(torch.float32)
+
+    def copy(i: int, block: int = 64) -> KernelSpec:
+        source = f"# kernel add_layer{i}: fused FX nodes add_{i}\n" + specs.add_source.replace("add_kernel", f"add_layer{i}")
+        return KernelSpec(f"add_layer{i}", source, (f32, f32, f32, 1024), {"BLOCK": block})
+
+    kernels = compile_kernels([copy(0), copy(1), copy(2), copy(3, block=128)], CPU)
+    assert sorted(kernels) == ["add_layer0", "add_layer1", "add_layer2", "add_layer3"]
+    assert kernels["add_layer1"] is kernels["add_layer0"] is kernels["add_layer2"]
+    assert kernels["add_layer3"] is not kernels["add_layer0"]  # other constexprs: its own
+    assert cache_stats().writes == 2  # two modules loaded, not four
+    x, y = torch.randn(300), torch.randn(300)
+    for name in kernels:
+        out = torch.empty(300)
+        kernels[name]((5,), x, y, out, 300)
+        assert torch.equal(out, x + y), name
+    later = compile_kernels([copy(7)], CPU)["add_layer7"]  # another graph's copy: the memo
+    assert later is kernels["add_layer0"] and cache_stats().writes == 2
+    body = specs.add_source.replace("x + y", "x - y").replace("add_kernel", "add_layer9")
+    assert compile_kernels([KernelSpec("add_layer9", body, (f32, f32, f32, 1024), {"BLOCK": 64})],
+                           CPU)["add_layer9"] is not later  # another body: another kernel
+
+
 def test_launch_leaves_triton_in_compiled_mode(cache_dir: Path, specs: Any) -> None:
     """The interpreter switch is scoped: JITFunction.__call__ and tl.* are untouched afterwards."""
     import triton

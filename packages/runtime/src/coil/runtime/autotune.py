@@ -40,7 +40,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -199,18 +198,10 @@ def problem_key(problem: TuningProblem, device: torch.device) -> str:
     for c in problem.candidates:
         s = c.spec
         args = [str(a.dtype) if isinstance(a, TensorArg) else a for a in s.args]
-        add(hashlib.sha256(_anonymous(s).encode("utf-8")).hexdigest(), args,
+        add(hashlib.sha256(str(s.code_key[0]).encode("utf-8")).hexdigest(), args,
             sorted(s.constexprs.items()), s.num_warps, s.num_stages, s.debug, c.grid)
     add(problem.numels, problem.outputs, problem.reduction_length)
     return h.hexdigest()
-
-
-def _anonymous(spec: KernelSpec) -> str:
-    """`spec.source` without comment lines and with the kernel's name replaced: what Triton
-    compiles, whatever the kernel is called (coil's kernels start with a comment naming the FX
-    nodes they fuse, which differ from layer to layer)."""
-    code = "\n".join(line for line in spec.source.splitlines() if not line.lstrip().startswith("#"))
-    return re.sub(rf"\b{re.escape(spec.name)}\b", "_coil_tuned_kernel_", code)
 
 
 def device_description(device: torch.device) -> str:

@@ -20,14 +20,17 @@ if TYPE_CHECKING:
     import torch
 
 _lock = threading.Lock()
-_kernels: dict[tuple[KernelSpec, torch.device, bool], Kernel] = {}
+_kernels: dict[tuple[tuple[object, ...], torch.device, bool], Kernel] = {}  # by KernelSpec.code_key
 _modules: dict[Path, ModuleType] = {}
 
 
 def compile_kernels(specs: Sequence[KernelSpec], device: torch.device) -> dict[str, Kernel]:
     """Load every spec's kernel for `device` and return them by `KernelSpec.name`.
 
-    Per spec, unless this process already compiled an equal spec for the same device (then the
+    Specs whose code is the same (`KernelSpec.code_key`: equal but for the kernel's name and the
+    source's comment lines) share one `Kernel`, compiled once: the returned mapping has every
+    name, and a `Kernel`'s own `name` is that of the first such spec it was compiled for.
+    Per distinct code, unless this process already compiled it for the same device (then the
     same `Kernel` object is returned, nothing is re-read or re-imported):
 
     1. its module source is put in the disk cache (`disk_cache`: keyed by source, triton and torch
@@ -54,10 +57,15 @@ def compile_kernels(specs: Sequence[KernelSpec], device: torch.device) -> dict[s
 
     result: dict[str, Kernel] = {}
     fresh: list[Kernel] = []
+    first: dict[tuple[object, ...], str] = {}
+    same: dict[str, str] = {}
     for name, spec in by_name.items():
-        memo_key = (spec, device, interpreted)
+        earlier = first.setdefault(spec.code_key, name)
+        if earlier != name:
+            same[name] = earlier
+            continue
         with _lock:
-            kernel = _kernels.get(memo_key)
+            kernel = _kernels.get((spec.code_key, device, interpreted))
         if kernel is None:
             kernel = _load(spec, device, interpreted)
             fresh.append(kernel)
@@ -68,8 +76,10 @@ def compile_kernels(specs: Sequence[KernelSpec], device: torch.device) -> dict[s
     with _lock:
         for kernel in fresh:
             # a racing thread may have stored an equal kernel first: keep one, return it
-            kept = _kernels.setdefault((kernel.spec, device, interpreted), kernel)
+            kept = _kernels.setdefault((kernel.spec.code_key, device, interpreted), kernel)
             result[kernel.name] = kept
+    for name, earlier in same.items():
+        result[name] = result[earlier]
     return result
 
 
@@ -86,9 +96,11 @@ def prefetch_kernels(specs: Sequence[KernelSpec], device: torch.device) -> None:
     if device.type != "cuda" or interpreter_enabled(device) or not knobs.aot_compile:
         return
     kernels: list[Kernel] = []
+    seen: set[tuple[object, ...]] = set()
     for spec in specs:
         with _lock:
-            known = (spec, device, False) in _kernels
+            known = (spec.code_key, device, False) in _kernels or spec.code_key in seen
+        seen.add(spec.code_key)
         if not known:
             try:
                 kernels.append(_load(spec, device, False))
@@ -111,7 +123,7 @@ def compile_variants(specs: Sequence[KernelSpec], device: torch.device) -> list[
     fresh: list[tuple[int, Kernel]] = []
     for spec in specs:
         with _lock:
-            kernel = _kernels.get((spec, device, interpreted))
+            kernel = _kernels.get((spec.code_key, device, interpreted))
         if kernel is None:
             try:
                 kernel = _load(spec, device, interpreted)
@@ -128,7 +140,7 @@ def compile_variants(specs: Sequence[KernelSpec], device: torch.device) -> list[
     with _lock:
         for i, kernel in fresh:
             if out[i] is kernel:
-                out[i] = _kernels.setdefault((kernel.spec, device, interpreted), kernel)
+                out[i] = _kernels.setdefault((kernel.spec.code_key, device, interpreted), kernel)
     return out
 
 

@@ -6,7 +6,9 @@ Importing this module does not import torch: dtypes are checked lazily, when a T
 
 from __future__ import annotations
 
+import functools
 import keyword
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -101,3 +103,15 @@ class KernelSpec:
 
     def __hash__(self) -> int:
         return hash(self.key())
+
+    @functools.cached_property
+    def code_key(self) -> tuple[object, ...]:
+        """`key()` without the name, and with the source's comment lines left out and the
+        kernel's own name replaced by a placeholder: what Triton compiles, whatever the kernel is
+        called. coil names each copy of a kernel apart (a transformer has one per layer) and heads
+        it with a comment naming the FX nodes it fuses; specs with equal code keys compile to the
+        same binary, so the runtime compiles one of them (`compile_kernels`) and autotuning tunes
+        one (`autotune.problem_key`)."""
+        code = "\n".join(line for line in self.source.splitlines() if not line.lstrip().startswith("#"))
+        code = re.sub(rf"\b{re.escape(self.name)}\b", "_coil_kernel_", code)
+        return (code, self.args, tuple(sorted(self.constexprs.items())), self.num_warps, self.num_stages, self.debug)
