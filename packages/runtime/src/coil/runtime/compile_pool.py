@@ -9,8 +9,9 @@ Contract:
   each one finishes (`error` is None on success, else the worker's message), every index
   exactly once, in completion order. A job equal to one queued or compiled earlier is not sent
   again (it finishes with that one; a failed one is sent again). A job whose worker died, or
-  that no live worker is left for, is yielded with an error. It never raises for a job's sake: compiling in a worker only fills Triton's
-  disk cache, and the caller's own warmup afterwards is what decides and reports.
+  that no live worker is left for, is yielded with an error. It never raises for a job's sake:
+  compiling in a worker only fills Triton's disk cache, and the caller's own warmup afterwards
+  is what decides and reports.
 - Workers are started by `start()` (or the first `run`), each `python -m
   coil.runtime.compile_worker` with this process's `sys.path` as PYTHONPATH; they stay up for
   the process's life (idle, blocked on their input) and end with it, or at `close()`.
