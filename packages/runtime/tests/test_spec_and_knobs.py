@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,24 @@ def test_knob_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COIL_AOT_COMPILE", "maybe")
     with pytest.raises(ValueError, match="COIL_AOT_COMPILE"):
         _ = knobs.aot_compile
+
+
+def test_compile_parallelism_defaults_share_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    for env in ("COIL_COMPILE_THREADS", "COIL_COMPILE_WORKERS", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(env, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(48)), raising=False)
+    assert knobs.compile_workers == knobs.compile_threads == 32  # capped
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # eight ranks on this host (torchrun)
+    assert knobs.compile_workers == knobs.compile_threads == 6
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "64")
+    assert knobs.compile_workers == 1  # never 0: 0 is only ever asked for
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "junk")  # not a launcher's count: ignored
+    assert knobs.compile_workers == 32
+    monkeypatch.setenv("COIL_COMPILE_WORKERS", "0")
+    assert knobs.compile_workers == 0
+    monkeypatch.setenv("COIL_COMPILE_WORKERS", "-1")
+    with pytest.raises(ValueError, match="COIL_COMPILE_WORKERS"):
+        _ = knobs.compile_workers
 
 
 def test_override_is_scoped_nested_and_validated(tmp_path: Path) -> None:

@@ -9,11 +9,12 @@ Knobs:
   COIL_CACHE_DIR        cache_dir         Path  root of coil's on-disk cache (default ~/.cache/coil);
                                                 kernel sources live under <cache_dir>/kernels/
   COIL_COMPILE_THREADS  compile_threads   int   threads compiling kernels ahead of time on a GPU
-                                                (default min(32, cpu count); 1 = serial) when
+                                                (default min(32, usable CPUs / LOCAL_WORLD_SIZE);
+                                                1 = serial) when
                                                 compile workers are off
   COIL_COMPILE_WORKERS  compile_workers   int   worker processes compiling GPU kernels
-                                                (compile_pool; default min(32, cpu count);
-                                                0 = none: compile on threads of this process)
+                                                (compile_pool; default as for threads; 0 = none:
+                                                compile on threads of this process)
   COIL_AOT_COMPILE      aot_compile       bool  compile GPU kernels in compile_kernels rather than
                                                 at their first launch (default on)
   COIL_FAST_LAUNCH      fast_launch       bool  launch GPU kernels through their bound launcher,
@@ -109,7 +110,16 @@ class _EnvKnob(Generic[T]):
 
 
 def _default_threads() -> int:
-    return max(1, min(32, os.cpu_count() or 1))
+    """min(32, the CPUs this process may run on (its affinity mask, else the CPU count)), divided
+    among the processes of one host when a launcher says how many there are (torchrun's
+    LOCAL_WORLD_SIZE): eight ranks on one host each get an eighth, not 32 workers apiece."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    local = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
+    share = int(local) if local.isdigit() and int(local) > 0 else 1
+    return max(1, min(32, cpus // share))
 
 
 class RuntimeKnobs:
