@@ -405,6 +405,10 @@ def targets(report: dict[str, Any]) -> list[str]:
             and isinstance(c := r.get(m, {}).get("first_call_s"), float)]
     if warm:
         out.append("warm-cache / cold first call (new process): " + "; ".join(warm))
+    verdicts = [f"{n} " + ",".join(g["aot_cache"] for g in caches) for n, r in models.items()
+                if (caches := r.get("coil", {}).get("warm_graph_caches"))]
+    if verdicts:
+        out.append("coil's warm start, AOT cache per graph: " + "; ".join(verdicts))
     trains = {n: r for n, r in models.items() if "train" in n}
     if trains:
         pm = [n for n, r in trains.items() if isinstance(a := r.get("coil", {}).get("peak_mib"), float)

@@ -208,17 +208,29 @@ def first_call(case: str, mode: str) -> float:
     return time.perf_counter() - t0
 
 
-def warm_first_call(case: str, mode: str, env: dict[str, str]) -> float | str:
-    """First-call seconds in a new process whose caches are `env`'s (filled by a cold run)."""
+def warm_first_call(case: str, mode: str, env: dict[str, str]) -> tuple[float | str, list[dict[str, str]]]:
+    """First-call seconds in a new process whose caches are `env`'s (filled by a cold run), and,
+    for coil, where each graph came from there (`graph_caches`: name, graph cache, AOT cache)."""
     cmd = [sys.executable, "-m", "coil.backend.bench_models", case, mode]
     try:
         p = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
-        return "timeout"
-    for line in reversed(p.stdout.splitlines()):
+        return "timeout", []
+    seconds: float | str = f"failed (exit {p.returncode}): {p.stderr.strip()[-300:]}"
+    caches: list[dict[str, str]] = []
+    for line in p.stdout.splitlines():
         if line.startswith("first_call_s="):
-            return float(line.split("=", 1)[1])
-    return f"failed (exit {p.returncode}): {p.stderr.strip()[-300:]}"
+            seconds = float(line.split("=", 1)[1])
+        elif line.startswith("graph_caches="):
+            caches = json.loads(line.split("=", 1)[1])
+    return seconds, caches
+
+
+def graph_caches() -> list[dict[str, str]]:
+    """Each graph coil compiled in this process: its name and its graph- and AOT-cache verdicts."""
+    from coil.backend.stats import COMPILED
+
+    return [{"name": g.name, "graph_cache": str(g.graph_cache), "aot_cache": str(g.aot_cache)} for g in COMPILED]
 
 
 def _split(case: str) -> tuple[ModelSpec, str]:
@@ -273,7 +285,9 @@ def run_model(case: str, cold: Callable[[str], Any], modes: tuple[str, ...]) -> 
                 torch.cuda.synchronize()
                 r["first_call_s"] = time.perf_counter() - t0
                 if mode != "eager":
-                    r["warm_first_call_s"] = warm_first_call(case, mode, env)
+                    r["warm_first_call_s"], caches = warm_first_call(case, mode, env)
+                    if mode == "coil":
+                        r["warm_graph_caches"] = caches
             for _ in range(ACCURACY_CALL - 1):  # check a replayed call, not the (eager) warm-up
                 del out
                 out = step()
@@ -347,6 +361,7 @@ def main(argv: list[str]) -> int:
     case, mode = argv
 
     print(f"first_call_s={first_call(case, mode)}")
+    print(f"graph_caches={json.dumps(graph_caches())}")
     print(json.dumps({"case": case, "mode": mode}))
     return 0
 
