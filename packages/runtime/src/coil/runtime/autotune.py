@@ -4,16 +4,16 @@
 kernel under other constexprs, warps and grid; the default first), how many elements each of its
 pointer arguments has, which of them it writes, and its reduction length. For each problem:
 
-1. **Cache.** The key (`problem_key`: sha256 of every candidate's source hash, without comment
-   lines and with the kernel's own name replaced by a placeholder, arguments, size values, constexprs, warps, stages and
-   grid, of the buffer sizes, and of the Triton and torch versions and the device's name and
-   compute capability) is looked up in an in-process memo, then on disk
-   (`<COIL_CACHE_DIR>/autotune/<key[:2]>/<key>.blob`, coil.runtime.disk_cache: atomic,
-   checksummed; a damaged or inconsistent entry is a miss, logged at INFO, and rewritten). A hit
-   runs nothing. The key ignores the kernel's name, so the same kernel under another name (each
-   layer of a transformer has its own copy of one softmax) is one problem: within one `tune`
-   call, problems with equal keys are tuned once, and the others take that result (origin
-   "memo").
+1. **Cache.** The key (`problem_key`: sha256 of every candidate's source hash, taken without
+   comment lines and with the kernel's own name replaced (`KernelSpec.code_key`), arguments,
+   size values, constexprs, warps, stages and grid, of the buffer sizes, and of the Triton and
+   torch versions and the device's name and compute capability) is looked up in an in-process
+   memo, then on disk (`<COIL_CACHE_DIR>/autotune/<key[:2]>/<key>.blob`,
+   coil.runtime.disk_cache: atomic, checksummed; a damaged or inconsistent entry is a miss,
+   logged at INFO, and rewritten). A hit runs nothing. The key ignores the kernel's name, so the
+   same kernel under another name (each layer of a transformer has its own copy of one softmax)
+   is one problem: within one `tune` call, problems with equal keys are tuned once, and the
+   others take that result (origin "memo").
 2. **Compile.** Every candidate of every missed problem is loaded and, on a GPU, compiled ahead of
    time in one parallel batch (`compile.compile_variants`). A candidate that fails to compile is
    dropped (INFO log).
