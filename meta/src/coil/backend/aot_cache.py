@@ -119,14 +119,26 @@ class _PackedAttribute:
     packed: PackedTensor
 
 
+def _map_attributes(body: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, Any]:
+    """A module's `__dict__` (as its `__reduce__` gives it) with `fn` applied to every attribute
+    and every buffer."""
+    out = {k: fn(v) for k, v in body.items()}
+    if isinstance(out.get("_buffers"), dict):
+        out["_buffers"] = {k: fn(v) for k, v in out["_buffers"].items()}
+    return out
+
+
+def _unpack_attribute(v: Any) -> Any:
+    return unpack_tensor(v.packed) if isinstance(v, _PackedAttribute) else v
+
+
+def _pack_attribute(v: Any) -> Any:
+    return _PackedAttribute(pack_tensor(v)) if type(v) is torch.Tensor else v
+
+
 def _rebuild_module(rebuild: Callable[..., Any], body: dict[str, Any], *rest: Any) -> Any:
     """Unpickle a module `portable_module` made portable: its tensors back, then torch's rebuild."""
-    body = {k: unpack_tensor(v.packed) if isinstance(v, _PackedAttribute) else v for k, v in body.items()}
-    buffers = body.get("_buffers")
-    if isinstance(buffers, dict):
-        body["_buffers"] = {k: unpack_tensor(v.packed) if isinstance(v, _PackedAttribute) else v
-                            for k, v in buffers.items()}
-    return rebuild(body, *rest)
+    return rebuild(_map_attributes(body, _unpack_attribute), *rest)
 
 
 def portable_module(gm: torch.fx.GraphModule) -> None:
@@ -149,14 +161,7 @@ def portable_module(gm: torch.fx.GraphModule) -> None:
 
     def __reduce__(self: torch.fx.GraphModule) -> tuple[Any, tuple[Any, ...]]:
         rebuild, (body, *rest) = reduce(self)
-
-        def pack(v: Any) -> Any:
-            return _PackedAttribute(pack_tensor(v)) if type(v) is torch.Tensor else v
-
-        body = {k: pack(v) for k, v in body.items()}
-        if isinstance(body.get("_buffers"), dict):
-            body["_buffers"] = {k: pack(v) for k, v in body["_buffers"].items()}
-        return _rebuild_module, (rebuild, body, *rest)
+        return _rebuild_module, (rebuild, _map_attributes(body, _pack_attribute), *rest)
 
     cls.__reduce__ = __reduce__  # type: ignore[assignment,method-assign]
     cls._coil_portable = True  # type: ignore[attr-defined]

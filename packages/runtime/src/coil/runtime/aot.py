@@ -106,10 +106,8 @@ def _in_workers(kernels: Sequence[Kernel], device: torch.device,
                 pool: compile_pool.CompilePool) -> list[KernelCompileError | None] | None:
     """`precompile_each` through worker processes (see the module docstring); None when the
     jobs could not be captured at all (the caller compiles on threads instead)."""
-    try:
-        jobs = compile_jobs.capture(kernels, device)
-    except Exception as exc:  # e.g. a Triton without jit_cache_hook: compile here instead
-        log.debug("coil: kernel compile jobs not captured (%s: %s); compiling on threads", type(exc).__name__, exc)
+    jobs = _capture(kernels, device, "compiling on threads")
+    if jobs is None:
         return None
     errors: list[KernelCompileError | None] = [None] * len(kernels)
     sent = [i for i, job in enumerate(jobs) if job is not None]
@@ -129,9 +127,17 @@ def prefetch(kernels: Sequence[Kernel], device: torch.device) -> None:
     workers = compile_pool.shared_pool()
     if workers is None or not kernels:
         return
+    jobs = _capture(kernels, device, "nothing prefetched")
+    if jobs is not None:
+        workers.run([job for job in jobs if job is not None])
+
+
+def _capture(kernels: Sequence[Kernel], device: torch.device,
+             instead: str) -> list[compile_jobs.CompileJob | None] | None:
+    """`compile_jobs.capture`, or None (logged at DEBUG with what happens `instead`) when it fails
+    as a whole, e.g. on a Triton without `jit_cache_hook`."""
     try:
-        jobs = compile_jobs.capture(kernels, device)
+        return compile_jobs.capture(kernels, device)
     except Exception as exc:
-        log.debug("coil: kernel compile jobs not captured (%s: %s); nothing prefetched", type(exc).__name__, exc)
-        return
-    workers.run([job for job in jobs if job is not None])
+        log.debug("coil: kernel compile jobs not captured (%s: %s); %s", type(exc).__name__, exc, instead)
+        return None

@@ -96,7 +96,8 @@ def _report(done: queue.SimpleQueue[tuple[int, str | None]], index: int, error: 
 class _Slot:
     """One distinct job: its request, and its outcome once a worker answered."""
 
-    def __init__(self, request: dict[str, Any]) -> None:
+    def __init__(self, key: str, request: dict[str, Any]) -> None:
+        self.key = key  # the request as canonical JSON: what makes two jobs equal
         self.request = request
         self.done = False
         self.error: str | None = None
@@ -141,10 +142,8 @@ class CompilePool:
         with self._lock:
             slot.done, slot.error = True, error
             waiters, slot.waiters = slot.waiters, []
-            if error is not None:  # a later run tries it again
-                key = json.dumps(slot.request, sort_keys=True)
-                if self._slots.get(key) is slot:
-                    del self._slots[key]
+            if error is not None and self._slots.get(slot.key) is slot:  # a later run tries it again
+                del self._slots[slot.key]
         for wake in waiters:
             wake(error)
 
@@ -162,7 +161,7 @@ class CompilePool:
                 slot = self._slots.get(key)
                 fresh = slot is None
                 if slot is None:
-                    slot = self._slots[key] = _Slot(request)
+                    slot = self._slots[key] = _Slot(key, request)
                 finished = slot.done
                 if not finished:
                     slot.waiters.append(functools.partial(_report, done, i))
