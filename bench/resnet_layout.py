@@ -127,7 +127,7 @@ def _measure(case: str, mode: str, channels_last: str | None) -> dict[str, Any]:
     ratios = [_rmse(a, b) / (MULTIPLIER * _rmse(e, b) + TOL / 10) for a, b, e in zip(got, ref, eager, strict=True)]
     r["worst_ratio"] = round(max(ratios), 3)
     r["ms"] = round(_bench(step, 20, 200), 3)
-    r["peak_mib"] = round(_warm_peak(step), 1)
+    r["peak_mib"] = round(_warm_peak(step)["peak_mib"], 1)
     if mode == "coil":
         import coil.backend as cb
 

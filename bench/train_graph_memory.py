@@ -44,18 +44,6 @@ def _unique_bytes(ts: Any) -> int:
     return sum(seen.values())
 
 
-def _pools() -> dict[str, dict[str, float]]:
-    import torch
-
-    out: dict[str, dict[str, float]] = {}
-    for seg in torch.cuda.memory_snapshot():
-        key = str(tuple(seg.get("segment_pool_id", (0, 0))))
-        d = out.setdefault(key, {"reserved_mib": 0.0, "allocated_mib": 0.0, "segments": 0})
-        d["reserved_mib"] += seg["total_size"] / MiB
-        d["allocated_mib"] += seg["allocated_size"] / MiB
-        d["segments"] += 1
-    return out
-
 
 def _runner(r: Any, pool_ids: dict[int, int]) -> dict[str, Any]:
     copied = [i for i in r._copy_idx if i not in r.borrowed] if hasattr(r, "_copy_idx") else []
@@ -84,7 +72,7 @@ def measure(case: str, config: str) -> dict[str, Any]:
     import torch
     import triton
     from coil.backend import bench_models as bm
-    from coil.backend.bench import _bench, _warm_peak
+    from coil.backend.bench import _bench, _warm_peak, memory_by_pool
     from coil.runtime import cudagraph, segments
 
     made: list[Any] = []
@@ -117,7 +105,7 @@ def measure(case: str, config: str) -> dict[str, Any]:
         "triton": triton.__version__, "losses": losses, "ms": round(ms, 3),
         "peak_reserved_mib": round(peak["peak_mib"], 1), "peak_allocated_mib": round(peak["peak_allocated_mib"], 1),
         "params_mib": round(sum(p.numel() * p.element_size() for p in model.parameters()) / MiB, 1),
-        "after_step_by_pool": _pools(),
+        "after_step_by_pool": memory_by_pool(),
     }
     if config != "inductor":
         import coil.backend as cb

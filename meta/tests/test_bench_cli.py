@@ -49,8 +49,9 @@ def test_a_model_case_whose_process_fails_is_reported_not_raised(tmp_path: objec
 
 
 def test_the_warm_process_reports_where_each_graph_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The warm-start process prints its first call and each coil graph's cache verdicts; the
-    bench keeps both (coil's warm start is only as fast as its AOT-cache hits)."""
+    """The warm-start process prints its first call, each coil graph's cache verdicts and its own
+    step's warm peak; the bench keeps all three (coil's warm start is only as fast as its AOT-cache
+    hits; the peak is the mode's memory measured with no other mode run before it)."""
     import json
     import subprocess
     from types import SimpleNamespace
@@ -62,13 +63,15 @@ def test_the_warm_process_reports_where_each_graph_came_from(monkeypatch: pytest
     try:  # what the warm process prints, from its COMPILED
         COMPILED[:] = [GraphStats("forward_0", fx_nodes=10), GraphStats("backward_1", fx_nodes=12)]
         COMPILED[0].graph_cache, COMPILED[0].aot_cache = "hit", "hit"
-        printed = f"first_call_s=9.5\ngraph_caches={json.dumps(bench_models.graph_caches())}\n"
+        printed = (f"first_call_s=9.5\ngraph_caches={json.dumps(bench_models.graph_caches())}\n"
+                   'warm_peak={"peak_mib": 3102.0, "peak_allocated_mib": 683.7}\n')
     finally:
         COMPILED[:] = saved
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=printed, stderr="", returncode=0))
-    seconds, caches = bench_models.warm_first_call("gpt2_train_amp", "coil", {})
+    seconds, caches, peak = bench_models.warm_first_call("gpt2_train_amp", "coil", {})
     assert seconds == 9.5
+    assert peak == {"peak_mib": 3102.0, "peak_allocated_mib": 683.7}
     assert caches == [{"name": "forward_0", "graph_cache": "hit", "aot_cache": "hit"},
                       {"name": "backward_1", "graph_cache": "off", "aot_cache": "off"}]
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: SimpleNamespace(stdout="", stderr="boom", returncode=3))
-    assert bench_models.warm_first_call("gpt2_train_amp", "coil", {}) == ("failed (exit 3): boom", [])
+    assert bench_models.warm_first_call("gpt2_train_amp", "coil", {}) == ("failed (exit 3): boom", [], None)

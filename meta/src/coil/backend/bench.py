@@ -7,7 +7,8 @@ folders (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, COIL_CACHE_DIR set to new te
 the compile, in-memory kernel memos cleared), the first call timed (cold compile + first run),
 then the median of `triton.testing.do_bench` (CUDA events), the peak memory of one warm iteration
 (`torch.cuda.max_memory_reserved` over the call after `empty_cache`: `_warm_peak`; CUDA-graph pools
-are memory reserved too), and accuracy with the PyTorch benchmark harness's rule against an fp64 reference:
+are memory reserved too; for a model case measured in the mode's warm-start process, which runs
+that mode alone: `bench_models.own_process_peak`), and accuracy with the PyTorch benchmark harness's rule against an fp64 reference:
 RMSE(mode) <= 3 * RMSE(eager) + tol / 10 (tol 1e-2 for bf16, 1e-4 for fp32). Micro cases also
 report achieved GB/s (bytes of the inputs read + output written / median time) against a
 device-to-device copy of a same-size tensor measured in the same run.
@@ -209,7 +210,7 @@ def _bench(fn: Callable[[], object], warmup: int, rep: int) -> float:
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
-def _warm_peak(fn: Callable[[], object]) -> dict[str, float]:
+def _warm_peak(fn: Callable[[], object]) -> dict[str, Any]:
     """Device memory at the peak of one warm call, in MiB: `peak_mib`, the most the process held
     (`torch.cuda.max_memory_reserved()` over the call, after `torch.cuda.empty_cache()` released
     the allocator's unused cached blocks), and `peak_allocated_mib`, the most allocated to tensors
@@ -219,7 +220,8 @@ def _warm_peak(fn: Callable[[], object]) -> dict[str, float]:
     Reserved rather than allocated memory, and absolute rather than above a baseline, so that
     CUDA-graph replay is counted like eager allocation: a replay allocates nothing; it runs in
     its pool's memory, reserved (and partly allocated to the outputs it hands out) before the
-    call. Both include the model's parameters, gradients and inputs, the same in every mode."""
+    call. Both include the model's parameters, gradients and inputs, the same in every mode.
+    `after_call_by_pool`: `memory_by_pool()` after the call."""
     import torch
 
     torch.cuda.synchronize()
@@ -227,9 +229,26 @@ def _warm_peak(fn: Callable[[], object]) -> dict[str, float]:
     torch.cuda.reset_peak_memory_stats()
     r = fn()
     torch.cuda.synchronize()
-    out = {"peak_mib": torch.cuda.max_memory_reserved() / 2**20,
-           "peak_allocated_mib": torch.cuda.max_memory_allocated() / 2**20}
+    out: dict[str, Any] = {"peak_mib": torch.cuda.max_memory_reserved() / 2**20,
+                           "peak_allocated_mib": torch.cuda.max_memory_allocated() / 2**20}
     del r
+    out["after_call_by_pool"] = memory_by_pool()
+    return out
+
+
+def memory_by_pool() -> dict[str, dict[str, float]]:
+    """What the caching allocator holds now, per memory pool (its snapshot's `segment_pool_id`:
+    "(0, 0)" is the ordinary allocator, any other a CUDA-graph pool): reserved and allocated MiB
+    and the number of segments. Where a warm peak goes, without a profiler."""
+    import torch
+
+    out: dict[str, dict[str, float]] = {}
+    for seg in torch.cuda.memory_snapshot():  # type: ignore[no-untyped-call]
+        key = str(tuple(seg.get("segment_pool_id", (0, 0))))
+        d = out.setdefault(key, {"reserved_mib": 0.0, "allocated_mib": 0.0, "segments": 0})
+        d["reserved_mib"] += seg["total_size"] / 2**20
+        d["allocated_mib"] += seg["allocated_size"] / 2**20
+        d["segments"] += 1
     return out
 
 

@@ -12,13 +12,16 @@ without autocast: RMSE(mode) <= 3 * RMSE(eager) + tol / 10 (tol 1e-2) for the ou
 or for the loss and every gradient (training), checked on the third call (ACCURACY_CALL): a
 CUDA-graph runner returns its eager warm-up from the first call and replays from the second (or
 third) on. `warm_first_call` measures a warm-cache compile:
-a new process, the caches the cold compile filled.
+a new process, the caches the cold compile filled. The references and the model's master copy
+wait on the host while the modes run: each mode's device memory is its own model copy, the
+inputs and its work.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import gc
 import json
 import os
 import subprocess
@@ -126,9 +129,11 @@ EST_S = {c: (90.0 if c.endswith("infer_bf16") else 200.0) for c in MODEL_CASES}
 
 
 def _rmse(a: Any, ref: Any) -> float:
+    """Root mean square error of `a` against `ref`, in fp64 on `ref`'s device (the host: the
+    bench keeps its references there)."""
     import torch
 
-    return float(torch.sqrt(torch.mean((a.detach().double() - ref.double()) ** 2)))
+    return float(torch.sqrt(torch.mean((a.detach().to(ref.device, torch.float64) - ref.double()) ** 2)))
 
 
 def _no_dropout(model: Any) -> None:
@@ -188,8 +193,9 @@ def _grads(model: Any) -> list[Any]:
     return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
 
 
-def first_call(case: str, mode: str) -> float:
-    """Seconds of the first call (compile + run) of `case` in `mode`, in this process."""
+def first_call(case: str, mode: str) -> tuple[float, Callable[[], Any]]:
+    """Seconds of the first call (compile + run) of `case` in `mode`, in this process, and the
+    step it ran (to call again)."""
     import torch
 
     spec, kind = _split(case)
@@ -198,32 +204,49 @@ def first_call(case: str, mode: str) -> float:
     if kind == "infer_bf16":
         model = model.to(torch.bfloat16).eval()
     f = compile_mode(model, mode)
+    step = functools.partial(_infer_step if kind == "infer_bf16" else _train_step, spec, f, inputs)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    if kind == "infer_bf16":
-        _infer_step(spec, f, inputs)
-    else:
-        _train_step(spec, f, inputs)
+    step()
     torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, step
 
 
-def warm_first_call(case: str, mode: str, env: dict[str, str]) -> tuple[float | str, list[dict[str, str]]]:
-    """First-call seconds in a new process whose caches are `env`'s (filled by a cold run), and,
-    for coil, where each graph came from there (`graph_caches`: name, graph cache, AOT cache)."""
+def own_process_peak(step: Callable[[], Any]) -> dict[str, Any]:
+    """The warm peak (`bench._warm_peak`) of `step` in a process that ran nothing else: the call
+    that `coil bench` reports as a mode's peak memory. Measured in the shared process instead, a
+    mode inherits the allocator state the modes before it left: after Inductor's run, coil's GPT-2
+    step held 408 MiB more free memory pinned in the ordinary pool than alone (3430 vs 3102 MiB
+    reserved, the same 605 MiB live; bench/memory_probe.py, H100, 2026-11-26)."""
+    from coil.backend.bench import _warm_peak
+
+    for _ in range(ACCURACY_CALL - 1):  # to the replayed call
+        step()
+    return _warm_peak(step)
+
+
+def warm_first_call(case: str, mode: str, env: dict[str, str]) -> tuple[float | str, list[dict[str, str]],
+                                                                        dict[str, Any] | None]:
+    """A new process whose caches are `env`'s (filled by a cold run): the seconds of its first
+    call, for coil where each graph came from there (`graph_caches`: name, graph cache, AOT
+    cache), and the warm peak of that process's own step (`own_process_peak`; None if it printed
+    none)."""
     cmd = [sys.executable, "-m", "coil.backend.bench_models", case, mode]
     try:
         p = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
-        return "timeout", []
+        return "timeout", [], None
     seconds: float | str = f"failed (exit {p.returncode}): {p.stderr.strip()[-300:]}"
     caches: list[dict[str, str]] = []
+    peak: dict[str, Any] | None = None
     for line in p.stdout.splitlines():
         if line.startswith("first_call_s="):
             seconds = float(line.split("=", 1)[1])
         elif line.startswith("graph_caches="):
             caches = json.loads(line.split("=", 1)[1])
-    return seconds, caches
+        elif line.startswith("warm_peak="):
+            peak = json.loads(line.split("=", 1)[1])
+    return seconds, caches, peak
 
 
 def graph_caches() -> list[dict[str, str]]:
@@ -266,6 +289,14 @@ def run_model(case: str, cold: Callable[[str], Any], modes: tuple[str, ...]) -> 
         res["dtype"] = "fp32 weights, autocast bf16"
         res["step"] = "zero_grad + forward + loss + backward (no optimizer)"
     res["tensors_checked"] = len(refs)
+    # the references and the master copy of the model wait on the host, so that a mode's warm
+    # peak counts its own model, its inputs and its work only: references kept on the device
+    # (GPT-2: 1.4 GiB of fp64) also pinned free blocks of the ordinary pool (715 MiB measured
+    # after coil's GPT-2 step, bench/memory_probe.py) that eager or Inductor allocations reuse but
+    # a CUDA-graph pool cannot
+    refs = [r.cpu() for r in refs]
+    base.to("cpu")
+    gc.collect()
     torch.cuda.empty_cache()
     m: Any = None
     for mode in modes:
@@ -275,7 +306,7 @@ def run_model(case: str, cold: Callable[[str], Any], modes: tuple[str, ...]) -> 
                 import coil.backend as cb
 
                 cb.reset()
-            m = m16 if kind == "infer_bf16" else copy.deepcopy(base)
+            m = m16 if kind == "infer_bf16" else copy.deepcopy(base).to("cuda")
             with cold(f"{case}-{mode}") as env:
                 f = compile_mode(m, mode)
                 step = functools.partial(_infer_step if kind == "infer_bf16" else _train_step, spec, f, inputs)
@@ -284,10 +315,12 @@ def run_model(case: str, cold: Callable[[str], Any], modes: tuple[str, ...]) -> 
                 out = step()
                 torch.cuda.synchronize()
                 r["first_call_s"] = time.perf_counter() - t0
+                # eager too: its process gives eager's own-process peak
+                warm_s, caches, own_peak = warm_first_call(case, mode, env)
                 if mode != "eager":
-                    r["warm_first_call_s"], caches = warm_first_call(case, mode, env)
-                    if mode == "coil":
-                        r["warm_graph_caches"] = caches
+                    r["warm_first_call_s"] = warm_s
+                if mode == "coil":
+                    r["warm_graph_caches"] = caches
             for _ in range(ACCURACY_CALL - 1):  # check a replayed call, not the (eager) warm-up
                 del out
                 out = step()
@@ -298,7 +331,12 @@ def run_model(case: str, cold: Callable[[str], Any], modes: tuple[str, ...]) -> 
             r["failed_checks"] = [i for i, x in enumerate(ratios) if x > 1]
             r["accuracy_ok"] = not r["failed_checks"]
             r["ms"] = _bench(step, 20, 200)
-            r.update(_warm_peak(step))
+            shared = _warm_peak(step)
+            r["shared_process"] = shared
+            if own_peak is None:
+                r["peak_error"] = "the mode's own process printed no warm peak"
+            else:
+                r.update(own_peak)
             if mode == "coil":
                 r["graphs"] = _coil_graphs()
             del f, step
@@ -346,7 +384,8 @@ def run_model_in_process(case: str, root: Path, modes: tuple[str, ...]) -> dict[
 
 
 def main(argv: list[str]) -> int:
-    """`python -m coil.backend.bench_models CASE MODE`: print the first call's seconds;
+    """`python -m coil.backend.bench_models CASE MODE`: print the first call's seconds, each coil
+    graph's cache verdicts and the step's own-process warm peak (`own_process_peak`);
     `... --case CASE ROOT MODES OUT.json`: `run_model` for one case (modes comma-separated, cold
     caches under ROOT), its result written to OUT.json."""
     import coil.backend  # noqa: F401  (registers backend="coil")
@@ -360,8 +399,10 @@ def main(argv: list[str]) -> int:
         return 0
     case, mode = argv
 
-    print(f"first_call_s={first_call(case, mode)}")
-    print(f"graph_caches={json.dumps(graph_caches())}")
+    seconds, step = first_call(case, mode)
+    print(f"first_call_s={seconds}")
+    print(f"graph_caches={json.dumps(graph_caches())}", flush=True)
+    print(f"warm_peak={json.dumps(own_process_peak(step))}")
     print(json.dumps({"case": case, "mode": mode}))
     return 0
 

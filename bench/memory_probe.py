@@ -1,0 +1,141 @@
+"""Who holds the memory at a `coil bench` model case's warm peak.
+
+    python bench/memory_probe.py CASE [MODES]     (MODES comma-separated, default eager,inductor,coil)
+    python bench/memory_probe.py --print FILE...  (summarise the JSON lines of earlier runs)
+
+Runs `coil.backend.bench_models.run_model` for CASE exactly as `coil bench` does (one process,
+the modes in turn, the fp64 reference alive), with the caching allocator recording every
+allocation's Python stack. At each mode's warm peak it prints one JSON line: the bench's figures
+(`peak_mib`, `peak_allocated_mib`, memory by pool), and the blocks still allocated after the call,
+per pool, grouped by the first stack frame in coil (else the first outside torch), largest first;
+plus, per pool, the free bytes inside segments that also hold a live block (what `empty_cache`
+cannot return). The recording slows the compile and the step; the memory figures are unchanged.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+MiB = 1 << 20
+
+
+def _site(frames: list[dict[str, Any]]) -> str:
+    """The frame that explains an allocation: the first in coil, else the first outside torch."""
+    def fmt(f: dict[str, Any]) -> str:
+        name = str(f.get("filename", "?"))
+        tail = "/".join(name.split("/")[-2:])
+        return f"{tail}:{f.get('line')}:{f.get('name')}"
+
+    for f in frames:
+        if "/coil/" in str(f.get("filename", "")):
+            return fmt(f)
+    for f in frames:
+        name = str(f.get("filename", ""))
+        if "/torch/" not in name and "/triton/" not in name and "/transformers/" not in name:
+            return fmt(f)
+    return fmt(frames[0]) if frames else "?"
+
+
+def holders(top: int = 12) -> dict[str, Any]:
+    """Live blocks per pool grouped by `_site`, and the pinned free bytes per pool."""
+    import torch
+
+    snap = torch.cuda.memory._snapshot()
+    live: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    pinned: collections.Counter[str] = collections.Counter()
+    pinners: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for seg in snap["segments"]:
+        pool = str(tuple(seg.get("segment_pool_id", (0, 0))))
+        blocks = seg.get("blocks", [])
+        sites = collections.Counter()
+        free = 0
+        for b in blocks:
+            if b["state"] == "active_allocated":
+                site = _site(b.get("frames", []))
+                live[pool][site] += b["size"]
+                sites[site] += b["size"]
+            else:
+                free += b["size"]
+        if sites and free:
+            pinned[pool] += free
+            # the segment's free bytes, charged to the live blocks' sites (largest first), with
+            # the segment's size and stream
+            names = "+".join(f"{s}({n / MiB:.1f})" for s, n in sites.most_common(3))
+            pinners[pool][f"seg {seg['total_size'] / MiB:.0f} MiB stream {seg.get('stream')}: {names}"] += free
+    return {pool: {"live_mib": round(sum(c.values()) / MiB, 1),
+                   "pinned_free_mib": round(pinned[pool] / MiB, 1),
+                   "top": [(site, round(n / MiB, 1)) for site, n in c.most_common(top)],
+                   "pinned_by": [(k, round(n / MiB, 1)) for k, n in pinners[pool].most_common(top)]}
+            for pool, c in live.items()}
+
+
+def summarise(path: str) -> None:
+    """Print a probe's JSON lines (a file written by this script) as an indented summary."""
+    for line in Path(path).read_text().splitlines():
+        d = json.loads(line)
+        if "summary" in d:
+            print(json.dumps({m: {k: v for k, v in r.items() if k in ("peak_mib", "accuracy_ok", "error")}
+                              for m, r in d["summary"].items()}))
+            continue
+        print(d["mode"], "peak", d["peak_mib"], "allocated", d["peak_allocated_mib"])
+        for pool, h in d["holders"].items():
+            r = d["by_pool"].get(pool, {})
+            print("  pool", pool, "reserved", round(r.get("reserved_mib", 0), 1), "live", h["live_mib"],
+                  "pinned free", h["pinned_free_mib"])
+            for site, mib in h["top"][:5]:
+                print("     ", mib, site[:120])
+            for site, mib in h.get("pinned_by", [])[:6]:
+                print("      pinned", mib, site[:300])
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--print"]:
+        for path in argv[1:]:
+            print("==", path)
+            summarise(path)
+        return 0
+    import coil.backend  # noqa: F401  (registers backend="coil")
+    import coil.backend.bench as bench
+    import torch
+    from coil.backend import bench_models as bm
+
+    case = argv[0]
+    modes = tuple((argv[1] if len(argv) > 1 else "eager,inductor,coil").split(","))
+    torch.cuda.memory._record_memory_history(enabled="state", context="alloc", stacks="python")
+    original = bench._warm_peak
+    current: list[str] = []
+
+    def probed(fn: Any) -> dict[str, Any]:
+        out = original(fn)
+        print(json.dumps({"case": case, "mode": current[-1] if current else "?",
+                          "peak_mib": round(out["peak_mib"], 1),
+                          "peak_allocated_mib": round(out["peak_allocated_mib"], 1),
+                          "by_pool": out["after_call_by_pool"], "holders": holders()}), flush=True)
+        return out
+
+    bench._warm_peak = probed  # type: ignore[assignment]
+    real_cold = bench._cold
+
+    @contextlib.contextmanager
+    def cold(root: Path, tag: str) -> Any:
+        current.append(tag.rsplit("-", 1)[-1])
+        with real_cold(root, tag) as env:
+            yield env
+
+    with tempfile.TemporaryDirectory() as root:
+        res = bm.run_model(case, functools.partial(cold, Path(root)), modes)
+    brief = {m: {k: res.get(m, {}).get(k) for k in ("ms", "peak_mib", "first_call_s", "warm_first_call_s",
+                                                    "warm_graph_caches", "accuracy_ok", "error")} for m in modes}
+    print(json.dumps({"case": case, "summary": brief}, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
