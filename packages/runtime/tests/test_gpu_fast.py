@@ -314,6 +314,48 @@ def test_an_output_kept_past_the_backward_is_not_overwritten(cache_dir: Path) ->
     assert b.uncaptured_calls == 2 and f.uncaptured_calls == 0
 
 
+def test_outputs_held_by_a_reference_cycle_do_not_stop_replays(cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """A first-call output that only a reference cycle holds (automatic collection off, as when
+    full collections are rare) is freed by the runner's one `gc.collect()`, and the pair replays;
+    an output the caller really keeps makes the forward run uncaptured, with no second collection."""
+    import gc
+
+    collections: list[int] = []
+    real_collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *a: collections.append(1) or real_collect(*a))
+    fw, bw, w = _fw_bw_pair()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with _recording() as made:
+            x, g = _step_inputs(0)
+            y, _, _ = _step(fw, bw, x, w, g)
+            cycle: list[Any] = [y]
+            cycle.append(cycle)
+            del cycle, y
+            x, g = _step_inputs(1)
+            y, out, _ = _step(fw, bw, x, w, g)
+            torch.testing.assert_close(y, _expected(x, w, g)[0], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(out, _expected(x, w, g)[1], rtol=1e-3, atol=1e-3)
+            f, b = made
+            assert f.uncaptured_calls == 0 and b.uncaptured_calls == 0 and len(collections) == 1
+            kept, want_kept = y, _expected(x, w, g)[0]  # really in use: no replay may overwrite it
+            del y, out  # (the backward's outputs are not in use)
+            for step in (2, 3):
+                x, g = _step_inputs(step)
+                y, out, _ = _step(fw, bw, x, w, g)
+                torch.testing.assert_close(out, _expected(x, w, g)[1], rtol=1e-3, atol=1e-3)
+                del y, out
+            # the forward ran uncaptured twice (and the backward with it: its input came from the
+            # uncaptured forward), and collected only the first time it found outputs in use
+            assert f.uncaptured_calls == 2 and b.uncaptured_calls == 2 and len(collections) == 1
+            torch.testing.assert_close(kept, want_kept, rtol=1e-4, atol=1e-4)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def _with_loss(args: list[Any]) -> tuple[Any, ...]:
     """A forward whose outputs are a saved activation and a one-element loss (under no_grad, as
     AOTAutograd runs a compiled forward: an autograd graph on the loss would hold `a`)."""

@@ -60,9 +60,12 @@ runner checks the use count of each such storage (`coil.runtime.liveness`: stora
 are exempt, a replay does not write them) against its count right after capture: if a tensor
 handed out earlier is still referenced (an autograd graph still holding the previous step's saved
 activations, a caller keeping outputs), this call runs `call` directly (its outputs are fresh
-tensors; the graph's memory is left alone) and a message is logged once. This is the rule of
-TorchInductor's cudagraph trees (storage liveness through `torch._C._storage_Use_Count`), in its
-simplest form: one graph per runner, no re-recording.
+tensors; the graph's memory is left alone) and a message is logged once. The first time a
+runner finds outputs in use it runs `gc.collect()` and checks again: a tensor kept only by a
+reference cycle is not in use, but lives until a full collection, which may never come in a
+process with many long-lived objects. This is the rule of TorchInductor's cudagraph trees (storage
+liveness through `torch._C._storage_Use_Count`), in its simplest form: one graph per runner, no
+re-recording.
 
 `static_outputs=FRESH` hands out every tensor output of more than one element whose storage is
 not an input's (one-element outputs, a loss, are cloned per call instead, so a caller that keeps
@@ -116,6 +119,7 @@ segment (`coil.runtime.segments`).
 
 from __future__ import annotations
 
+import gc
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -197,6 +201,7 @@ class CudaGraphRunner:
         self._call = call
         self.uncaptured_calls = 0
         self._logged_uncaptured = False
+        self._collected = False  # gc.collect() tried once against outputs in use (__call__)
         self._liveness: StorageLiveness | None = None
         self._alias_idx: tuple[int, ...] = ()
         self.clone_outputs = clone_outputs
@@ -241,6 +246,9 @@ class CudaGraphRunner:
                         if not hold_outputs:
                             self._lent[i] = (found[0], found[2])
                     del found
+        if borrowed and log.isEnabledFor(logging.DEBUG):
+            log.debug("CudaGraphRunner: borrows inputs %s", {i: (self._lent[i][1] if i in self._lent else None,
+                                                               _where(inputs[i])) for i in sorted(borrowed)})
         bad = sorted(i for i in borrowed if i in static or i not in tensor_idx)
         if bad:
             raise ValueError(f"input_buffers {bad} must be copied (non-static) tensor inputs")
@@ -413,6 +421,15 @@ class CudaGraphRunner:
             return bool(self.handouts.live())
         return self._liveness is not None and bool(self._liveness.live())
 
+    def _outputs_in_use(self) -> str | None:
+        """Why a replay would overwrite outputs still in use (this runner's or a later pool
+        member's), or None."""
+        if self._handed_out_live():
+            return "an output of the previous replay is still referenced"
+        if self._later_members_live():
+            return "a graph captured later in the same memory pool still has outputs in use"
+        return None
+
     def _later_members_live(self) -> bool:
         """Whether a runner captured after this one in the same pool has handed-out outputs in use
         (they may lie in memory this graph's replay writes)."""
@@ -478,22 +495,33 @@ class CudaGraphRunner:
             raise ValueError(f"CudaGraphRunner: expected {self._n} inputs, got {len(inputs)}")
         if self.capture_error is not None:
             return tuple(self._call(inputs))
-        if self._handed_out_live():
-            return self._uncaptured(inputs, "an output of the previous replay is still referenced")
-        if self._later_members_live():
-            return self._uncaptured(inputs, "a graph captured later in the same memory pool still has outputs in use")
+        why = self._outputs_in_use()
+        if why is not None and not self._collected:
+            # outputs held only by a reference cycle die in a collection, and Python's full
+            # collections can be rare in a process with many long-lived objects (see the
+            # runtime README, "the liveness rule"). Once per runner.
+            self._collected = True
+            gc.collect()
+            why = self._outputs_in_use()
+        if why is not None:
+            return self._uncaptured(inputs, why)
         static_inputs = self._static_inputs
         for i in self.borrowed:
             src = inputs[i]
             if i in self._lent:
                 lender, k = self._lent[i]
                 assert lender.handouts is not None
-                if not (isinstance(src, torch.Tensor) and lender.handouts.slots[k].matches(src)):
-                    return self._uncaptured(inputs, f"borrowed input {i} is not at the address the graph reads")
+                slot = lender.handouts.slots[k]
+                if not (isinstance(src, torch.Tensor) and slot.matches(src)):
+                    return self._uncaptured(inputs, f"borrowed input {i} is not at the address the graph reads "
+                                                    f"({_where(src)}; the graph reads output {k} of its lender "
+                                                    f"at {slot.data_ptr:#x} {list(slot.size)} stride {list(slot.stride)} "
+                                                    f"{slot.dtype})")
                 continue
             dst = static_inputs[i]
             if src.data_ptr() != dst.data_ptr() or src.stride() != dst.stride():
-                return self._uncaptured(inputs, f"borrowed input {i} is not at the address the graph reads")
+                return self._uncaptured(inputs, f"borrowed input {i} is not at the address the graph reads "
+                                                f"({_where(src)}; the graph reads {_where(dst)})")
         if not self.hold_outputs:
             why = self._earlier_members_conflict(inputs)
             if why is not None:
@@ -625,6 +653,15 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
         _SIDE_STREAMS[index] = torch.cuda.Stream(index)  # type: ignore[no-untyped-call]
     stream: torch.cuda.Stream = _SIDE_STREAMS[index]
     return stream
+
+
+def _where(x: object) -> str:
+    """`x`'s address and view, for messages: `0x7f00 [32, 64] stride [64, 1] torch.bfloat16`."""
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        return f"not a tensor: {type(x).__name__}"
+    return f"{x.data_ptr():#x} {list(x.shape)} stride {list(x.stride())} {x.dtype}"
 
 
 def _nbytes(x: object) -> int:
