@@ -4,10 +4,10 @@
 kernel under other constexprs, warps and grid; the default first), how many elements each of its
 pointer arguments has, which of them it writes, and its reduction length. For each problem:
 
-1. **Cache.** The key (`problem_key`: sha256 of every candidate's source hash, taken without
-   comment lines and with the kernel's own name replaced (`KernelSpec.code_key`), arguments,
-   size values, constexprs, warps, stages and grid, of the buffer sizes, and of the Triton and
-   torch versions and the device's name and compute capability) is looked up in an in-process
+1. **Cache.** The key (`problem_key`: sha256 of every candidate's `KernelSpec.code_key` (its
+   source without comment lines and with the kernel's own name replaced, arguments and size
+   values, constexprs, warps, stages) and grid, of the buffer sizes, and of the Triton and torch
+   versions and the device's name and compute capability) is looked up in an in-process
    memo, then on disk (`<COIL_CACHE_DIR>/autotune/<key[:2]>/<key>.blob`,
    coil.runtime.disk_cache: atomic, checksummed; a damaged or inconsistent entry is a miss,
    logged at INFO, and rewritten). A hit runs nothing. The key ignores the kernel's name, so the
@@ -195,11 +195,8 @@ def problem_key(problem: TuningProblem, device: torch.device) -> str:
             h.update(b"\0")
 
     add(f"coil-autotune-v{FORMAT_VERSION}", load_triton().version, torch_version(), device_description(device))
-    for c in problem.candidates:
-        s = c.spec
-        args = [str(a.dtype) if isinstance(a, TensorArg) else a for a in s.args]
-        add(hashlib.sha256(str(s.code_key[0]).encode("utf-8")).hexdigest(), args,
-            sorted(s.constexprs.items()), s.num_warps, s.num_stages, s.debug, c.grid)
+    for c in problem.candidates:  # code_key: source, arguments, constexprs, warps, stages, debug
+        add(c.spec.code_key, c.grid)
     add(problem.numels, problem.outputs, problem.reduction_length)
     return h.hexdigest()
 
