@@ -1,7 +1,7 @@
 """Where coil's compile time goes: HF GPT-2 compiled with backend="coil", time per stage.
 
     python bench/compile_profile.py [--mode infer|train|both] [--layers N] [--seq N]
-                                    [--cprofile N] [--json PATH]
+                                    [--cprofile N] [--cprofile-dump PATH] [--json PATH]
     python bench/compile_profile.py --case CASE [--compiler coil|inductor] [--json PATH]
 
 Default: `GPT2LMHeadModel(GPT2Config(n_layer=N, attn_implementation="eager"))` (random weights,
@@ -23,7 +23,9 @@ bert_base_infer_bf16: CUDA, the bench's batch, dtype and step; coil.backend.benc
   codegen, wrapper codegen, runtime compile (kernel disk cache and Triton's compile; ~0 under
   the interpreter), load (exec of the wrapper module);
 - with `--cprofile N`, the top N of coil's own functions by cumulative and by own time (under
-  cProfile, which slows Python ~1.5-2x: take stage times from a run without it).
+  cProfile, which slows Python ~1.5-2x: take stage times from a run without it);
+- with `--cprofile-dump PATH`, the first call's whole profile (torch's functions too: what a
+  warm start spends outside coil) written as a pstats file, for `python -m pstats PATH`.
 
 Caches: the environment decides (COIL_CACHE_DIR, COIL_GRAPH_CACHE, COIL_AOT_CACHE; TRITON_CACHE_DIR,
 and TORCHINDUCTOR_CACHE_DIR for Triton, Inductor and the AOTAutograd cache). For a cold compile point them at empty
@@ -125,7 +127,7 @@ def _case_step(case: str) -> tuple[Any, Callable[[Any], None]]:
 
 
 def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
-        compiler: str = "coil") -> dict[str, Any]:
+        compiler: str = "coil", dump: Path | None = None) -> dict[str, Any]:
     """Compile and time one mode (infer or train) or bench case in this process; returns the figures."""
     import coil.backend
     from coil.backend.stats import BACKEND_CALLS, COMPILED, stage_totals
@@ -143,7 +145,7 @@ def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
         _sync(device)
 
     sched_times: dict[str, float] = {}
-    prof = cProfile.Profile() if profile else None
+    prof = cProfile.Profile() if profile or dump else None
     with _timed_parts(sched_times):
         t0, c0 = time.perf_counter(), time.process_time()
         if prof is not None:
@@ -174,8 +176,10 @@ def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
                     "aot_cache": getattr(s, "aot_cache", "n/a"), "stage_times": s.stage_times} for s in COMPILED],
     }
     _print(res)
-    if prof is not None:
+    if prof is not None and profile:
         _print_profile(prof, profile)
+    if prof is not None and dump is not None:
+        prof.dump_stats(dump)
     return res
 
 
@@ -217,13 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--cprofile", type=int, default=0, metavar="N", help="print the top N coil functions")
+    ap.add_argument("--cprofile-dump", type=Path, default=None, metavar="PATH",
+                    help="write the first call's whole cProfile (pstats) to PATH")
     ap.add_argument("--case", default=None, help="a coil bench model case (CUDA), e.g. gpt2_train_amp")
     ap.add_argument("--compiler", choices=("coil", "inductor"), default="coil")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
     modes = ("infer", "train") if a.mode == "both" else (a.mode,)
     if a.case:
-        results = [run(a.case, a.layers, a.seq, a.cprofile, a.case, a.compiler)]
+        results = [run(a.case, a.layers, a.seq, a.cprofile, a.case, a.compiler, a.cprofile_dump)]
     else:
         results = [run(m, a.layers, a.seq, a.cprofile, None, a.compiler) for m in modes]
     if a.json is not None:

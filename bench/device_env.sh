@@ -1,6 +1,25 @@
 # Sourced by the device scripts (bench/gpu_session8*.sh): coil's wheels from .whl installed into
 # /tmp/site, the environment every run there uses, and $OUT made.
+#
+# Bytecode (from session 11 on): the device machine sets PYTHONDONTWRITEBYTECODE=1 and its site
+# packages (torch among them) carry no .pyc files, so every process there compiled the source of
+# each module it imported (~3 ms a module; a warm first call imports hundreds lazily). A pip- or
+# uv-installed environment has them after the first import. So Python here writes and reads
+# bytecode under /tmp/pycache, compiled for every package once per machine before any
+# measurement (NO_PYC=1 keeps the machine's setting).
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 COIL_CACHE_DIR=/tmp/coil-cache
+if [ -z "${NO_PYC:-}" ]; then
+  unset PYTHONDONTWRITEBYTECODE
+  export PYTHONPYCACHEPREFIX=/tmp/pycache
+  if [ ! -e /tmp/pycache/.done ]; then
+    t0=$(date +%s)
+    python3 -m compileall -q -j 16 $(python3 -c "import site, sysconfig; print(sysconfig.get_paths()['stdlib'], *site.getsitepackages())") /tmp/site > /dev/null 2>&1
+    touch /tmp/pycache/.done
+    echo "bytecode compiled into /tmp/pycache in $(( $(date +%s) - t0 )) s"
+  else
+    python3 -m compileall -q -j 16 /tmp/site > /dev/null 2>&1  # coil's wheels are new each call
+  fi
+fi
