@@ -4,7 +4,9 @@ per model case (micro cases share the main process).
 For each case, on the same inputs, each mode in turn (in a model case, each mode first frees what
 the one before left: its model, gradients and Dynamo code): `torch._dynamo.reset()`, fresh cache
 folders (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, COIL_CACHE_DIR set to new temp folders before
-the compile, in-memory kernel memos cleared), the first call timed (cold compile + first run),
+the compile, in-memory kernel memos cleared), the first call timed from `torch.compile` on (cold
+compile + first run; a model case measures it, and the warm one, in a new process each:
+`bench_models.new_process_first_call`),
 then the median of `triton.testing.do_bench` (CUDA events), the peak memory of one warm iteration
 (`torch.cuda.max_memory_reserved` over the call after `empty_cache`: `_warm_peak`; CUDA-graph pools
 are memory reserved too; for a model case measured in the mode's warm-start process, which runs
@@ -304,9 +306,9 @@ def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES) -> dict[str, An
 
                 cb.reset()
             with torch.no_grad(), _cold(ctx.root, f"{name}-{mode}"):
-                f = compile_mode(spec.fn, mode)
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
+                f = compile_mode(spec.fn, mode)
                 out = f(*inputs)
                 torch.cuda.synchronize()
                 r["first_call_s"] = time.perf_counter() - t0
