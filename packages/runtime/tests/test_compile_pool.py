@@ -175,6 +175,53 @@ def test_precompile_through_workers_compiles_each_kernel_once_and_reports_errors
     assert _entries(sm90) == filled and sent == [4]  # in this process's memory now: no job, no entry
 
 
+def test_a_new_process_loads_kernels_compiled_before_without_workers(
+        specs: Any, sm90: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm start: kernels an earlier process compiled into this Triton cache are loaded here,
+    no job goes to a worker (none starts), and none reaches Triton's code generator. Without the
+    markers (`compile_jobs.remember_compiled`) the same kernels go to the workers again."""
+    from coil.runtime.compile import clear_memo
+    from triton.compiler import ASTSource
+
+    started: list[int] = []
+    real_start = CompilePool.start
+
+    def counting_start(self: CompilePool) -> None:
+        started.append(1)
+        real_start(self)
+
+    monkeypatch.setattr(CompilePool, "start", counting_start)
+    spec_list = [specs.add(32), specs.add(2048), specs.rowsum(70)]
+    p = CompilePool(2)
+    monkeypatch.setattr(compile_pool, "shared_pool", lambda: p)
+    try:
+        assert aot_module.precompile_each([_load(s, CUDA0, False) for s in spec_list], CUDA0, threads=1) == [None] * 3
+        assert started == [1]
+        filled = _entries(sm90)
+        assert "coil-compiled" in filled
+        clear_memo()  # a new process: modules executed again, Triton's in-memory caches empty
+        generated: list[str] = []
+        real_make_ir = ASTSource.make_ir
+
+        def make_ir(self: Any, *args: Any, **kwargs: Any) -> Any:
+            generated.append(self.fn.__name__)
+            return real_make_ir(self, *args, **kwargs)
+
+        monkeypatch.setattr(ASTSource, "make_ir", make_ir)
+        p.close()
+        p = CompilePool(2)
+        assert aot_module.precompile_each([_load(s, CUDA0, False) for s in spec_list], CUDA0, threads=1) == [None] * 3
+        assert started == [1] and generated == []  # no worker started, nothing generated
+        import shutil
+
+        shutil.rmtree(sm90 / "coil-compiled")
+        clear_memo()
+        assert aot_module.precompile_each([_load(s, CUDA0, False) for s in spec_list], CUDA0, threads=1) == [None] * 3
+        assert started == [1, 1] and generated == []  # unknown again: sent to the workers, found on disk there
+    finally:
+        p.close()
+
+
 def test_a_job_queued_twice_is_compiled_once(specs: Any, sm90: Path) -> None:
     jobs = [j for j in compile_jobs.capture(_kernels(specs, (8,)), CUDA0) if j is not None]
     p = CompilePool(1)

@@ -9,8 +9,10 @@ launch with the same specialisation finds it there) and in its own on-disk cache
 With worker processes (COIL_COMPILE_WORKERS > 0, the default; `compile_pool`), each kernel's
 warmup is first captured as a `CompileJob` (`compile_jobs.capture`) and compiled by a worker into
 Triton's disk cache; as each job finishes, this thread runs the kernel's warmup, which now only
-loads the binary. Kernels with no job (already compiled here, or not capturable) are warmed up
-first, while the workers run. A job that fails in a worker costs nothing but time: the warmup
+loads the binary. Kernels with no job (already compiled here, or not capturable) and kernels
+compiled into the same Triton cache before (`compile_jobs.known_compiled`, by this process or an
+earlier one: a warm start) are warmed up first, here, while the workers run; when that is every
+kernel, no worker starts. A job that fails in a worker costs nothing but time: the warmup
 here compiles the kernel and raises its real error.
 
 Without workers (COIL_COMPILE_WORKERS=0, or fewer than two kernels), the first kernel compiles in
@@ -106,17 +108,25 @@ def _in_workers(kernels: Sequence[Kernel], device: torch.device,
                 pool: compile_pool.CompilePool) -> list[KernelCompileError | None] | None:
     """`precompile_each` through worker processes (see the module docstring); None when the
     jobs could not be captured at all (the caller compiles on threads instead)."""
-    jobs = _capture(kernels, device, "compiling on threads")
+    target = compile_jobs.target_of(device)
+    unknown = [i for i, k in enumerate(kernels) if not compile_jobs.known_compiled(k, target)]
+    jobs = _capture([kernels[i] for i in unknown], device, "compiling on threads") if unknown else []
     if jobs is None:
         return None
+    todo = [(unknown[j], job) for j, job in enumerate(jobs) if job is not None]
+    results = pool.run([job for _, job in todo]) if todo else iter(())
+    sent = {i for i, _ in todo}
     errors: list[KernelCompileError | None] = [None] * len(kernels)
-    sent = [i for i, job in enumerate(jobs) if job is not None]
-    results = pool.run([job for job in jobs if job is not None]) if sent else iter(())
-    for i, job in enumerate(jobs):
-        if job is None:
+    for i in range(len(kernels)):
+        if i not in sent:  # compiled earlier, here or into Triton's disk cache: load it here
             errors[i] = _try_one(kernels[i], device)
     for k, _ in results:
-        errors[sent[k]] = _try_one(kernels[sent[k]], device)
+        i = todo[k][0]
+        errors[i] = _try_one(kernels[i], device)
+    known = set(range(len(kernels))) - set(unknown)
+    for i, error in enumerate(errors):
+        if error is None and i not in known:
+            compile_jobs.remember_compiled(kernels[i], target)
     return errors
 
 
@@ -127,9 +137,12 @@ def prefetch(kernels: Sequence[Kernel], device: torch.device) -> None:
     workers = compile_pool.shared_pool()
     if workers is None or not kernels:
         return
-    jobs = _capture(kernels, device, "nothing prefetched")
-    if jobs is not None:
-        workers.run([job for job in jobs if job is not None])
+    target = compile_jobs.target_of(device)
+    unknown = [k for k in kernels if not compile_jobs.known_compiled(k, target)]
+    jobs = _capture(unknown, device, "nothing prefetched") if unknown else None
+    todo = [job for job in jobs or [] if job is not None]
+    if todo:
+        workers.run(todo)
 
 
 def _capture(kernels: Sequence[Kernel], device: torch.device,
