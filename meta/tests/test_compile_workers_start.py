@@ -29,4 +29,3 @@ def test_workers_start_for_a_real_gpu_compile_only(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(backend_compile, "interpreter_enabled", lambda device: interpret)
     backend_compile._prestart_workers(_graph(device))
     assert calls == ([1] if starts else [])
-

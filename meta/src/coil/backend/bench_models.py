@@ -13,9 +13,9 @@ or for the loss and every gradient (training), checked on the third call (ACCURA
 CUDA-graph runner returns its eager warm-up from the first call and replays from the second (or
 third) on. The cold and the warm first call are each measured in a new process
 (`new_process_first_call`): empty cache folders, then the folders the cold one filled; the
-bench's own process then compiles from those caches for the timings, memory and accuracy. The references and the model's master copy
-wait on the host while the modes run: each mode's device memory is its own model copy, the
-inputs and its work.
+bench's own process then compiles from those caches for the timings, memory and accuracy. The
+references and the model's master copy wait on the host while the modes run: each mode's
+device memory is its own model copy, the inputs and its work.
 """
 
 from __future__ import annotations
