@@ -124,6 +124,28 @@ def test_a_candidate_computing_other_values_is_rejected(tuning: Timer, device: t
     assert stats.autotune_switched == 0 and all("1.001" not in cfg for _, cfg, _ in tuning.seen)
 
 
+def test_a_persistent_kernel_can_be_tuned_into_a_loop(tuning: Timer, device: torch.device,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Across strategies: a persistent reduction's group generated again as a loop over r
+    (`triton_codegen.other_strategy`; on CUDA only for long rows, here for any row) is among the
+    candidates; when it is the fastest, the wrapper launches the loop, one row per program, and
+    the result matches eager."""
+    import sys
+
+    from coil.triton_codegen import KernelConfig
+
+    variants_mod = sys.modules["coil.triton_codegen.variants"]  # the package attribute is the function
+    monkeypatch.setattr(variants_mod, "looped_alternatives",
+                        lambda default, xnumel, rnumel, target: [KernelConfig("looped", 1, 64, 2)])
+    tuning.score = lambda spec: 0.5 if "for roffset in range(0, rnumel, RBLOCK):" in spec.source else 1.0
+    x = torch.randn(9, 300, device=device)
+    stats = _compile_and_check(lambda t: (t.sum(1), *torch.var_mean(t, 1)), x)
+    looped = {k: v for k, v in _choices(stats).items() if "RBLOCK=64 XBLOCK=1 warps=2" in v}
+    assert looped and stats.autotune_switched >= 1, _choices(stats)
+    for name in looped:
+        assert re.search(rf"k_{name}\(\(9, 1, 1, \)", stats.wrapper_source), name  # one row per program
+
+
 def _tuning_blobs(cache: Path) -> list[Path]:
     return sorted((cache / autotune.NAMESPACE).rglob("*.blob"))
 

@@ -164,3 +164,56 @@ def test_every_variant_of_a_split_reduction_matches_eager(tk, force_split):
     assert len(groups) >= 2  # partials, then their reduction
     _check_variants(tk, fn, torch.randn(3, 101), "auto")
 
+
+
+# -- across strategies: a persistent kernel's loop over r ------------------------------------------
+
+
+def test_looped_alternatives_rules():
+    from coil.triton_codegen import looped_alternatives
+
+    persistent = KernelConfig("persistent", 1, 8192, 16)
+    assert looped_alternatives(persistent, 16384, 8192, "cuda") == [
+        KernelConfig("looped", 1, 2048, 16), KernelConfig("looped", 1, 4096, 16), KernelConfig("looped", 1, 2048, 8)]
+    rows_4096 = looped_alternatives(KernelConfig("persistent", 1, 4096, 16), 16384, 4096, "cuda")
+    assert [c.rblock for c in rows_4096] == [2048, 2048]  # a loop one block long would be the persistent kernel
+    assert looped_alternatives(KernelConfig("persistent", 2, 2048, 16), 16384, 2048, "cuda") == []  # short rows
+    assert looped_alternatives(persistent, 512, 8192, "cuda") == []  # few rows
+    assert looped_alternatives(persistent, 16384, 8192, "interpret") == []
+    assert looped_alternatives(KernelConfig("looped", 4, 1024, 8), 16384, 20000, "cuda") == []
+
+
+def test_other_strategy_gives_interchangeable_loops(tk):
+    from coil.triton_codegen import other_strategy
+
+    s = tk.schedule(lambda x: (x.sum(1),), torch.randn(1024, 8192))
+    bufs = s.graph.buffers()
+    (group,) = [st for st in s.steps if isinstance(st, KernelGroup)]
+    ks = generate(group, bufs, "cuda")
+    assert ks.strategy == "persistent"
+    loop = generate(group, bufs, "cuda", "looped")
+    vs = other_strategy(ks, loop, "cuda")
+    assert [(v.constexprs["XBLOCK"], v.constexprs["RBLOCK"], v.num_warps) for v in vs] == [(1, 2048, 16), (1, 4096, 16),
+                                                                                         (1, 2048, 8)]
+    for v in vs:
+        assert v.strategy == "looped" and v.source == loop.source and v.name == ks.name
+        assert v.pointer_args == ks.pointer_args and v.size_args == ks.size_args
+        assert sympy.sympify(v.grid) == 1024  # one row per program
+    assert other_strategy(ks, ks, "cuda") == []  # not a loop
+    assert other_strategy(loop, loop, "cuda") == []  # not a persistent kernel
+
+
+@pytest.mark.parametrize("case", ["sum_dim1", "softmax_var_mean"])
+def test_a_loop_over_long_rows_one_row_per_program_matches_eager(tk, no_split, case):
+    """The configurations `looped_alternatives` adds (XBLOCK 1, RBLOCK 2048), on rows that are
+    not a multiple of the block, under the interpreter."""
+    fn = CASES[case][0]
+    torch.manual_seed(0)
+    x = torch.randn(3, 5000)
+    got = tk.run(fn, x, strategy="looped", pick=lambda ks: with_config(ks, KernelConfig("looped", 1, 2048, 4))
+                 if ks.strategy == "looped" else ks)
+    for g, w in zip(got, fn(x.double()), strict=True):
+        if g.dtype.is_floating_point:
+            torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-5 * max(1.0, float(w.abs().max())))
+        else:
+            torch.testing.assert_close(g, w.to(g.dtype))

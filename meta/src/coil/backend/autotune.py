@@ -2,7 +2,8 @@
 
 `tune_sources` runs between Triton codegen and the wrapper build (COIL_AUTOTUNE, `enabled`). For
 each kernel with candidates (`coil.triton_codegen.variants`: the reduction kernels; the same
-source under other block sizes and warps), it describes one `coil.runtime.autotune.TuningProblem`
+source under other block sizes and warps; for a persistent kernel over long rows on CUDA also its
+group generated as a loop over r, `coil.triton_codegen.other_strategy`), it describes one `coil.runtime.autotune.TuningProblem`
 (each candidate's KernelSpec and grid at the graph's size hints, the elements of every buffer
 the kernel touches, which of them it writes, the reduction length) and lets `coil.runtime.autotune.tune`
 compile them in parallel, check each against the default on synthetic inputs, time them and
@@ -36,7 +37,7 @@ from coil.backend.stats import GraphStats
 from coil.lowering_ir import LoweredGraph
 from coil.runtime import KernelSpec, interpreter_enabled
 from coil.runtime.autotune import Candidate, TuningProblem, TuningResult, tune
-from coil.triton_codegen import KernelSource, variants
+from coil.triton_codegen import KernelSource, other_strategy, variants
 
 log = logging.getLogger("coil.backend")
 _ON = frozenset({"auto", "1", "on", "true", "yes"})
@@ -64,12 +65,15 @@ def enabled(device: torch.device) -> bool:
 
 
 def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: torch.device, target: str,
-                 stats: GraphStats, to_specs: SpecsFn) -> list[KernelSource]:
+                 stats: GraphStats, to_specs: SpecsFn,
+                 as_loop: Callable[[KernelSource], KernelSource | None] | None = None) -> list[KernelSource]:
     """`sources` with each tunable kernel replaced by its fastest correct variant (see the module
     docstring); `to_specs` turns sources into the KernelSpecs the runtime compiles (the backend's
-    own, so a chosen candidate's spec equals the one compiled afterwards). Unchanged when
-    autotuning is off for `device`, and when tuning itself fails (one WARNING on coil.backend):
-    tuning never fails a compile."""
+    own, so a chosen candidate's spec equals the one compiled afterwards). `as_loop(ks)`, when
+    given, generates a persistent kernel's group again as a loop over r (None: it cannot be):
+    `triton_codegen.other_strategy` adds that loop's configurations to the candidates. Unchanged
+    when autotuning is off for `device`, and when tuning itself fails (one WARNING on
+    coil.backend): tuning never fails a compile."""
     if not sources or not enabled(device):
         return sources
     hints = lowered.symbol_hints
@@ -78,7 +82,7 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
     tuned: list[tuple[int, list[KernelSource]]] = []
     problems: list[TuningProblem] = []
     for i, ks in enumerate(sources):
-        vs = variants(ks, target, hints)
+        vs = variants(ks, target, hints) + _loops(ks, as_loop, target, hints)
         if len(vs) < 2:
             continue
         grids = _ints([v.grid for v in vs], hints)
@@ -117,6 +121,21 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
         report.append(_describe(vs[0], problem, result))
     logs.emit("autotune", f"{stats.name}: autotuning {len(problems)} kernels", "\n".join(report))
     return out
+
+
+def _loops(ks: KernelSource, as_loop: Callable[[KernelSource], KernelSource | None] | None, target: str,
+           hints: dict[sympy.Symbol, int]) -> list[KernelSource]:
+    """The loop-over-r candidates of a persistent kernel (`triton_codegen.other_strategy`); none
+    when there is no `as_loop`, the kernel has none, or generating the loop fails (logged at
+    DEBUG: the persistent candidates are tuned as before)."""
+    if as_loop is None or ks.strategy != "persistent":
+        return []
+    try:
+        alternative = as_loop(ks)
+    except Exception as e:
+        log.debug("coil: %s has no loop-over-r candidates (%s: %s)", ks.name, type(e).__name__, e)
+        return []
+    return [] if alternative is None else other_strategy(ks, alternative, target, hints)
 
 
 def _ints(exprs: Sequence[object], hints: dict[sympy.Symbol, int]) -> list[int] | None:

@@ -50,8 +50,8 @@ from coil.runtime import (
     prefetch_kernels,
     prestart_compile_workers,
 )
-from coil.scheduler import Schedule, schedule
-from coil.triton_codegen import CodegenOptions, KernelSource, generate_schedule
+from coil.scheduler import KernelGroup, Schedule, schedule
+from coil.triton_codegen import CodegenOptions, KernelSource, generate, generate_schedule
 from coil.wrapper_codegen import KernelLaunch, WrapperProgram, build, emit_python
 from coil.wrapper_codegen.segments import split_segments
 from torch._functorch.aot_autograd import aot_module_simplified
@@ -248,7 +248,14 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     _stage(stats, "device", _check_kernel_devices, sources, lowered, device)
     if autotune.enabled(device):  # COIL_AUTOTUNE: launch configurations chosen by timing
         prefetch_kernels(_specs(sources, lowered), device)  # they compile while the candidates are timed
-        sources = _stage(stats, "autotune", autotune.tune_sources, sources, lowered, device, target, stats, _specs)
+        groups = {st.name: st for st in sched.steps if isinstance(st, KernelGroup)}
+
+        def as_loop(ks: KernelSource) -> KernelSource | None:
+            group = groups.get(ks.name)
+            return None if group is None else generate(group, bufs, target, "looped", lowered.symbol_hints, options)
+
+        sources = _stage(stats, "autotune", autotune.tune_sources, sources, lowered, device, target, stats, _specs,
+                         as_loop)
     launches = {s.name: KernelLaunch(s.name, s.pointer_args, s.size_args, s.grid) for s in sources}
     program: WrapperProgram = _stage(stats, "wrapper codegen", build, sched, launches, reuse=knobs.reuse,
                                      check_inputs=check_inputs)

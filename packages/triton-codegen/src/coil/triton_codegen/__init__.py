@@ -2,14 +2,22 @@
 
 Public API (see README.md): `generate`, `generate_scatter`, `generate_schedule`, `KernelSource`,
 `CodegenOptions`, `KernelConfig`, `choose`, `STRATEGIES`, `texpr`; for autotuning `candidates`
-(launch configurations worth timing) and `variants` (a kernel under each of them).
+(launch configurations worth timing) and `variants` (a kernel under each of them), and
+`looped_alternatives` / `other_strategy` (a persistent kernel's loop over r as candidates too).
 """
 
 from coil.lowering_ir.printing import texpr
-from coil.triton_codegen.config import STRATEGIES, CodegenOptions, KernelConfig, candidates, choose
+from coil.triton_codegen.config import (
+           STRATEGIES,
+           CodegenOptions,
+           KernelConfig,
+           candidates,
+           choose,
+           looped_alternatives,
+)
 from coil.triton_codegen.kernel import KernelSource, generate
 from coil.triton_codegen.scatter import generate_scatter, generate_schedule
-from coil.triton_codegen.variants import variants
+from coil.triton_codegen.variants import other_strategy, variants
 
 __all__ = ["STRATEGIES", "CodegenOptions", "KernelConfig", "KernelSource", "candidates", "choose", "generate",
-           "generate_scatter", "generate_schedule", "texpr", "variants"]
+           "generate_scatter", "generate_schedule", "looped_alternatives", "other_strategy", "texpr", "variants"]

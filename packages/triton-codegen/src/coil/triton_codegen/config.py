@@ -185,6 +185,28 @@ def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> 
     return out[:MAX_CANDIDATES]
 
 
+# autotuning across strategies (`looped_alternatives`): a persistent reduction over rows of at
+# least LOOPED_ALT_MIN_R elements, with at least LOOPED_ALT_MIN_X rows, is also timed as a loop of
+# these (RBLOCK, warps) with one row per program. On an H100 (2026-11-26, bench/micro_probe.py)
+# Inductor kept a loop over 2048 (a bf16 sum over rows of 8192: 0.0944 ms against coil's
+# persistent 0.0976) and over 4096 (an fp32 layer norm: 0.3565 against 0.3590).
+LOOPED_ALT_MIN_R = 4096
+LOOPED_ALT_MIN_X = 1024
+LOOPED_ALTERNATIVES = ((2048, 16), (4096, 16), (2048, 8))
+
+
+def looped_alternatives(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> list[KernelConfig]:
+    """Looped configurations worth timing beside a persistent kernel's (a loop's source differs
+    from the persistent one: the caller generates it, `variants.other_strategy`). Empty unless
+    `default` is persistent on CUDA with rows of at least LOOPED_ALT_MIN_R elements and at least
+    LOOPED_ALT_MIN_X of them; each RBLOCK is below the row's next power of two (a loop one block
+    long is the persistent kernel with extra work)."""
+    rp = next_pow2(max(rnumel, 1))
+    if default.strategy != "persistent" or target != "cuda" or rp < LOOPED_ALT_MIN_R or xnumel < LOOPED_ALT_MIN_X:
+        return []
+    return [KernelConfig("looped", 1, r, w) for r, w in LOOPED_ALTERNATIVES if r < rp]
+
+
 def _spread(x: int, r: int, xnumel: int, interp: bool) -> int:
     """XBLOCK `x` halved on CUDA while the grid has fewer than SPLIT_MIN_PROGRAMS programs (the
     count lowering-ir's split rule aims above, assuming one row per program of a reduction over

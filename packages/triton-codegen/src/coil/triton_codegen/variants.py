@@ -14,7 +14,7 @@ import dataclasses
 
 import sympy
 from coil.lowering_ir import Expr
-from coil.triton_codegen.config import KernelConfig, candidates
+from coil.triton_codegen.config import KernelConfig, candidates, looped_alternatives
 from coil.triton_codegen.kernel import KernelSource
 
 TUNED_STRATEGIES = ("persistent", "looped", "outer")
@@ -55,3 +55,19 @@ def variants(ks: KernelSource, target: str, hints: dict[sympy.Symbol, int] | Non
     xnumel, rnumel = (int(s) if isinstance(s, sympy.Integer) else 1 << 20 for s in sizes)
     configs = candidates(default_config(ks), xnumel, rnumel, target)
     return [ks] + [with_config(ks, cfg) for cfg in configs[1:]]
+
+
+def other_strategy(ks: KernelSource, alternative: KernelSource, target: str,
+                   hints: dict[sympy.Symbol, int] | None = None) -> list[KernelSource]:
+    """Candidates of another reduction strategy for `ks`: `alternative` is the same kernel group
+    generated as a loop over r (`generate(..., strategy="looped")`), launched under each of
+    `config.looped_alternatives`. Empty when there are none for `ks`, or when `alternative` is
+    not a loop with `ks`'s name, pointer arguments and size arguments (the two must be
+    interchangeable in the wrapper)."""
+    if (ks.strategy != "persistent" or alternative.strategy != "looped" or alternative.name != ks.name
+            or alternative.pointer_args != ks.pointer_args or alternative.size_args != ks.size_args
+            or "RBLOCK" not in alternative.constexprs or len(ks.size_args) < 2):
+        return []
+    sizes = [sympy.sympify(sympy.sympify(e).xreplace(hints or {})) for e in ks.size_args[:2]]
+    xnumel, rnumel = (int(s) if isinstance(s, sympy.Integer) else 1 << 20 for s in sizes)
+    return [with_config(alternative, cfg) for cfg in looped_alternatives(default_config(ks), xnumel, rnumel, target)]
