@@ -192,15 +192,23 @@ def test_other_strategy_gives_interchangeable_loops(tk):
     ks = generate(group, bufs, "cuda")
     assert ks.strategy == "persistent"
     loop = generate(group, bufs, "cuda", "looped")
-    vs = other_strategy(ks, loop, "cuda")
+    vs = other_strategy(ks, lambda: loop, "cuda")
     assert [(v.constexprs["XBLOCK"], v.constexprs["RBLOCK"], v.num_warps) for v in vs] == [(1, 2048, 16), (1, 4096, 16),
                                                                                          (1, 2048, 8)]
     for v in vs:
         assert v.strategy == "looped" and v.source == loop.source and v.name == ks.name
         assert v.pointer_args == ks.pointer_args and v.size_args == ks.size_args
         assert sympy.sympify(v.grid) == 1024  # one row per program
-    assert other_strategy(ks, ks, "cuda") == []  # not a loop
-    assert other_strategy(loop, loop, "cuda") == []  # not a persistent kernel
+    assert other_strategy(ks, lambda: ks, "cuda") == []  # not a loop
+    assert other_strategy(loop, lambda: loop, "cuda") == []  # not a persistent kernel
+    few_rows = tk.schedule(lambda x: (x.sum(1),), torch.randn(8, 8192))
+    small = generate(next(st for st in few_rows.steps if isinstance(st, KernelGroup)), few_rows.graph.buffers(), "cuda")
+    assert small.strategy == "persistent"
+
+    def never() -> KernelSource:
+        raise AssertionError("generated a loop for a kernel with no loop candidates")
+
+    assert other_strategy(small, never, "cuda") == [] and other_strategy(ks, never, "interpret") == []
 
 
 @pytest.mark.parametrize("case", ["sum_dim1", "softmax_var_mean"])

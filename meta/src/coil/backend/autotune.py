@@ -128,14 +128,13 @@ def _loops(ks: KernelSource, as_loop: Callable[[KernelSource], KernelSource | No
     """The loop-over-r candidates of a persistent kernel (`triton_codegen.other_strategy`); none
     when there is no `as_loop`, the kernel has none, or generating the loop fails (logged at
     DEBUG: the persistent candidates are tuned as before)."""
-    if as_loop is None or ks.strategy != "persistent":
+    if as_loop is None:
         return []
     try:
-        alternative = as_loop(ks)
+        return other_strategy(ks, lambda: as_loop(ks), target, hints)
     except Exception as e:
         log.debug("coil: %s has no loop-over-r candidates (%s: %s)", ks.name, type(e).__name__, e)
         return []
-    return [] if alternative is None else other_strategy(ks, alternative, target, hints)
 
 
 def _ints(exprs: Sequence[object], hints: dict[sympy.Symbol, int]) -> list[int] | None:

@@ -8,12 +8,12 @@ Public API (see README.md): `generate`, `generate_scatter`, `generate_schedule`,
 
 from coil.lowering_ir.printing import texpr
 from coil.triton_codegen.config import (
-           STRATEGIES,
-           CodegenOptions,
-           KernelConfig,
-           candidates,
-           choose,
-           looped_alternatives,
+    STRATEGIES,
+    CodegenOptions,
+    KernelConfig,
+    candidates,
+    choose,
+    looped_alternatives,
 )
 from coil.triton_codegen.kernel import KernelSource, generate
 from coil.triton_codegen.scatter import generate_scatter, generate_schedule

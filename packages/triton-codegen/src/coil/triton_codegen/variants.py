@@ -11,6 +11,7 @@ wrapper from the one it keeps.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import sympy
 from coil.lowering_ir import Expr
@@ -57,17 +58,23 @@ def variants(ks: KernelSource, target: str, hints: dict[sympy.Symbol, int] | Non
     return [ks] + [with_config(ks, cfg) for cfg in configs[1:]]
 
 
-def other_strategy(ks: KernelSource, alternative: KernelSource, target: str,
+def other_strategy(ks: KernelSource, make_loop: Callable[[], KernelSource | None], target: str,
                    hints: dict[sympy.Symbol, int] | None = None) -> list[KernelSource]:
-    """Candidates of another reduction strategy for `ks`: `alternative` is the same kernel group
-    generated as a loop over r (`generate(..., strategy="looped")`), launched under each of
-    `config.looped_alternatives`. Empty when there are none for `ks`, or when `alternative` is
-    not a loop with `ks`'s name, pointer arguments and size arguments (the two must be
+    """Candidates of another reduction strategy for `ks`: `make_loop()` generates the same kernel
+    group as a loop over r (`generate(..., strategy="looped")`; None: it cannot), launched under
+    each of `config.looped_alternatives`. `make_loop` is called only when there are any (a graph
+    has hundreds of small persistent kernels). Empty when there are none, or when the loop is not
+    a loop with `ks`'s name, pointer arguments and size arguments (the two must be
     interchangeable in the wrapper)."""
-    if (ks.strategy != "persistent" or alternative.strategy != "looped" or alternative.name != ks.name
-            or alternative.pointer_args != ks.pointer_args or alternative.size_args != ks.size_args
-            or "RBLOCK" not in alternative.constexprs or len(ks.size_args) < 2):
+    if ks.strategy != "persistent" or "RBLOCK" not in ks.constexprs or len(ks.size_args) < 2:
         return []
     sizes = [sympy.sympify(sympy.sympify(e).xreplace(hints or {})) for e in ks.size_args[:2]]
     xnumel, rnumel = (int(s) if isinstance(s, sympy.Integer) else 1 << 20 for s in sizes)
-    return [with_config(alternative, cfg) for cfg in looped_alternatives(default_config(ks), xnumel, rnumel, target)]
+    configs = looped_alternatives(default_config(ks), xnumel, rnumel, target)
+    if not configs:
+        return []
+    loop = make_loop()
+    if (loop is None or loop.strategy != "looped" or loop.name != ks.name or loop.pointer_args != ks.pointer_args
+            or loop.size_args != ks.size_args or "RBLOCK" not in loop.constexprs):
+        return []
+    return [with_config(loop, cfg) for cfg in configs]
