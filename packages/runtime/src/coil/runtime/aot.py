@@ -108,12 +108,10 @@ def _in_workers(kernels: Sequence[Kernel], device: torch.device,
                 pool: compile_pool.CompilePool) -> list[KernelCompileError | None] | None:
     """`precompile_each` through worker processes (see the module docstring); None when the
     jobs could not be captured at all (the caller compiles on threads instead)."""
-    target = compile_jobs.target_of(device)
-    unknown = [i for i, k in enumerate(kernels) if not compile_jobs.known_compiled(k, target)]
-    jobs = _capture([kernels[i] for i in unknown], device, "compiling on threads") if unknown else []
-    if jobs is None:
+    got = _new_jobs(kernels, device, "compiling on threads")
+    if got is None:
         return None
-    todo = [(unknown[j], job) for j, job in enumerate(jobs) if job is not None]
+    target, unknown, todo = got
     results = pool.run([job for _, job in todo]) if todo else iter(())
     sent = {i for i, _ in todo}
     errors: list[KernelCompileError | None] = [None] * len(kernels)
@@ -123,9 +121,8 @@ def _in_workers(kernels: Sequence[Kernel], device: torch.device,
     for k, _ in results:
         i = todo[k][0]
         errors[i] = _try_one(kernels[i], device)
-    known = set(range(len(kernels))) - set(unknown)
-    for i, error in enumerate(errors):
-        if error is None and i not in known:
+    for i in unknown:
+        if errors[i] is None:
             compile_jobs.remember_compiled(kernels[i], target)
     return errors
 
@@ -137,12 +134,22 @@ def prefetch(kernels: Sequence[Kernel], device: torch.device) -> None:
     workers = compile_pool.shared_pool()
     if workers is None or not kernels:
         return
+    got = _new_jobs(kernels, device, "nothing prefetched")
+    if got is not None and got[2]:
+        workers.run([job for _, job in got[2]])
+
+
+def _new_jobs(kernels: Sequence[Kernel], device: torch.device, instead: str
+              ) -> tuple[compile_jobs.Target, list[int], list[tuple[int, compile_jobs.CompileJob]]] | None:
+    """The device's target, the indices of the kernels not compiled into Triton's cache before
+    (`compile_jobs.known_compiled`), and a job for each of them that needs compiling (index, job);
+    None when capturing fails as a whole (`_capture`)."""
     target = compile_jobs.target_of(device)
-    unknown = [k for k in kernels if not compile_jobs.known_compiled(k, target)]
-    jobs = _capture(unknown, device, "nothing prefetched") if unknown else None
-    todo = [job for job in jobs or [] if job is not None]
-    if todo:
-        workers.run(todo)
+    unknown = [i for i, k in enumerate(kernels) if not compile_jobs.known_compiled(k, target)]
+    jobs = _capture([kernels[i] for i in unknown], device, instead) if unknown else []
+    if jobs is None:
+        return None
+    return target, unknown, [(unknown[j], job) for j, job in enumerate(jobs) if job is not None]
 
 
 def _capture(kernels: Sequence[Kernel], device: torch.device,
