@@ -42,6 +42,13 @@ def with_config(ks: KernelSource, cfg: KernelConfig) -> KernelSource:
                                grid=sympy.ceiling(xnumel / cfg.xblock))
 
 
+def _sizes(ks: KernelSource, hints: dict[sympy.Symbol, int] | None) -> tuple[int, int]:
+    """`ks`'s xnumel and rnumel at `hints` (a size without a hint counts as 2**20)."""
+    sizes = [sympy.sympify(sympy.sympify(e).xreplace(hints or {})) for e in ks.size_args[:2]]  # a bare symbol -> int
+    xnumel, rnumel = (int(s) if isinstance(s, sympy.Integer) else 1 << 20 for s in sizes)
+    return xnumel, rnumel
+
+
 def variants(ks: KernelSource, target: str, hints: dict[sympy.Symbol, int] | None = None) -> list[KernelSource]:
     """`ks` first, then one `KernelSource` per other candidate configuration (`config.candidates`).
 
@@ -52,8 +59,7 @@ def variants(ks: KernelSource, target: str, hints: dict[sympy.Symbol, int] | Non
     """
     if ks.strategy not in TUNED_STRATEGIES or "RBLOCK" not in ks.constexprs or len(ks.size_args) < 2:
         return [ks]
-    sizes = [sympy.sympify(sympy.sympify(e).xreplace(hints or {})) for e in ks.size_args[:2]]  # a bare symbol -> int
-    xnumel, rnumel = (int(s) if isinstance(s, sympy.Integer) else 1 << 20 for s in sizes)
+    xnumel, rnumel = _sizes(ks, hints)
     configs = candidates(default_config(ks), xnumel, rnumel, target)
     return [ks] + [with_config(ks, cfg) for cfg in configs[1:]]
 
@@ -68,9 +74,7 @@ def other_strategy(ks: KernelSource, make_loop: Callable[[], KernelSource | None
     interchangeable in the wrapper)."""
     if ks.strategy != "persistent" or "RBLOCK" not in ks.constexprs or len(ks.size_args) < 2:
         return []
-    sizes = [sympy.sympify(sympy.sympify(e).xreplace(hints or {})) for e in ks.size_args[:2]]
-    xnumel, rnumel = (int(s) if isinstance(s, sympy.Integer) else 1 << 20 for s in sizes)
-    configs = looped_alternatives(default_config(ks), xnumel, rnumel, target)
+    configs = looped_alternatives(default_config(ks), *_sizes(ks, hints), target)
     if not configs:
         return []
     loop = make_loop()
