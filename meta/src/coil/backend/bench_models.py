@@ -208,13 +208,23 @@ def first_call(case: str, mode: str) -> tuple[float, Callable[[], Any]]:
     inputs = spec.inputs(model)
     if kind == "infer_bf16":
         model = model.to(torch.bfloat16).eval()
+    seconds, step, _ = _compile_and_step(spec, kind, model, inputs, mode)
+    return seconds, step
+
+
+def _compile_and_step(spec: ModelSpec, kind: str, model: Any, inputs: tuple[Any, ...], mode: str
+                      ) -> tuple[float, Callable[[], Any], Any]:
+    """`model` compiled by `mode` and its first step: the seconds from `torch.compile` to the end
+    of the step (synchronised), the step (to call again) and the step's result."""
+    import torch
+
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     f = compile_mode(model, mode)
     step = functools.partial(_infer_step if kind == "infer_bf16" else _train_step, spec, f, inputs)
-    step()
+    out = step()
     torch.cuda.synchronize()
-    return time.perf_counter() - t0, step
+    return time.perf_counter() - t0, step, out
 
 
 def own_process_peak(step: Callable[[], Any]) -> dict[str, Any]:
@@ -329,13 +339,7 @@ def run_model(case: str, cold: Callable[[str], Any], modes: tuple[str, ...]) -> 
                 if mode == "coil":
                     r["warm_graph_caches"] = caches
                 # this process compiles from the caches the cold process filled
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                f = compile_mode(m, mode)
-                step = functools.partial(_infer_step if kind == "infer_bf16" else _train_step, spec, f, inputs)
-                out = step()
-                torch.cuda.synchronize()
-                r["in_process_first_call_s"] = time.perf_counter() - t0
+                r["in_process_first_call_s"], step, out = _compile_and_step(spec, kind, m, inputs, mode)
             for _ in range(ACCURACY_CALL - 1):  # check a replayed call, not the (eager) warm-up
                 del out
                 out = step()
@@ -354,7 +358,7 @@ def run_model(case: str, cold: Callable[[str], Any], modes: tuple[str, ...]) -> 
                 r.update(own_peak)
             if mode == "coil":
                 r["graphs"] = _coil_graphs()
-            del f, step
+            del step
         except Exception as exc:
             r["error"] = f"{type(exc).__name__}: {exc}"[:800]
             traceback.print_exc()
