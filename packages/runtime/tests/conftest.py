@@ -1,10 +1,12 @@
-"""Shared fixtures: kernel sources, an isolated cache directory, a clean in-process memo."""
+"""Shared fixtures: kernel sources, an isolated cache directory, a clean in-process memo, a watch
+on Triton's code generator."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -128,3 +130,20 @@ def clean_env() -> dict[str, str]:
     return {
         k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and not k.startswith("COIL_")
     }
+
+
+@pytest.fixture
+def generated(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The functions Triton's code generator (`ASTSource.make_ir`) runs for in this process from
+    now on, by name, in order: a binary found in Triton's disk cache never reaches it."""
+    from triton.compiler import ASTSource
+
+    calls: list[str] = []
+    real = ASTSource.make_ir
+
+    def make_ir(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(self.fn.__name__)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ASTSource, "make_ir", make_ir)
+    return calls
