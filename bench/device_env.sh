@@ -23,3 +23,11 @@ if [ -z "${NO_PYC:-}" ]; then
     python3 -m compileall -q -j 16 /tmp/site > /dev/null 2>&1  # coil's wheels are new each call
   fi
 fi
+
+# `micro_probe`: bench/micro_probe.py over $MICRO (micro case names; nothing when empty), its log
+# in $OUT/micro.log and its summary lines printed
+micro_probe() {
+  [ -n "${MICRO:-}" ] || return 0
+  timeout ${MICRO_S:-200} python3 bench/micro_probe.py $MICRO --out $OUT/micro > $OUT/micro.log 2>&1
+  grep -v -i warn $OUT/micro.log | grep "^==\|^  \|Error" | cut -c1-300
+}

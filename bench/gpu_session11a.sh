@@ -5,11 +5,7 @@
 # profile dumped), Inductor cold, warm, warm under cProfile; each compiler its own cache folders
 set -u
 source bench/device_env.sh
-if [ -n "${MICRO:-rmsnorm_bf16 rmsnorm_fp32 sum_dim1_bf16 layernorm_fp32}" ]; then
-  timeout ${MICRO_S:-150} python3 bench/micro_probe.py ${MICRO:-rmsnorm_bf16 rmsnorm_fp32 sum_dim1_bf16 layernorm_fp32} \
-    --out $OUT/micro > $OUT/micro.log 2>&1
-  grep -v -i warn $OUT/micro.log | grep "^==\|^  " | cut -c1-300
-fi
+MICRO=${MICRO-rmsnorm_bf16 rmsnorm_fp32 sum_dim1_bf16 layernorm_fp32} micro_probe
 for case in ${CASES:-resnet50_train_amp bert_base_train_amp}; do
   C=/tmp/cp_$case; rm -rf $C
   for run in ${RUNS:-coil:cold coil:warm coil:warmprof inductor:cold inductor:warm inductor:warmprof}; do

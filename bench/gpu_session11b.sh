@@ -4,10 +4,7 @@
 # times), then the warm child again by hand, twice, on the caches the bench's cold run filled
 set -u
 source bench/device_env.sh
-if [ -n "${MICRO:-}" ]; then
-  timeout ${MICRO_S:-200} python3 bench/micro_probe.py $MICRO --out $OUT/micro > $OUT/micro.log 2>&1
-  grep -v -i warn $OUT/micro.log | grep "^==\|^  \|Error" | cut -c1-300
-fi
+micro_probe
 for case in ${CASES:-bert_base_train_amp}; do
   timeout ${PER_CASE_S:-300} python3 -m coil.backend.cli bench $case --out $OUT/bench_$case --budget-s 2000 2>&1 | grep "done in" | cut -c1-200
   grep "^| $case" $OUT/bench_$case/bench.md 2>/dev/null | cut -c1-400

@@ -4,10 +4,7 @@
 # run; plus the micro probe (MICRO=cases)
 set -u
 source bench/device_env.sh
-if [ -n "${MICRO:-}" ]; then
-  timeout ${MICRO_S:-200} python3 bench/micro_probe.py $MICRO --out $OUT/micro > $OUT/micro.log 2>&1
-  grep -v -i warn $OUT/micro.log | grep "^==\|^  \|Error" | cut -c1-300
-fi
+micro_probe
 for case in ${CASES:-bert_base_train_amp}; do
   D=/tmp/w_$case; rm -rf $D; mkdir -p $D
   export COIL_CACHE_DIR=$D/coil TRITON_CACHE_DIR=$D/triton TORCHINDUCTOR_CACHE_DIR=$D/inductor

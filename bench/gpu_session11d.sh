@@ -5,6 +5,7 @@
 # bench/compile_profile.py) and Inductor, without and with PYTHONPYCACHEPREFIX (a writable
 # bytecode cache, as a pip-installed environment has)
 set -u
+export NO_PYC=${NO_PYC-1}  # the machine's own setting first (device_env.sh caches bytecode otherwise)
 source bench/device_env.sh
 python3 - <<'PY'
 import os, sys, torch, transformers
@@ -26,7 +27,4 @@ for prefix in "" /tmp/pycache /tmp/pycache /tmp/pycache; do
   echo -n "  compile_profile coil: "; PYTHONPYCACHEPREFIX=$prefix python3 bench/compile_profile.py --case $case 2>&1 | grep "first call"
 done
 du -sh /tmp/pycache 2>/dev/null
-if [ -n "${MICRO:-}" ]; then
-  PYTHONPYCACHEPREFIX=/tmp/pycache timeout ${MICRO_S:-200} python3 bench/micro_probe.py $MICRO --out $OUT/micro > $OUT/micro.log 2>&1
-  grep -v -i warn $OUT/micro.log | grep "^==\|^  \|Error" | cut -c1-300
-fi
+micro_probe

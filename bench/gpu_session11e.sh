@@ -17,7 +17,4 @@ for m in ("eager", "inductor", "coil"):
           f" ms {x.get('ms')} peak {x.get('peak_mib')} acc {x.get('accuracy_ok')} err {str(x.get('error'))[:200]} warm stages {st}")
 PY
 done
-if [ -n "${MICRO:-}" ]; then
-  timeout ${MICRO_S:-200} python3 bench/micro_probe.py $MICRO --out $OUT/micro > $OUT/micro.log 2>&1
-  grep -v -i warn $OUT/micro.log | grep "^==\|^  \|Error" | cut -c1-300
-fi
+micro_probe

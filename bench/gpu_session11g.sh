@@ -11,7 +11,4 @@ if [ "$case" != none ]; then
   echo -n "warm: "; python3 -m coil.backend.bench_models $case coil 2>&1 | grep "first_call_s\|graph_caches" | tr '\n' ' ' | cut -c1-700; echo
   echo -n "warm, cProfile: "; python3 -m cProfile -o $OUT/${case}_warm_child.prof -m coil.backend.bench_models $case coil 2>&1 | grep first_call_s
 fi
-if [ -n "${MICRO:-}" ]; then
-  timeout ${MICRO_S:-200} python3 bench/micro_probe.py $MICRO --out $OUT/micro > $OUT/micro.log 2>&1
-  grep -v -i warn $OUT/micro.log | grep "^==\|^  \|Error" | cut -c1-300
-fi
+micro_probe
