@@ -193,6 +193,44 @@ def test_kernel_source_fields(tk):
     assert "from triton.language.extra import libdevice" in cuda.source
 
 
+def _hints(source: str, ptr: str) -> set[str]:
+    """The eviction hints of the loads of pointer `ptr` in a kernel source ('' for none)."""
+    out = set()
+    for line in source.splitlines():
+        if f"tl.load({ptr} +" in line:
+            out.add(line.split("eviction_policy='")[1].split("'")[0] if "eviction_policy" in line else "")
+    return out
+
+
+def test_eviction_hints_of_a_norm(tk):
+    """Layer norm over rows: looped, the input is read by the statistics' loop (kept for the
+    second read) and by the normalising loop (its last read: streamed); the weight is the same
+    for every row (kept); persistent, only the weight gets a hint. Both still match eager."""
+    def fn(x, w):
+        return (torch.nn.functional.layer_norm(x, (x.shape[-1],), w),)
+
+    x, w = torch.randn(6, 40), torch.randn(40)
+    s = tk.schedule(fn, x, w)
+    (k,) = s.kernels()
+    bufs = s.graph.buffers()
+    looped = generate(k, bufs, "cuda", "looped")
+    ptr_x, ptr_w = looped.pointer_args.index("arg0"), looped.pointer_args.index("arg1")
+    assert _hints(looped.source, f"ptr{ptr_x}") == {"evict_last", "evict_first"}, looped.source
+    assert _hints(looped.source, f"ptr{ptr_w}") == {"evict_last"}, looped.source
+    persistent = generate(k, bufs, "cuda", "persistent")
+    assert _hints(persistent.source, f"ptr{persistent.pointer_args.index('arg0')}") == {""}
+    assert _hints(persistent.source, f"ptr{persistent.pointer_args.index('arg1')}") == {"evict_last"}
+    for strategy in ("looped", "persistent"):
+        tk.check(fn, x, w, strategy=strategy, atol=1e-5)
+
+
+def test_a_whole_tensor_reduction_gets_no_keep_hint(tk):
+    s = tk.schedule(lambda x: (x.sum(),), torch.randn(64))
+    (k,) = s.kernels()
+    ks = generate(k, s.graph.buffers(), "cuda", "looped")
+    assert "evict_last" not in ks.source
+
+
 def test_pointwise_source_and_grid(tk):
     s = tk.schedule(lambda x: ((x + 1) * 2,), torch.randn(100))
     (k,) = s.kernels()

@@ -91,6 +91,8 @@ class KernelWriter:
         self.symbols: set[sympy.Symbol] = set()
         self.writer: dict[str, Member] = {m.op.output.name: m for m in group.members}
         self.xscope = _Scope("    ")
+        # looped reductions: the buffers a later loop of this kernel reads again (eviction hints)
+        self.reread: frozenset[str] | None = None
         self.reduction = group.is_reduction
         xn, rn = group.xnumel, group.rnumel
         xh, rh = sympy.sympify(xn).xreplace(hints or {}), sympy.sympify(rn).xreplace(hints or {})
@@ -239,9 +241,28 @@ class KernelWriter:
         self.check_bounds("load", ld.buffer, index, list(bound.values()), mask, scope)
         cast = ".to(tl.float32)" if ld.dtype in (torch.float16, torch.bfloat16) else ""
         where = self.ix(index) if _has_loop_var(index) else f"{self.ix(index)} + xindex * 0"
-        self.emit(scope, f"{t} = tl.load({self.ptr(ld.buffer)} + {where}, {mask}, other=0){cast}")
+        hint = self.eviction(ld.buffer, index, uses_r, scope)
+        self.emit(scope, f"{t} = tl.load({self.ptr(ld.buffer)} + {where}, {mask}, other=0{hint}){cast}")
         scope.values[key] = t
         return t
+
+    def eviction(self, buf: str, index: Expr, uses_r: bool, scope: _Scope) -> str:
+        """The L2 eviction hint of a load inside a reduction's r scope (empty elsewhere).
+
+        A load whose index has no x variable reads the same elements for every row (a norm's
+        weight): keep it ('evict_last'). In a loop over r, a buffer a later loop of this kernel
+        reads again (a norm's input, read for the statistics and again to normalise) is kept
+        too, and one read for the last time streams through ('evict_first'), so it does not push
+        the kept ones out. A persistent block reads each element once: no hint."""
+        if not (self.reduction and scope.is_r and uses_r):
+            return ""
+        xn = sympy.sympify(self.g.xnumel)
+        one_row = xn.is_Integer and int(xn) <= 1  # a whole-tensor reduction: nothing is shared
+        if not one_row and not any(s.name.startswith("x") and _KERNEL_VAR.match(s.name) for s in index.free_symbols):
+            return ", eviction_policy='evict_last'"
+        if self.reread is None:
+            return ""
+        return ", eviction_policy='evict_last'" if buf in self.reread else ", eviction_policy='evict_first'"
 
     def compute_member(self, m: Member, scope: _Scope) -> str:
         v = self.value(m.nest.body, m, scope)
@@ -372,7 +393,10 @@ class KernelWriter:
                 if s + 1 >= nseg:
                     continue
                 ms = [(i, m) for i, m in enumerate(g.members) if m.kind != "x" and seg[i] == s + 1]
+                self.reread = frozenset(ld.buffer for i, m in enumerate(g.members)
+                                        if m.kind != "x" and seg[i] > s + 1 for ld in _loads(m))
                 self._loop(ms)
+            self.reread = None
         for e in (g.xnumel, g.rnumel):
             self.ix(sympy.sympify(e))
         syms = tuple(sorted(self.symbols, key=lambda x: x.name))
