@@ -387,3 +387,47 @@ def test_a_kept_one_element_output_does_not_stop_the_replay(cache_dir: Path) -> 
     assert f.graph is not None and f.uncaptured_calls == 0
     assert f._alias_idx == (0,), "the activation is handed out, the loss is not"
     torch.testing.assert_close(torch.stack(losses), torch.stack(wanted), rtol=1e-4, atol=1e-5)
+
+
+def _fragmenting(args: list[Any]) -> tuple[Any, ...]:
+    """Two 30 MiB buffers freed, then one of 50 MiB: it fits where the two were only if their
+    memory merges (one expandable segment), not in two 30 MiB segments of their own."""
+    x = args[0]
+    n = 30 * MiB // 4
+    a = x.new_full((n,), 1.0)
+    b = x.new_full((n,), 2.0)
+    s = a.sum() + b.sum()
+    del a, b
+    c = x.new_zeros((50 * MiB // 4,))
+    c.add_(s + x[0])  # in place: no third big buffer
+    return (c[-4:].clone(),)
+
+
+def test_the_graph_pool_is_expandable_and_the_ordinary_pool_is_not(cache_dir: Path) -> None:
+    """With expandable segments for the capture (the default) the pool holds about the capture's
+    live peak (60 MiB and small blocks, not 30 + 30 + 50), its segments are expandable, the ordinary pool's
+    segments created afterwards are not, and the replays compute what eager does."""
+    from coil.runtime.pool_segments import expandable_now
+
+    if expandable_now() is not False:
+        pytest.skip("this process already creates expandable segments (PYTORCH_CUDA_ALLOC_CONF)")
+    reserved = {}
+    for on in (True, False):
+        with override(graph_pool_expandable=on):
+            runner = CudaGraphRunner(_fragmenting, [torch.zeros(8, device="cuda")])
+            for k in range(3):
+                x = torch.full((8,), float(k), device="cuda")
+                out = runner([x])[0]
+                torch.testing.assert_close(out, _fragmenting([torch.full((8,), float(k), device="cuda")])[0])
+        assert runner.graph is not None
+        torch.cuda.synchronize()
+        segs = [s for s in torch.cuda.memory_snapshot()
+                if tuple(s.get("segment_pool_id", (0, 0))) == tuple(runner._pool)]
+        assert all(s.get("is_expandable", False) == on for s in segs), segs
+        reserved[on] = _pool_bytes(runner._pool)
+        del runner
+    assert expandable_now() is False
+    after = torch.empty(12 * MiB, dtype=torch.uint8, device="cuda")
+    ordinary = [s for s in torch.cuda.memory_snapshot() if s["address"] <= after.data_ptr() < s["address"] + s["total_size"]]
+    assert ordinary and not ordinary[0].get("is_expandable", False)
+    assert reserved[True] <= 72 * MiB < 100 * MiB <= reserved[False], {k: v / MiB for k, v in reserved.items()}

@@ -127,6 +127,7 @@ from typing import TYPE_CHECKING, Any
 
 from coil.runtime.handouts import Handouts, Slot, _tensors_over
 from coil.runtime.liveness import StorageLiveness
+from coil.runtime.pool_segments import expandable_capture
 
 if TYPE_CHECKING:
     import torch
@@ -472,8 +473,8 @@ class CudaGraphRunner:
         torch.cuda.synchronize(self.device)
         graph = torch.cuda.CUDAGraph()
         args = list(self._static_inputs)
-        with torch.cuda.device(self.device), torch.cuda.graph(graph, pool=self._pool,
-                                                              stream=_side_stream(self.device)):
+        with torch.cuda.device(self.device), expandable_capture(), \
+                torch.cuda.graph(graph, pool=self._pool, stream=_side_stream(self.device)):
             for i in sorted(in_capture):
                 size, stride, dtype = self._input_meta[i]
                 buf = torch.empty_strided(size, stride, dtype=dtype, device=self.device)

@@ -20,6 +20,10 @@ Knobs:
   COIL_FAST_LAUNCH      fast_launch       bool  launch GPU kernels through their bound launcher,
                                                 skipping JITFunction.run (default on; read when
                                                 a Kernel is created)
+  COIL_GRAPH_POOL_EXPANDABLE
+                        graph_pool_expandable
+                                          bool  create the CUDA-graph pool's segments expandable
+                                                (pool_segments; default on)
   TRITON_INTERPRET      triton_interpret  bool  Triton's own switch, read here (not in triton) so
                                                 that asking never imports triton; when set, every
                                                 kernel runs under the interpreter, GPU ones too
@@ -130,6 +134,7 @@ class RuntimeKnobs:
     compile_workers = _EnvKnob("COIL_COMPILE_WORKERS", _int_at_least(0), _default_threads)
     aot_compile = _EnvKnob("COIL_AOT_COMPILE", _parse_bool, lambda: True)
     fast_launch = _EnvKnob("COIL_FAST_LAUNCH", _parse_bool, lambda: True)
+    graph_pool_expandable = _EnvKnob("COIL_GRAPH_POOL_EXPANDABLE", _parse_bool, lambda: True)
     triton_interpret = _EnvKnob("TRITON_INTERPRET", _parse_bool, lambda: False)
 
     def __init__(self) -> None:
