@@ -12,7 +12,9 @@ The setting is process-wide (`expandable_segments` in PyTorch's allocator settin
 a segment is created, not when memory is freed. `expandable_capture()` turns it on for the
 duration of one capture and restores the previous value after, so only segments created inside
 captures (all of them in the graph's pool) are expandable; the user's ordinary pool keeps the
-setting the user chose. When the user already turned it on, nothing changes. Off with
+setting the user chose (a segment another thread creates while a capture runs is expandable too;
+that changes how it grows, not what it holds). When the user already turned it on, nothing
+changes. Off with
 `COIL_GRAPH_POOL_EXPANDABLE=0`, and skipped (with no error) where the allocator is not the native
 one or this torch cannot change the setting at run time.
 """
