@@ -12,8 +12,10 @@ it with what the pool reserves: the gap is rounding and fragmentation, which a b
 take back; the live peak itself only a different order or fewer buffers can lower. For the measured
 call it lists the ordinary pool's allocations by site (first frame in coil, else outside torch).
 
-A segment's pool comes from the final snapshot (`segment_pool_id`); a segment freed before the end
-(`empty_cache`) belonged to the ordinary pool (CUDA-graph pools keep theirs while their graphs live).
+A segment's pool comes from the final snapshot (`segment_pool_id`; a piece mapped into an
+expandable segment belongs to the snapshot entry whose range holds it); a segment freed before the
+end (`empty_cache`) belonged to the ordinary pool (CUDA-graph pools keep theirs while their graphs
+live).
 """
 
 from __future__ import annotations
@@ -78,8 +80,12 @@ def analyse(snap: dict[str, Any], step_from: int) -> dict[str, Any]:
         elif a == "free_completed" and addr in block_seg:
             n, sid = block_seg.pop(addr)
             events.append((i, -n, sid))
+    # an expandable segment is one snapshot entry over many mapped pieces: find by containment
+    ranges = sorted((sg["address"], sg["address"] + sg["total_size"], final[sg["address"]]) for sg in snap["segments"])
+    range_starts = [r[0] for r in ranges]
     for start, (_, sid) in alive.items():
-        seg_pool[sid] = final.get(start, "(0, 0) freed")
+        k = bisect.bisect_right(range_starts, start) - 1
+        seg_pool[sid] = ranges[k][2] if k >= 0 and start < ranges[k][1] else "(0, 0) freed"
     seg_pool[-1] = "unknown (allocated before recording)"
     live: dict[str, int] = collections.Counter()
     peak: dict[str, int] = collections.Counter()

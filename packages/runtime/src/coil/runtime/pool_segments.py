@@ -14,9 +14,8 @@ duration of one capture and restores the previous value after, so only segments 
 captures (all of them in the graph's pool) are expandable; the user's ordinary pool keeps the
 setting the user chose (a segment another thread creates while a capture runs is expandable too;
 that changes how it grows, not what it holds). When the user already turned it on, nothing
-changes. Off with
-`COIL_GRAPH_POOL_EXPANDABLE=0`, and skipped (with no error) where the allocator is not the native
-one or this torch cannot change the setting at run time.
+changes. Off with `COIL_GRAPH_POOL_EXPANDABLE=0`; skipped (with no error) where the allocator is
+not the native one or this torch cannot change the setting at run time.
 """
 
 from __future__ import annotations
@@ -36,10 +35,10 @@ __all__ = ["expandable_capture", "expandable_now"]
 _SETTING = re.compile(r"expandable_segments\s*:\s*(\w+)", re.IGNORECASE)
 
 
-def expandable_now() -> bool | None:
+def expandable_now() -> bool:
     """Whether the caching allocator creates expandable segments now: from the allocator's own
-    settings where this torch reports them, else from PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF
-    (the later-set one wins as in PyTorch: PYTORCH_ALLOC_CONF first). None when unknown."""
+    settings where this torch reports them, else from the environment (PYTORCH_ALLOC_CONF, or
+    PYTORCH_CUDA_ALLOC_CONF when that is unset, as PyTorch reads them)."""
     import torch
 
     get = getattr(torch._C, "_accelerator_getAllocatorSettings", None)
@@ -54,7 +53,7 @@ def expandable_now() -> bool | None:
     m = _SETTING.search(text)
     if m is None:
         return False
-    return m.group(1).strip().lower() == "true"
+    return m.group(1).strip().lower() in ("true", "1")
 
 
 def _set(on: bool) -> bool:
@@ -88,7 +87,7 @@ def _native() -> bool:
 def expandable_capture() -> Iterator[bool]:
     """Inside: the caching allocator creates expandable segments (yields whether this block turned
     them on). The previous setting is restored on exit, exceptions included."""
-    if not knobs.graph_pool_expandable or not _native() or expandable_now() is not False:
+    if not knobs.graph_pool_expandable or not _native() or expandable_now():
         yield False
         return
     if not _set(True):
