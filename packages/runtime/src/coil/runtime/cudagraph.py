@@ -516,8 +516,7 @@ class CudaGraphRunner:
                 if not (isinstance(src, torch.Tensor) and slot.matches(src)):
                     return self._uncaptured(inputs, f"borrowed input {i} is not at the address the graph reads "
                                                     f"({_where(src)}; the graph reads output {k} of its lender "
-                                                    f"at {slot.data_ptr:#x} {list(slot.size)} stride {list(slot.stride)} "
-                                                    f"{slot.dtype})")
+                                                    f"at {_view(slot.data_ptr, slot.size, slot.stride, slot.dtype)})")
                 continue
             dst = static_inputs[i]
             if src.data_ptr() != dst.data_ptr() or src.stride() != dst.stride():
@@ -662,7 +661,12 @@ def _where(x: object) -> str:
 
     if not isinstance(x, torch.Tensor):
         return f"not a tensor: {type(x).__name__}"
-    return f"{x.data_ptr():#x} {list(x.shape)} stride {list(x.stride())} {x.dtype}"
+    return _view(x.data_ptr(), x.shape, x.stride(), x.dtype)
+
+
+def _view(ptr: int, size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> str:
+    """An address and a view of memory, as `_where` prints a tensor's."""
+    return f"{ptr:#x} {list(size)} stride {list(stride)} {dtype}"
 
 
 def _nbytes(x: object) -> int:

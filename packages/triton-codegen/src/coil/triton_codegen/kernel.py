@@ -95,6 +95,7 @@ class KernelWriter:
         self.reread: frozenset[str] | None = None
         self.reduction = group.is_reduction
         xn, rn = group.xnumel, group.rnumel
+        self.one_row = bool(sympy.sympify(xn).is_Integer) and int(xn) <= 1  # a whole-tensor reduction: no row shares
         xh, rh = sympy.sympify(xn).xreplace(hints or {}), sympy.sympify(rn).xreplace(hints or {})
         x_contiguous = self.reduction and x_contiguous_loads(group)
         if not isinstance(rn, sympy.Integer) and strategy == "auto":
@@ -256,9 +257,7 @@ class KernelWriter:
         the kept ones out. A persistent block reads each element once: no hint."""
         if not (self.reduction and scope.is_r and uses_r):
             return ""
-        xn = sympy.sympify(self.g.xnumel)
-        one_row = xn.is_Integer and int(xn) <= 1  # a whole-tensor reduction: nothing is shared
-        if not one_row and not any(s.name.startswith("x") and _KERNEL_VAR.match(s.name) for s in index.free_symbols):
+        if not self.one_row and not any(s.name.startswith("x") and _KERNEL_VAR.match(s.name) for s in index.free_symbols):
             return ", eviction_policy='evict_last'"
         if self.reread is None:
             return ""
