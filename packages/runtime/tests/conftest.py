@@ -107,6 +107,14 @@ class Specs:
         return KernelSpec("rowsum_dynamic", source, (f32, f32, 1024), {"RBLOCK": rblock})
 
 
+@pytest.fixture(autouse=True)
+def _compiled_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts with TRITON_INTERPRET unset, as `nox` runs this package (tests that want
+    the interpreter set it themselves): another package's tests in the same pytest process
+    (triton-codegen's conftest sets it at import) must not turn CUDA kernels into interpreted ones."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
 @pytest.fixture(scope="session")
 def specs() -> type[Specs]:
     """The test kernels' specs and sources."""

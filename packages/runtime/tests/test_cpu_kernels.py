@@ -119,14 +119,15 @@ def test_launch_leaves_triton_in_compiled_mode(cache_dir: Path, specs: Any) -> N
     import triton
     import triton.language as tl
 
-    call_before = triton.JITFunction.__call__
+    call_before, zeros_before = triton.JITFunction.__call__, tl.zeros
     kernel = compile_kernels([specs.rowsum(3)], CPU)["rowsum_kernel"]
     x = torch.randn(2, 3)
     out = torch.empty(2)
     kernel((2,), x, out)
-    assert triton.JITFunction.__call__ is call_before
-    if not triton.knobs.runtime.interpret:  # TRITON_INTERPRET unset: the library is compiled-mode
-        assert isinstance(tl.zeros, triton.JITFunction)
+    assert triton.JITFunction.__call__ is call_before and tl.zeros is zeros_before
+    # triton imported with TRITON_INTERPRET unset (nox runs this package alone) has compiled-mode
+    # helpers; imported with it set (after triton-codegen's conftest, in one pytest) it has not
+    if isinstance(zeros_before, triton.JITFunction):
         assert isinstance(kernel.fn, triton.JITFunction)
     assert "rowsum_kernel" in repr(kernel) and "interpreted" in repr(kernel)
 
