@@ -15,4 +15,4 @@ print(json.dumps({k: d[k] for k in ('peak_mib','peak_allocated_mib','first_call_
 for r in d['runners']: print('  runner', json.dumps(r)[:400])" $OUT/pool_${c}_$pin.json || tail -5 $OUT/pool_${c}_$pin.err
   done
 done
-CASES="${BENCH_CASES:-}" PER_CASE_S=${PER_CASE_S:-300} bash bench/gpu_session12d.sh
+[ -n "${BENCH_CASES:-}" ] && CASES="$BENCH_CASES" PER_CASE_S=${PER_CASE_S:-300} bash bench/gpu_session12d.sh
