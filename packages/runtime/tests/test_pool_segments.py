@@ -1,5 +1,5 @@
 """pool_segments: expandable segments on for a capture only, the user's setting kept (CPU: the
-allocator's setter is replaced by a recorder; test_gpu.py checks the real pool's segments)."""
+allocator's setter is replaced by a recorder; test_gpu_fast.py checks the real pool's segments)."""
 
 from __future__ import annotations
 
