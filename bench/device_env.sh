@@ -31,3 +31,11 @@ micro_probe() {
   timeout ${MICRO_S:-200} python3 bench/micro_probe.py $MICRO --out $OUT/micro > $OUT/micro.log 2>&1
   grep -v -i warn $OUT/micro.log | grep "^==\|^  \|Error" | cut -c1-300
 }
+
+# `old_wheels`: a second wheel set for an A/B, .whl_old installed into /tmp/site_old (bytecode
+# compiled as above unless NO_PYC); fails when the install does
+old_wheels() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_old .whl_old/*.whl || return 1
+  [ -n "${NO_PYC:-}" ] || python3 -m compileall -q -j 16 /tmp/site_old > /dev/null 2>&1
+  return 0
+}

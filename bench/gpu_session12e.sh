@@ -4,8 +4,7 @@
 # and .whl with COIL_GRAPH_POOL_EXPANDABLE=0; each twice, interleaved, own cache folders
 set -u
 source bench/device_env.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_old .whl_old/*.whl || exit 1
-[ -z "${NO_PYC:-}" ] && python3 -m compileall -q -j 16 /tmp/site_old > /dev/null 2>&1
+old_wheels || exit 1
 for c in ${CASES:-resnet50_train_amp}; do
   for round in 1 2; do
     for v in old new new_noexp; do

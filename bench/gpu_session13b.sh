@@ -5,8 +5,7 @@
 # its own coil cache folder
 set -u
 source bench/device_env.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_old .whl_old/*.whl || exit 1
-[ -z "${NO_PYC:-}" ] && python3 -m compileall -q -j 16 /tmp/site_old > /dev/null 2>&1
+old_wheels || exit 1
 for c in ${MICRO:-layernorm_fp32}; do
   for v in old new; do
     site=/tmp/site; [ $v = old ] && site=/tmp/site_old

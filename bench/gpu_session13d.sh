@@ -4,7 +4,7 @@
 # and of main with the patch (.whl), then the rest of the end-to-end suite (.whl)
 set -u
 source bench/device_env.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_old .whl_old/*.whl || exit 1
+old_wheels || exit 1
 T=tests-integration/test_channels_last.py::test_conv_bn_relu_conv_inference_channels_last
 for v in old new; do
   site=/tmp/site; [ $v = old ] && site=/tmp/site_old
