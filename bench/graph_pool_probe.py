@@ -55,10 +55,12 @@ def analyse(snap: dict[str, Any], step_from: int) -> dict[str, Any]:
     alive: dict[int, tuple[int, int]] = {}  # start addr -> (end, id)
     block_seg: dict[int, tuple[int, int]] = {}  # block addr -> (size, seg id)
     events: list[tuple[int, int, int]] = []  # (index, +/-size, seg id)
+    grew: list[tuple[int, int, int]] = []  # (index, address, bytes) of each segment alloc or map
     for i, e in enumerate(trace):
         a, n = e.get("action"), int(e.get("size", 0))
         addr = int(e.get("addr", 0))
         if a in ("segment_alloc", "segment_map"):
+            grew.append((i, addr, n))
             sid = len(seg_pool)
             seg_pool[sid] = "(0, 0) freed"
             alive[addr] = (addr + n, sid)
@@ -112,6 +114,7 @@ def analyse(snap: dict[str, Any], step_from: int) -> dict[str, Any]:
             if ev_pool.get(a) == pool:
                 by[s] += n
         at_peak[pool] = [(s, round(n / MiB, 1)) for s, n in by.most_common(12)]
+    growth = _growth(trace, events, seg_pool, grew, ranges)
     sites: dict[str, int] = collections.Counter()
     for e in trace[step_from:]:
         if e.get("action") == "alloc":
@@ -121,12 +124,48 @@ def analyse(snap: dict[str, Any], step_from: int) -> dict[str, Any]:
                           "live_peak_mib": round(peak.get(p, 0) / MiB, 1),
                           "step_live_peak_mib": round(step_peak.get(p, 0) / MiB, 1),
                           "live_at_end_mib": round(live.get(p, 0) / MiB, 1)} for p in pools},
-            "trace_events": len(trace), "at_peak": at_peak,
+            "trace_events": len(trace), "at_peak": at_peak, "growth": growth,
             "live_at_end": [(round(b["size"] / MiB, 1), s.get("stream"), str(tuple(s.get("segment_pool_id", (0, 0)))),
                              _site(b.get("frames", [])))
                             for s in snap["segments"] for b in s.get("blocks", [])
                             if b["state"] == "active_allocated" and b["size"] >= MiB][:40],
             "step_alloc_sites_mib": [(s, round(n / MiB, 1)) for s, n in sites.most_common(15)]}
+
+
+def _growth(trace: list[dict[str, Any]], events: list[tuple[int, int, int]], seg_pool: dict[int, str],
+            grew: list[tuple[int, int, int]], ranges: list[tuple[int, int, str]]) -> dict[str, Any]:
+    """Per pool, when its reserved memory grew: the last five segment allocations or maps (trace
+    index, MiB, the pool's live MiB just before, the allocation that asked for it and the
+    wrapper line it came from). The last one sets what the pool reserves at the end."""
+    starts = [r[0] for r in ranges]
+
+    def pool_of(addr: int) -> str:
+        k = bisect.bisect_right(starts, addr) - 1
+        return ranges[k][2] if k >= 0 and addr < ranges[k][1] else "(0, 0) freed"
+
+    live: dict[str, int] = collections.Counter()
+    out: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    g = 0
+    for i, d, sid in [*events, (len(trace), 0, -1)]:
+        while g < len(grew) and grew[g][0] < i:
+            gi, addr, n = grew[g]
+            pool = pool_of(addr)
+            nxt = next((e for e in trace[gi + 1: gi + 4] if e.get("action") == "alloc"), {})
+            out[pool].append({"index": gi, "mib": round(n / MiB, 1), "live_before_mib": round(live[pool] / MiB, 1),
+                              "for_alloc_mib": round(int(nxt.get("size", 0)) / MiB, 1),
+                              "wrapper_line": _wrapper_line(nxt.get("frames", []))})
+            g += 1
+        if sid >= 0:
+            live[seg_pool[sid]] += d
+    return {p: v[-5:] for p, v in out.items()}
+
+
+def _wrapper_line(frames: list[dict[str, Any]]) -> str:
+    """The generated wrapper's frame (`<coil wrapper NAME>:line`), else the first coil frame."""
+    for f in frames:
+        if str(f.get("filename", "")).startswith("<coil wrapper"):
+            return f"{f['filename']}:{f.get('line')}"
+    return _site(frames)
 
 
 def _running(events: list[tuple[int, int, int]], seg_pool: dict[int, str], pool: str) -> list[int]:
@@ -141,7 +180,8 @@ def _running(events: list[tuple[int, int, int]], seg_pool: dict[int, str], pool:
 
 def _runners() -> list[dict[str, Any]]:
     """Each live CUDA-graph runner's inputs: how many, which are static (used in place), borrowed
-    (another runner's output, no copy) or copied into a buffer of the graph's, with those bytes."""
+    (another runner's output, no copy) or copied into a buffer of the graph's, with those bytes,
+    and which of the copied ones the graph copies late (at their first use)."""
     from coil.runtime import cudagraph
 
     out = []
@@ -164,7 +204,10 @@ def _runners() -> list[dict[str, Any]]:
                 sizes.append(round(n / MiB, 2))
             out.append({"inputs": r._n, "static": len(r.static_indices), "borrowed": len(r.borrowed),
                         "copied": len(copied), "copied_mib": sorted(sizes, reverse=True)[:10],
-                        "in_capture": sorted(r._in_slots), "captured": r.graph is not None,
+                        "in_capture": sorted(r._in_slots), "late": sorted(getattr(r, "_late", {})),
+                        "late_scratch_mib": round(r._copies.size / MiB, 2) if getattr(r, "_copies", None) else None,
+                        "late_fallbacks": r._copies.fallbacks if getattr(r, "_copies", None) else None,
+                        "captured": r.graph is not None,
                         "uncaptured_calls": r.uncaptured_calls})
     return out
 
