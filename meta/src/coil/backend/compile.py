@@ -457,6 +457,32 @@ def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, mod
         return _backend(gm, example_inputs, overrides)
 
 
+def _untraced_backward(compiler: Any) -> Any:
+    """`compiler` (a backward compiler, plain or torch's SerializableAOTDispatchCompiler) made
+    invisible to Dynamo, with the callable it returns.
+
+    AOTAutograd compiles the backward lazily, inside `loss.backward()`. When that call sits in a
+    function the user compiled (a whole training step), the step has a graph break there and its
+    nested Python frames still pass through Dynamo's frame hook: without this, Dynamo would trace
+    coil's compiler and runtime (with fake tensors) instead of running them. torch's own
+    `aot_autograd` backend helper wraps its backward compilers the same way; coil calls
+    `aot_module_simplified` directly, so it does it here. On an AOTAutograd cache hit torch
+    rewraps the loaded backward itself."""
+    def untraced(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        compiled = torch.compiler.disable(  # type: ignore[no-untyped-call]
+            compiler_fn, reason="coil compiles the backward")(gm, example_inputs)
+        return torch.compiler.disable(compiled, reason="coil runs the compiled backward")  # type: ignore[no-untyped-call]
+
+    from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+
+    if isinstance(compiler, SerializableAOTDispatchCompiler):
+        compiler_fn = compiler.compiler_fn
+        compiler.compiler_fn = untraced
+        return compiler
+    compiler_fn = compiler
+    return untraced
+
+
 def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides: Mapping[str, Any]
              ) -> Callable[..., Any]:
     call = BackendCall()
@@ -475,6 +501,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
         else:  # Dynamo guards the inputs (a mismatch recompiles): no second check in the wrapper
             compilers[kind] = compile_options.scoped(
                 functools.partial(compile_graph, kind=kind, check_inputs=False), overrides)
+    compilers["backward"] = _untraced_backward(compilers["backward"])
     settings: Any = contextlib.nullcontext()
     if unusable is None:
         aot_cache.salt(gm)
