@@ -11,6 +11,7 @@ from coil.fx_passes.fake_meta import compute_val, fake_mode_of, refresh_meta
 from coil.fx_passes.infra import Condition, GraphPass, PassResult, Stage, graph_pass
 from coil.fx_passes.knobs import knobs
 from coil.fx_passes.manager import PassManager
+from coil.fx_passes.passes.accumulate_into import accumulate_into_addend
 from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
 from coil.fx_passes.passes.attention import ATTENTION_RULES, fuse_attention
 from coil.fx_passes.passes.channels_last import adopt_input_strides, channels_last
@@ -46,6 +47,7 @@ __all__ = [
     "PatternRegistry",
     "Rule",
     "Stage",
+    "accumulate_into_addend",
     "adopt_input_strides",
     "apply_rule",
     "channels_last",

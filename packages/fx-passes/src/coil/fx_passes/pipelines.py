@@ -8,6 +8,7 @@ from coil.fx_passes.fake_meta import repair_stale_aliasing
 from coil.fx_passes.infra import GraphPass, Stage
 from coil.fx_passes.knobs import knobs
 from coil.fx_passes.manager import OnPass, PassManager
+from coil.fx_passes.passes.accumulate_into import accumulate_into_addend
 from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
 from coil.fx_passes.passes.attention import fuse_attention
 from coil.fx_passes.passes.channels_last import channels_last
@@ -42,6 +43,7 @@ def post_grad_passes(*, is_backward: bool, reinplace: bool | None = None) -> tup
     passes: list[GraphPass] = [
         fold_constants,  # first: turns GPT-2's `w / full([], sqrt(d))` into `w / sqrt(d)`
         scatter_to_where,  # nll_loss_backward's scatter into zeros becomes a fusable where
+        accumulate_into_addend,  # a tied embedding's gradient: no [V, D] zeros, no add
         fuse_attention,  # before the view simplifications, which rewrite matmul's layout ops
         remove_noops,
         simplify_view_pairs,
