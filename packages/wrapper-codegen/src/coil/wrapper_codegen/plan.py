@@ -20,6 +20,7 @@ from coil.memory_planner import BufferLifetime, ReusePlan, plan_reuse
 from coil.scheduler import KernelGroup, Schedule
 from coil.scheduler.capture import capture_blocker, graph_device
 from coil.scheduler.ordering import step_reads, step_writes
+from coil.wrapper_codegen.inplace import inplace_scatters
 from coil.wrapper_codegen.lines import (
     Allocate,
     CheckInput,
@@ -130,10 +131,27 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     for o in out_storage:
         last[o] = n
     inputs = {b.name for b in g.inputs if isinstance(b, InputBuffer)} | set(constants)
+    # only kernel stores are allocated by the wrapper, so only they can take a donor's storage;
+    # a donor assigned to an extern result (which ATen allocates) is simply freed as usual
+    kernel_stores = {w for st in steps if isinstance(st, KernelGroup) for w in st.stores}
+    kernel_stores |= {st.output.name for st in steps if isinstance(st, Scatter)}
+    # a Scatter whose base dies at it writes into the base's storage: the storage's lifetime
+    # runs from the base's first step to the last of the scatter outputs that take it over
+    inplace = inplace_scatters(steps, buffers, last, out_storage | inputs) if reuse else {}
+    renamed = {base: out for out, base in inplace.items()}
+
+    def current(name: str) -> str:
+        """The buffer that holds `name`'s storage last (itself unless scatters take it over)."""
+        while name in renamed:
+            name = renamed[name]
+        return name
+
     plan: ReusePlan | None = None
     if reuse:
         lifetimes = []
         for b in [w for st in steps for w in step_writes(st)]:
+            if b in inplace:
+                continue  # its storage's lifetime is its base's
             buf = buffers[b]
             extent = sympy.sympify(buf.layout.storage_extent())
             pool = f"{buf.layout.device}/{buf.layout.dtype}"
@@ -143,20 +161,16 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
                 pool += f"/{extent}"
                 hinted = sympy.sympify(extent.xreplace(g.symbol_hints))
                 nbytes = int(hinted) * buf.layout.dtype.itemsize if hinted.is_Integer else 1
-            lifetimes.append(BufferLifetime(b, nbytes, first[b], last.get(b, first[b]), pool))
+            lifetimes.append(BufferLifetime(b, nbytes, first[b], last[current(b)], pool))
         plan = plan_reuse(lifetimes)
     live_storage: dict[str, str] = {}  # buffer -> storage owner variable
     freed_by_step: dict[int, list[str]] = {}
     for b, e in last.items():
         if b not in out_storage and e < n:
             freed_by_step.setdefault(e, []).append(b)
-    # only kernel stores are allocated by the wrapper, so only they can take a donor's storage;
-    # a donor assigned to an extern result (which ATen allocates) is simply freed as usual
-    kernel_stores = {w for st in steps if isinstance(st, KernelGroup) for w in st.stores}
-    kernel_stores |= {st.output.name for st in steps if isinstance(st, Scatter)}
     taken: set[str] = set()
     if plan is not None:
-        taken = {d for b, d in plan.storage.items() if d != b and b in kernel_stores}
+        taken = {current(d) for b, d in plan.storage.items() if d != b and b in kernel_stores}
     views_done: set[str] = set()
     fallback_ops: list[str] = []
     blockers: dict[int, str] = {}
@@ -186,7 +200,10 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     def place(buf: Buffer) -> None:
         """Allocate a kernel-written buffer, or take over its donor's storage per the plan."""
         size, stride = ints(buf.layout.size), ints(buf.layout.stride)
-        donor = plan.storage.get(buf.name, buf.name) if plan is not None else buf.name
+        if buf.name in inplace:
+            donor = inplace[buf.name]
+        else:
+            donor = current(plan.storage.get(buf.name, buf.name)) if plan is not None else buf.name
         if donor != buf.name and donor in live_storage:
             lines.append(Reuse(buf.name, donor, size, stride))
             live_storage[buf.name] = live_storage.pop(donor)
@@ -204,7 +221,8 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
         if isinstance(st, KernelGroup | Scatter):
             for w in step_writes(st):
                 place(buffers[w])
-            parts = [st.name] if isinstance(st, KernelGroup) else [f"{st.name}_init", f"{st.name}_scatter"]
+            parts = ([st.name] if isinstance(st, KernelGroup) else
+                     [f"{st.name}_scatter"] if st.output.name in inplace else [f"{st.name}_init", f"{st.name}_scatter"])
             for kname in parts:
                 ln = launches[kname]
                 lines.append(KernelCall(ln.name, (*ints([ln.grid]), 1, 1), ln.pointer_args, ints(ln.size_args)))
