@@ -102,18 +102,24 @@ def analyse(snap: dict[str, Any], step_from: int) -> dict[str, Any]:
     at_peak: dict[str, list[tuple[str, float]]] = {}
     for pool in peak:
         idx = next((i for (i, _, _), lv in zip(events, _running(events, seg_pool, pool), strict=True) if lv == peak[pool]), -1)
-        held: dict[int, tuple[int, str]] = {}
+        held: dict[int, tuple[int, str, str]] = {}
         for e in trace[: idx + 1]:
             if e.get("action") == "alloc":
-                held[int(e["addr"])] = (int(e.get("size", 0)), _site(e.get("frames", [])))
+                frames = e.get("frames", [])
+                held[int(e["addr"])] = (int(e.get("size", 0)), _site(frames), _wrapper_line(frames))
             elif e.get("action") == "free_completed":
                 held.pop(int(e.get("addr", 0)), None)
         ev_pool = {int(trace[i]["addr"]): seg_pool[sid] for i, d, sid in events if d > 0 and i <= idx}
         by: dict[str, int] = collections.Counter()
-        for a, (n, s) in held.items():
+        for a, (n, s, _) in held.items():
             if ev_pool.get(a) == pool:
                 by[s] += n
         at_peak[pool] = [(s, round(n / MiB, 1)) for s, n in by.most_common(12)]
+        # the allocation that reached the peak, and the largest blocks live then, by wrapper line
+        if idx >= 0:
+            blocks = sorted(((n, w) for a, (n, _, w) in held.items() if ev_pool.get(a) == pool), reverse=True)
+            at_peak[pool + " reached at"] = [(_wrapper_line(trace[idx].get("frames", [])), round(peak[pool] / MiB, 1))]
+            at_peak[pool + " largest"] = [(w, round(n / MiB, 1)) for n, w in blocks[:25]]
     growth = _growth(trace, events, seg_pool, grew, ranges)
     sites: dict[str, int] = collections.Counter()
     for e in trace[step_from:]:
