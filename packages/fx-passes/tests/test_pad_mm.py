@@ -123,3 +123,29 @@ def test_transposed_weight_is_padded_along_its_rows(trace) -> None:
     assert pad.args[1] == [0, 0, 0, 3] and pad.meta["val"].shape == (40, 16)
     gm.recompile()
     torch.testing.assert_close(gm(x, w), torch.relu(x @ w.t()))
+
+
+def test_weight_computed_in_the_graph_is_padded_in_place(trace) -> None:
+    """Autocast's LM head: W = w.to(bf16) feeds x @ W.t() and is saved (a graph output). W
+    becomes the first rows of its padded self: one pad, no second copy, the output W keeps its
+    shape and strides and reads the padded buffer."""
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        wb = w * 2
+        return torch.relu(x @ wb.t()), wb
+
+    x, w = torch.randn(8, 16), torch.randn(37, 16)
+    gm = trace(f, x, w)
+    assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
+    check_graph(gm, pass_name="pad_matmul_strides")
+    (pad,) = _calls(gm, aten.constant_pad_nd.default)
+    assert pad.args[0].target is aten.mul.Tensor and pad.args[1] == [0, 0, 0, 3]
+    out_w = next(n for n in gm.graph.nodes if n.op == "output").args[0][1]
+    assert out_w.target is aten.slice.Tensor and out_w.args[0] is pad
+    assert out_w.meta["val"].shape == (37, 16) and out_w.meta["val"].stride() == (16, 1)
+    gm.recompile()
+    got, want = gm(x, w), f(x, w)
+    assert got[1].stride() == want[1].stride()
+    for g, e in zip(got, want, strict=True):
+        torch.testing.assert_close(g, e)
+    assert not pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)  # a fixpoint

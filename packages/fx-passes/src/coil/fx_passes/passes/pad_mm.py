@@ -9,7 +9,11 @@ The pass keeps every value and every shape; only strides change:
 
 * a product whose result has an unaligned row (``N``) is computed on a ``B`` (and bias) padded
   with zero columns to ``N_pad``, and the result is the slice ``[:, :N]`` of that ``[M, N_pad]``
-  buffer, whose rows are aligned;
+  buffer, whose rows are aligned; when ``B`` is ``t(W)`` of a contiguous ``W`` the graph
+  computes (an LM head's weight cast to bf16 under autocast), ``W`` itself is padded with zero
+  rows and every other user of ``W`` (a graph output too: the forward saves it for the backward)
+  reads its first rows, same shape and strides, so one buffer serves both (GPT-2: 73.6 MiB
+  less at the end of the forward) and the pad fuses into ``W``'s producer;
 * an operand whose rows are unaligned is traced back through views to the tensor that owns its
   storage (for example the logits' gradient, seen by the backward's two products as a 2-D view
   and its transpose); that tensor is padded once (``constant_pad_nd``, which the scheduler fuses
@@ -87,6 +91,7 @@ class _Rewrite:
     moved_from: Node
     moved_to: Node
     changed_args: tuple[tuple[Node, tuple[Argument, ...]], ...] = ()
+    also_moved: tuple[tuple[Node, Node], ...] = ()  # (from, to): further uses moved
 
 
 def _storage_owner(node: Node) -> Node:
@@ -161,11 +166,18 @@ def _pad_result(gm: GraphModule, mm: Node) -> _Rewrite:
     b = args[-1]
     assert isinstance(b, Node)
     added: list[Node] = []
+    moved: list[tuple[Node, Node]] = []
     with gm.graph.inserting_before(mm):
         bv = _val(b)
         assert bv is not None
         pad = -int(bv.shape[1]) % _align(bv)
-        if bv.stride(0) == 1 and bv.shape[0] > 1:  # B = t(W): pad W's rows, a coalesced copy
+        owner = _weight_owner(b, bv)
+        if owner is not None:  # W computed here: it becomes the first rows of its padded self
+            w_pad, w_rows = _pad_rows_in_place(gm, owner, pad)
+            new_b = gm.graph.call_function(aten.t.default, (w_pad,))
+            added += [w_pad, w_rows, new_b]
+            moved.append((owner, w_rows))
+        elif bv.stride(0) == 1 and bv.shape[0] > 1:  # B = t(W): pad W's rows, a coalesced copy
             w = gm.graph.call_function(aten.t.default, (b,))
             padded = gm.graph.call_function(aten.constant_pad_nd.default, (w, [0, 0, 0, pad], 0.0))
             new_b = gm.graph.call_function(aten.t.default, (padded,))
@@ -188,11 +200,41 @@ def _pad_result(gm: GraphModule, mm: Node) -> _Rewrite:
     mm.replace_all_uses_with(sliced, delete_user_cb=lambda u: u is not sliced)
     old = (mm, tuple(mm.args))
     mm.args = new_args
-    return _Rewrite(tuple(added), mm, sliced, (old,))
+    return _Rewrite(tuple(added), mm, sliced, (old,), tuple(moved))
+
+
+def _weight_owner(b: Node, bv: torch.Tensor) -> Node | None:
+    """The node W when ``b`` is exactly ``t(W)`` of a contiguous 2-D W that this graph computes
+    (not an input: its storage is the caller's), else None."""
+    if bv.stride(0) != 1 or bv.shape[0] <= 1 or bv.storage_offset() != 0:
+        return None
+    owner = _storage_owner(b)
+    ov = _val(owner)
+    if owner.op != "call_function" or ov is None or ov.dim() != 2 or not _static(ov):
+        return None
+    if not ov.is_contiguous() or tuple(ov.shape) != (bv.shape[1], bv.shape[0]) or ov.storage_offset() != 0:
+        return None
+    return owner
+
+
+def _pad_rows_in_place(gm: GraphModule, owner: Node, pad: int) -> tuple[Node, Node]:
+    """``owner`` padded with ``pad`` zero rows, and ``[:rows]`` of that, which every other user
+    of ``owner`` (graph outputs too: same shape and strides) now reads. The scheduler fuses the
+    pad into ``owner``'s producer, so one buffer holds both."""
+    ov = _val(owner)
+    assert ov is not None
+    with gm.graph.inserting_after(owner):
+        padded = gm.graph.call_function(aten.constant_pad_nd.default, (owner, [0, 0, 0, pad], 0.0))
+    with gm.graph.inserting_after(padded):
+        rows = gm.graph.call_function(aten.slice.Tensor, (padded, 0, 0, int(ov.shape[0])))
+    owner.replace_all_uses_with(rows, delete_user_cb=lambda u: u is not padded)
+    return padded, rows
 
 
 def _undo(gm: GraphModule, rw: _Rewrite) -> None:
     rw.moved_to.replace_all_uses_with(rw.moved_from)
+    for src, dst in reversed(rw.also_moved):
+        dst.replace_all_uses_with(src, delete_user_cb=lambda u: u not in rw.added)
     for node, args in rw.changed_args:
         node.args = args
     for node in reversed(rw.added):
@@ -223,14 +265,15 @@ def _keep_output_strides(gm: GraphModule, before: dict[Node, tuple[int, ...]]) -
 
 
 def _try(gm: GraphModule, make: _Rewrite, before: dict[Node, tuple[int, ...]]) -> bool:
-    touched = [*make.added, *make.moved_to.users, *(n for n, _ in make.changed_args)]
+    touched = [*make.added, *make.moved_to.users, *(n for n, _ in make.changed_args),
+               *(u for _, dst in make.also_moved for u in dst.users)]
     try:
         refresh_meta(gm, touched)
         if _keep_output_strides(gm, before):
             return True
     except Exception:  # a view that cannot take the new strides: leave this product alone
         pass
-    users = list(make.moved_to.users)
+    users = [*make.moved_to.users, *(u for _, dst in make.also_moved for u in dst.users if u not in make.added)]
     _undo(gm, make)
     refresh_meta(gm, [*users, *(n for n, _ in make.changed_args)])
     return False
