@@ -132,6 +132,35 @@ def test_launch_leaves_triton_in_compiled_mode(cache_dir: Path, specs: Any) -> N
     assert "rowsum_kernel" in repr(kernel) and "interpreted" in repr(kernel)
 
 
+def test_a_launch_that_leaves_triton_language_rebound_is_undone(cache_dir: Path, specs: Any,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton 3.6's interpreter rebinds `triton.language` builtins for a launch and never puts
+    them back (GPU kernels compiled afterwards in the process then fail). Simulated here: the
+    interpreter's launch rebinds `tl.program_id` and `tl.tensor.__add__` and adds a name to
+    `tl.tensor`; after coil's launch all three are as before, and the kernel's result is right."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    original_run = InterpretedFunction.run
+    before = (tl.program_id, tl.tensor.__add__)
+
+    def leaky_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original_run(self, *args, **kwargs)
+        tl.program_id = lambda *a, **k: None
+        tl.tensor.__add__ = lambda *a, **k: None
+        tl.tensor.__leaked__ = True
+        return result
+
+    monkeypatch.setattr(InterpretedFunction, "run", leaky_run)
+    kernel = compile_kernels([specs.rowsum(5)], CPU)["rowsum_kernel"]
+    x = torch.randn(3, 5)
+    out = torch.full((3,), float("nan"))
+    kernel((3,), x, out)
+    assert torch.allclose(out, (x * x).sum(dim=1), rtol=1e-5, atol=1e-5)
+    assert (tl.program_id, tl.tensor.__add__) == before
+    assert not hasattr(tl.tensor, "__leaked__")
+
+
 GATHER_SOURCE = '''\
 import triton
 import triton.language as tl

@@ -99,3 +99,34 @@ def test_compile_error_on_gpu(cache_dir: Path) -> None:
     with pytest.raises(KernelCompileError) as info:
         compile_kernels([spec], torch.device("cuda"))
     assert info.value.stage == "compile" and info.value.kernel_name == "bad"
+
+
+MIX_SOURCE = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mix_after_interpreter(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 3 + 1, mask=mask)
+'''
+
+
+def test_a_gpu_kernel_compiles_after_a_cpu_kernel_ran_interpreted(cache_dir: Path, specs: Any) -> None:
+    """One process, a CPU kernel (Triton's interpreter) first, then a GPU kernel never compiled
+    before: with Triton 3.6 the interpreter left `triton.language` rebound and the GPU compile
+    failed ('ir.value' object has no attribute 'dtype'), until coil restored it after each launch."""
+    cpu = compile_kernels([specs.rowsum(6)], torch.device("cpu"))["rowsum_kernel"]
+    x = torch.randn(2, 6)
+    out = torch.empty(2)
+    cpu((2,), x, out)
+    assert torch.allclose(out, (x * x).sum(1), rtol=1e-5, atol=1e-5)
+    spec = KernelSpec("mix_after_interpreter", MIX_SOURCE,
+                      (TensorArg(torch.float32), TensorArg(torch.float32), 4, 8), {"BLOCK": 128})
+    gpu = compile_kernels([spec], torch.device("cuda"))["mix_after_interpreter"]
+    y = torch.randn(300, device="cuda")
+    got = torch.empty_like(y)
+    gpu((3, 1, 1), y, got, 300)
+    torch.testing.assert_close(got, y * 3 + 1)

@@ -20,6 +20,14 @@ What coil does, so that CPU kernels work in any process and GPU kernels keep wor
    launch, under a process-wide lock: the interpreter itself patches `triton.language` globally
    while a kernel runs, so interpreted launches are serialised anyway.
 
+4. Triton's interpreter rebinds `triton.language` builtins (`tl.program_id`, `tl.tensor`'s
+   operators, ...) to its numpy semantics while a kernel runs. Triton 3.9 restores them after the
+   launch; Triton 3.6 does not, and every GPU kernel compiled later in the process then fails
+   (`'ir.value' object has no attribute 'dtype'`: seen on an H100 when the end-to-end suite ran a
+   CPU graph before GPU ones). So each interpreted launch also snapshots the namespaces of the
+   `triton.language` modules and of its tensor classes, and puts back whatever the launch rebound
+   (`_language_kept`), whatever Triton's version does itself.
+
 When TRITON_INTERPRET is already set for the whole process, everything is an `InterpretedFunction`
 from the start and steps 2-3 are no-ops. Uses `triton.runtime.interpreter.InterpretedFunction`
 (present with the same constructor in 3.6 and 3.9) and `triton.JITFunction`.
@@ -101,12 +109,57 @@ def interpreted_run(fn: object, *, debug: bool = False) -> RunFn:
             original = jit_type.__call__
             jit_type.__call__ = _call_interpreted  # type: ignore[method-assign]
             try:
-                with _debug_mode(debug):
+                with _language_kept(), _debug_mode(debug):
                     return target_run(*args, **kwargs)
             finally:
                 jit_type.__call__ = original  # type: ignore[method-assign]
 
     return run
+
+
+_MISSING = object()
+_namespaces: tuple[int, list[Any]] = (-1, [])  # (len(sys.modules) when found, the objects)
+
+
+def _language_namespaces() -> list[Any]:
+    """The `triton.language` modules loaded now, and its tensor classes: what the interpreter
+    rebinds (found again whenever the set of loaded modules changed)."""
+    import sys
+
+    global _namespaces
+    if _namespaces[0] == len(sys.modules):
+        return _namespaces[1]
+    found: list[Any] = [m for name, m in list(sys.modules.items())
+                        if m is not None and (name == "triton.language" or name.startswith("triton.language."))]
+    core = sys.modules.get("triton.language.core")
+    for cls_name in ("tensor", "tensor_descriptor_base", "tensor_descriptor", "block_type", "dtype"):
+        cls = getattr(core, cls_name, None)
+        if isinstance(cls, type):
+            found.append(cls)
+    _namespaces = (len(sys.modules), found)
+    return found
+
+
+@contextlib.contextmanager
+def _language_kept() -> Iterator[None]:
+    """Undo, after the block, any rebinding of a `triton.language` name made during it: a value
+    that changed is put back, and a name that appeared on a tensor class is removed. Names that
+    appear in a module stay: the interpreter copies its own globals into the module of each
+    device function it rewrites (`tl.sum`'s), and its cached rewrites need them."""
+    saved = [(ns, dict(vars(ns))) for ns in _language_namespaces()]
+    try:
+        yield
+    finally:
+        for ns, before in saved:
+            now = vars(ns)
+            if isinstance(ns, type):
+                for name in [k for k in now if k not in before]:
+                    with contextlib.suppress(AttributeError, TypeError):
+                        delattr(ns, name)
+            for name, value in before.items():
+                if now.get(name, _MISSING) is not value:
+                    with contextlib.suppress(AttributeError, TypeError):
+                        setattr(ns, name, value)
 
 
 @contextlib.contextmanager
