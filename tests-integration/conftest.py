@@ -31,3 +31,21 @@ def _fresh() -> None:
 @pytest.fixture(autouse=True)
 def _fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COIL_CACHE_DIR", str(tmp_path / "coil-cache"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests known to fail on a CUDA device or under Triton < 3.9's interpreter
+    (gpu_known_failures.py) xfail, not strict, with the reason seen."""
+    from gpu_known_failures import reason_for
+
+    cuda = torch.cuda.is_available()
+    import triton
+
+    before_3_9 = tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 9)
+    if not (cuda or before_3_9):
+        return
+    for item in items:
+        nodeid = item.nodeid.split("/")[-1]
+        why = reason_for(nodeid, cuda=cuda, triton_before_3_9=before_3_9)
+        if why is not None:
+            item.add_marker(pytest.mark.xfail(reason=why, strict=False))

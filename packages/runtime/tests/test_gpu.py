@@ -124,7 +124,7 @@ def test_a_gpu_kernel_compiles_after_a_cpu_kernel_ran_interpreted(cache_dir: Pat
     cpu((2,), x, out)
     assert torch.allclose(out, (x * x).sum(1), rtol=1e-5, atol=1e-5)
     spec = KernelSpec("mix_after_interpreter", MIX_SOURCE,
-                      (TensorArg(torch.float32), TensorArg(torch.float32), 4, 8), {"BLOCK": 128})
+                      (TensorArg(torch.float32), TensorArg(torch.float32), 4), {"BLOCK": 128})
     gpu = compile_kernels([spec], torch.device("cuda"))["mix_after_interpreter"]
     y = torch.randn(300, device="cuda")
     got = torch.empty_like(y)
