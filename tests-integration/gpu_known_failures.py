@@ -3,17 +3,26 @@
 The suite's CI runs on the CPU (Triton's interpreter). Run whole on an H100 (session 15,
 2026-11-27, torch 2.11.0+cu130, Triton 3.6.0, `bench/gpu_session15g.sh`), these failed; they are
 marked xfail (not strict: a fix shows as XPASS) there by `conftest.py`, and not investigated yet.
+With the marks the whole suite on the H100 gave 288 passed, 24 xfailed, 5 xpassed; the 5 were
+round_decimals_and_angle cases under a key then too broad, narrowed since to the 7 that failed.
 Keys are test node ids without the file's folder; a key ending in `[` covers every parameter.
 """
 
 from __future__ import annotations
 
+_NO_ANGLE = "eager has no angle for half/bfloat16 on CUDA ('angle_cuda' not implemented): no oracle"
+
 ON_CUDA: dict[str, str] = {
     "test_native_coverage_ieee.py::test_signbit_copysign_fmax_fmin_on_edge_values[":
         "on CUDA the sign of a zero result differs from eager's (signbit/copysign/fmax/fmin)",
-    "test_native_coverage_ieee.py::test_round_decimals_and_angle[":
-        "eager has no angle for half/bfloat16 on CUDA ('angle_cuda' not implemented), and round "
-        "with decimals differs from eager by up to 6.1e-05 on CUDA",
+    "test_native_coverage_ieee.py::test_round_decimals_and_angle[0-dtype2]": _NO_ANGLE,
+    "test_native_coverage_ieee.py::test_round_decimals_and_angle[0-dtype3]": _NO_ANGLE,
+    "test_native_coverage_ieee.py::test_round_decimals_and_angle[2-dtype2]": _NO_ANGLE,
+    "test_native_coverage_ieee.py::test_round_decimals_and_angle[2-dtype3]": _NO_ANGLE,
+    "test_native_coverage_ieee.py::test_round_decimals_and_angle[-2-dtype2]": _NO_ANGLE,
+    "test_native_coverage_ieee.py::test_round_decimals_and_angle[-2-dtype3]": _NO_ANGLE,
+    "test_native_coverage_ieee.py::test_round_decimals_and_angle[2-dtype0]":
+        "on CUDA round(x, decimals=2) differs from eager's by up to 6.1e-05",
     "test_native_coverage_ieee.py::test_forward_and_backward_match_eager[dist]":
         "on CUDA the graph keeps an ATen fallback: aten.linalg_vector_norm",
     "test_native_coverage_ieee.py::test_forward_and_backward_match_eager[ldexp]":
