@@ -197,8 +197,9 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
             return ints([t.node.expr])[0]
         return t
 
-    def place(buf: Buffer) -> None:
-        """Allocate a kernel-written buffer, or take over its donor's storage per the plan."""
+    def place(buf: Buffer) -> bool:
+        """Allocate a kernel-written buffer, or take over its donor's storage per the plan (or
+        its base's, for a Scatter in place); True when it took a donor's storage."""
         size, stride = ints(buf.layout.size), ints(buf.layout.stride)
         if buf.name in inplace:
             donor = inplace[buf.name]
@@ -207,9 +208,10 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
         if donor != buf.name and donor in live_storage:
             lines.append(Reuse(buf.name, donor, size, stride))
             live_storage[buf.name] = live_storage.pop(donor)
-        else:
-            lines.append(Allocate(buf.name, size, stride, buf.layout.dtype, buf.layout.device))
-            live_storage[buf.name] = buf.name
+            return True
+        lines.append(Allocate(buf.name, size, stride, buf.layout.dtype, buf.layout.device))
+        live_storage[buf.name] = buf.name
+        return False
 
     step_views: list[str] = []
     for inp in g.inputs:  # inputs no step reads and nobody returns: drop them at once
@@ -219,10 +221,13 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
         views_done.clear()  # a view variable lives for one step only (it would keep its base alive)
         step_views.clear()
         if isinstance(st, KernelGroup | Scatter):
-            for w in step_writes(st):
-                place(buffers[w])
-            parts = ([st.name] if isinstance(st, KernelGroup) else
-                     [f"{st.name}_scatter"] if st.output.name in inplace else [f"{st.name}_init", f"{st.name}_scatter"])
+            took = {w: place(buffers[w]) for w in step_writes(st)}
+            if isinstance(st, KernelGroup):
+                parts = [st.name]
+            elif st.output.name in inplace and took[st.output.name]:  # the base's values are there
+                parts = [f"{st.name}_scatter"]
+            else:
+                parts = [f"{st.name}_init", f"{st.name}_scatter"]
             for kname in parts:
                 ln = launches[kname]
                 lines.append(KernelCall(ln.name, (*ints([ln.grid]), 1, 1), ln.pointer_args, ints(ln.size_args)))
