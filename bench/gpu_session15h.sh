@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# session 15 (ran with wheels of c78980b plus half-precision stores through float32 on CUDA, a
-# change reverted after this run: test_int_to_bfloat16_matches_eager still failed on the H100):
-# the end-to-end files with the cast cases, on the GPU (marks from gpu_known_failures.py)
+# session 15: the end-to-end files with the cast cases, on the GPU (marks from
+# gpu_known_failures.py). Ran twice: with wheels of c78980b plus half-precision stores through
+# float32 on CUDA (reverted: test_int_to_bfloat16_matches_eager still failed), then with the
+# working tree's wheels (bfloat16 casts from int/float64 registers rounded on the float32 bits)
 set -u
 source bench/device_env.sh
 timeout ${TESTS_S:-300} python3 -m pytest -q -p no:cacheprovider -rxX tests-integration/test_opinfo_regressions.py \

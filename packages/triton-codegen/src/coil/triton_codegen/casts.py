@@ -11,6 +11,9 @@ interpreter (3.x) does not: it truncates float32 -> bfloat16 and reinterprets th
 other source type. For the "interpret" target the rounding is done here with integer ops on the
 float32 bits (`_coil_round_bf16`), after which the interpreter's truncation is exact. float16
 conversions are exact in the interpreter (numpy rounds to nearest even) and need no helper.
+On CUDA the helper also rounds a bfloat16 cast from an int or float64 register: there Triton's
+compiler turned `.to(tl.float32).to(tl.bfloat16)` into a single rounding (a float16 cast from
+those registers may round once too; not handled).
 """
 
 from __future__ import annotations
@@ -41,7 +44,10 @@ def round_to_half(expr: str, src: torch.dtype, dst: torch.dtype, target: str) ->
     """`expr` (held in `src`'s register type) rounded to the half type `dst`, held in float32."""
     assert dst in HALF, dst
     x = _float32(expr, src)
-    if dst == torch.bfloat16 and target != "cuda":
+    if dst == torch.bfloat16 and (target != "cuda" or register_dtype(src) != torch.float32):
+        # on CUDA too from an int or float64 register: Triton's compiler merges the two
+        # conversions `.to(tl.float32).to(tl.bfloat16)` into one rounding (an H100 gave
+        # 16842753 -> 16908288, eager 16777216); the rounding on the float32 bits keeps both
         return f"_coil_round_bf16({x})"
     return f"{x}.to({tl_dtype(dst)}).to(tl.float32)"
 
@@ -56,4 +62,4 @@ def to_storage(expr: str, dst: torch.dtype, target: str) -> str:
 
 def cast_helpers(source: str, target: str) -> str:
     """The helper definitions a kernel `source` needs for its casts on `target`."""
-    return INTERPRET_BF16_HELPER if target != "cuda" and "_coil_round_bf16" in source else ""
+    return INTERPRET_BF16_HELPER if "_coil_round_bf16" in source else ""
