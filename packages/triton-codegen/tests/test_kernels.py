@@ -114,6 +114,26 @@ def test_casts_to_half_go_through_float32_as_eager(tk, dtype, half):
     tk.check(fn, x, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float64, torch.float32])
+def test_cuda_bfloat16_casts_from_ints_round_on_the_float32_bits(dtype):
+    # on CUDA, Triton merged `.to(tl.float32).to(tl.bfloat16)` from an int register into one
+    # rounding (an H100: 16842753 -> 16908288, eager 16777216); such casts use the bit rounding
+    # (the H100 run of tests-integration's test_int_to_bfloat16_matches_eager is the oracle);
+    # a float32 source keeps Triton's own round-to-nearest-even conversion
+    import coil.lowering_ir as L
+    from coil.scheduler import schedule
+    from coil.triton_codegen.scatter import generate_schedule
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = torch.arange(7).to(dtype)
+    gm = make_fx(lambda t: (t.bfloat16(),), decomposition_table=L.decomposition_table(), tracing_mode="fake")(x)
+    s = schedule(L.lower(gm))
+    (kernel,) = generate_schedule(s, s.graph.buffers(), "cuda")
+    rounded_on_bits = "_coil_round_bf16(" in kernel.source.split("# kernel ")[-1]
+    assert rounded_on_bits == (dtype != torch.float32)
+    assert ("def _coil_round_bf16" in kernel.source) == rounded_on_bits
+
+
 def test_arange_in_bfloat16_within_one_ulp_of_eager(tk):
     # coil computes start + step * i in float64 and rounds once; eager's vectorised CPU kernel
     # rounds its partial sums to bfloat16 (no exact formula reproduces it), so up to one bfloat16
