@@ -11,9 +11,10 @@ interpreter (3.x) does not: it truncates float32 -> bfloat16 and reinterprets th
 other source type. For the "interpret" target the rounding is done here with integer ops on the
 float32 bits (`_coil_round_bf16`), after which the interpreter's truncation is exact. float16
 conversions are exact in the interpreter (numpy rounds to nearest even) and need no helper.
-On CUDA the helper also rounds a bfloat16 cast from an int or float64 register: there Triton's
-compiler turned `.to(tl.float32).to(tl.bfloat16)` into a single rounding (a float16 cast from
-those registers may round once too; not handled).
+On CUDA the helper also rounds a bfloat16 cast from a non-float32 register (an int: lowering
+casts float64 to float32 by an op of its own first): there Triton's compiler turned
+`.to(tl.float32).to(tl.bfloat16)` into a single rounding (a float16 cast from an int may round
+once too; not handled, and whether float64 -> float32 -> bfloat16 is merged was not checked).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def round_to_half(expr: str, src: torch.dtype, dst: torch.dtype, target: str) ->
     assert dst in HALF, dst
     x = _float32(expr, src)
     if dst == torch.bfloat16 and (target != "cuda" or register_dtype(src) != torch.float32):
-        # on CUDA too from an int or float64 register: Triton's compiler merges the two
+        # on CUDA too from an int register: Triton's compiler merges the two
         # conversions `.to(tl.float32).to(tl.bfloat16)` into one rounding (an H100 gave
         # 16842753 -> 16908288, eager 16777216); the rounding on the float32 bits keeps both
         return f"_coil_round_bf16({x})"
