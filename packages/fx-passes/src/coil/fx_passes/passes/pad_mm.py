@@ -137,18 +137,22 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _padded_slice(gm: GraphModule, source: Node, after: Node) -> tuple[Node, Node]:
-    """``slice(constant_pad_nd(source, [0, pad]), -1, 0, n)`` inserted after ``after``."""
+def _padded_slice(gm: GraphModule, source: Node, after: Node, dim: int = -1) -> tuple[Node, Node]:
+    """``slice(constant_pad_nd(source, ...), dim, 0, n)`` inserted after ``after``: ``source``
+    padded with zeros at the end of ``dim`` to an aligned length, then cut back to its ``n``."""
     v = _val(source)
     assert v is not None
-    n = int(v.shape[-1])
+    d = dim % v.dim()
+    n = int(v.shape[d])
     pad = -n % _align(v)
     if after.op == "placeholder":  # a graph input: pad it after the last placeholder
         after = [p for p in gm.graph.nodes if p.op == "placeholder"][-1]
+    widths = [0] * (2 * (v.dim() - d))  # constant_pad_nd lists (before, after) from the last dim
+    widths[-1] = pad
     with gm.graph.inserting_after(after):
-        padded = gm.graph.call_function(aten.constant_pad_nd.default, (source, [0, pad], 0.0))
+        padded = gm.graph.call_function(aten.constant_pad_nd.default, (source, widths, 0.0))
     with gm.graph.inserting_after(padded):
-        sliced = gm.graph.call_function(aten.slice.Tensor, (padded, v.dim() - 1, 0, n))
+        sliced = gm.graph.call_function(aten.slice.Tensor, (padded, d, 0, n))
     return padded, sliced
 
 
@@ -173,7 +177,10 @@ def _pad_result(gm: GraphModule, mm: Node) -> _Rewrite:
         pad = -int(bv.shape[1]) % _align(bv)
         owner = _weight_owner(b, bv)
         if owner is not None:  # W computed here: it becomes the first rows of its padded self
-            w_pad, w_rows = _pad_rows_in_place(gm, owner, pad)
+            w_pad, w_rows = _padded_slice(gm, owner, owner, dim=0)
+            # every other user of W (graph outputs too: same shape and strides) reads the rows;
+            # the scheduler fuses the pad into W's producer, so one buffer holds both
+            owner.replace_all_uses_with(w_rows, delete_user_cb=lambda u: u is not w_pad)
             new_b = gm.graph.call_function(aten.t.default, (w_pad,))
             added += [w_pad, w_rows, new_b]
             moved.append((owner, w_rows))
@@ -215,20 +222,6 @@ def _weight_owner(b: Node, bv: torch.Tensor) -> Node | None:
     if not ov.is_contiguous() or tuple(ov.shape) != (bv.shape[1], bv.shape[0]) or ov.storage_offset() != 0:
         return None
     return owner
-
-
-def _pad_rows_in_place(gm: GraphModule, owner: Node, pad: int) -> tuple[Node, Node]:
-    """``owner`` padded with ``pad`` zero rows, and ``[:rows]`` of that, which every other user
-    of ``owner`` (graph outputs too: same shape and strides) now reads. The scheduler fuses the
-    pad into ``owner``'s producer, so one buffer holds both."""
-    ov = _val(owner)
-    assert ov is not None
-    with gm.graph.inserting_after(owner):
-        padded = gm.graph.call_function(aten.constant_pad_nd.default, (owner, [0, 0, 0, pad], 0.0))
-    with gm.graph.inserting_after(padded):
-        rows = gm.graph.call_function(aten.slice.Tensor, (padded, 0, 0, int(ov.shape[0])))
-    owner.replace_all_uses_with(rows, delete_user_cb=lambda u: u is not padded)
-    return padded, rows
 
 
 def _undo(gm: GraphModule, rw: _Rewrite) -> None:
