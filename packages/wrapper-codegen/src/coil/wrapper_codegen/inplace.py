@@ -17,7 +17,7 @@ from coil.lowering_ir import Buffer, ExternKernel, InputBuffer, Scatter, loads
 from coil.scheduler import KernelGroup
 from coil.scheduler.schedule import Step
 
-__all__ = ["inplace_scatters"]
+__all__ = ["inplace_scatters", "kernel_stores"]
 
 
 def _reads_other_than_target(op: Scatter) -> set[str]:
@@ -36,18 +36,15 @@ def _fresh_results(st: ExternKernel) -> bool:
     return all(r.alias_info is None for r in op._schema.returns)
 
 
-def owned_buffers(steps: Sequence[Step]) -> set[str]:
-    """Buffers whose storage is theirs alone when made: kernel stores (the wrapper allocates
-    them) and the results of ATen calls that return fresh tensors."""
-    owned: set[str] = set()
-    for st in steps:
-        if isinstance(st, KernelGroup):
-            owned.update(st.stores)
-        elif isinstance(st, Scatter):
-            owned.add(st.output.name)
-        elif _fresh_results(st):
-            owned.update(b.name for b in st.outputs)
-    return owned
+def kernel_stores(steps: Sequence[Step]) -> set[str]:
+    """Buffers the wrapper allocates: kernel groups' stores and Scatter outputs."""
+    stores = {w for st in steps if isinstance(st, KernelGroup) for w in st.stores}
+    return stores | {st.output.name for st in steps if isinstance(st, Scatter)}
+
+
+def _fresh_extern_results(steps: Sequence[Step]) -> set[str]:
+    """Results of the ATen calls that return fresh tensors: storage theirs alone when made."""
+    return {b.name for st in steps if isinstance(st, ExternKernel) and _fresh_results(st) for b in st.outputs}
 
 
 def inplace_scatters(steps: Sequence[Step], buffers: Mapping[str, Buffer], last: Mapping[str, int],
@@ -55,13 +52,14 @@ def inplace_scatters(steps: Sequence[Step], buffers: Mapping[str, Buffer], last:
     """{scatter output: its base} for the Scatters that can write into their base's storage.
 
     A Scatter at step i qualifies when its base is a buffer (not a view) with storage of its
-    own (`owned_buffers`), that no one reads after step i (`last[base] == i`) and that is not
+    own (one of the `kernel_stores`, which the wrapper allocates, or the result of an ATen call
+    returning fresh tensors), that no one reads after step i (`last[base] == i`) and that is not
     in `kept` (graph outputs, inputs, constants: storage the caller sees); the output and the
     base have one size, stride, offset, dtype and device; and the scatter kernel reads neither
     (its values, indices and mask come from other buffers), so no point reads an element
     another point has already written.
     """
-    allocated = owned_buffers(steps)
+    allocated = kernel_stores(steps) | _fresh_extern_results(steps)
     found: dict[str, str] = {}
     for i, st in enumerate(steps):
         if not isinstance(st, Scatter) or not isinstance(st.base, Buffer) or isinstance(st.base, InputBuffer):

@@ -20,7 +20,7 @@ from coil.memory_planner import BufferLifetime, ReusePlan, plan_reuse
 from coil.scheduler import KernelGroup, Schedule
 from coil.scheduler.capture import capture_blocker, graph_device
 from coil.scheduler.ordering import step_reads, step_writes
-from coil.wrapper_codegen.inplace import inplace_scatters
+from coil.wrapper_codegen.inplace import inplace_scatters, kernel_stores
 from coil.wrapper_codegen.lines import (
     Allocate,
     CheckInput,
@@ -133,8 +133,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     inputs = {b.name for b in g.inputs if isinstance(b, InputBuffer)} | set(constants)
     # only kernel stores are allocated by the wrapper, so only they can take a donor's storage;
     # a donor assigned to an extern result (which ATen allocates) is simply freed as usual
-    kernel_stores = {w for st in steps if isinstance(st, KernelGroup) for w in st.stores}
-    kernel_stores |= {st.output.name for st in steps if isinstance(st, Scatter)}
+    allocated = kernel_stores(steps)
     # a Scatter whose base dies at it writes into the base's storage: the storage's lifetime
     # runs from the base's first step to the last of the scatter outputs that take it over
     inplace = inplace_scatters(steps, buffers, last, out_storage | inputs) if reuse else {}
@@ -170,7 +169,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
             freed_by_step.setdefault(e, []).append(b)
     taken: set[str] = set()
     if plan is not None:
-        taken = {current(d) for b, d in plan.storage.items() if d != b and b in kernel_stores}
+        taken = {current(d) for b, d in plan.storage.items() if d != b and b in allocated}
     views_done: set[str] = set()
     fallback_ops: list[str] = []
     blockers: dict[int, str] = {}
