@@ -61,6 +61,7 @@ def to_storage(expr: str, dst: torch.dtype, target: str) -> str:
     return f"{expr}.to({tl_dtype(dst)})"
 
 
-def cast_helpers(source: str, target: str) -> str:
-    """The helper definitions a kernel `source` needs for its casts on `target`."""
+def cast_helpers(source: str) -> str:
+    """The helper definitions a kernel `source` needs for its casts (on either target: the
+    bfloat16 rounding helper serves the interpreter and CUDA's casts from ints)."""
     return INTERPRET_BF16_HELPER if "_coil_round_bf16" in source else ""

@@ -619,7 +619,7 @@ def _coil_atan2(y, x):
 
 def _helpers(source: str, target: str) -> str:
     """The helper functions `source` calls (only those: each @triton.jit costs ~2 ms to load)."""
-    out = (HELPERS if "_coil_mul" in source else "") + cast_helpers(source, target)
+    out = (HELPERS if "_coil_mul" in source else "") + cast_helpers(source)
     if target != "cuda" and "_coil_atan" in source:  # _coil_atan2 calls _coil_atan
         out += INTERPRET_HELPERS
     return out
