@@ -386,3 +386,27 @@ def test_producer_of_full_width_reads_stays_with_several_direct_readers(ir):
 
     g = ir.lower(fn, torch.randn(2, 3, 5), torch.randn(1, 3, 1), torch.randn(2, 3, 5))
     assert _writes(g, "sub")
+
+
+def _nll_backward_padded(labels, scale, logits, lse):
+    """A cross-entropy backward whose gradient is padded for an aligned matmul (BERT's LM head):
+    the bf16 one-hot gradient is read by its row sum and, masked, by the padded pointwise."""
+    iota = torch.arange(logits.shape[1])
+    onehot = torch.where(iota[None, :] == labels[:, None], -1.0, 0.0) * torch.where(labels[:, None] != -100, scale, 0.0)
+    g = onehot.to(torch.bfloat16)
+    s = g.float().sum(1, keepdim=True)
+    out = F.pad(g.float() - torch.exp(logits.float() - lse) * s, (0, 3))
+    return (out.to(torch.bfloat16),)
+
+
+def test_broadcast_only_producer_chain_is_recomputed_by_its_readers(ir, monkeypatch):
+    """The one-hot gradient reads only per-row labels and a scalar once its exclusive producers
+    (the comparison with the iota, the scaling) are counted in: no [rows, vocab] buffer of it is
+    stored; the row sum and the padded pointwise each recompute it."""
+    labels = torch.tensor([3, -100, 0, 6, 2])
+    args = (labels, torch.tensor(0.25), torch.randn(5, 7).to(torch.bfloat16), torch.randn(5, 1))
+    plain, g = _lower_both(ir, monkeypatch, _nll_backward_padded, *args)
+    big = [s for _, s in _shapes(g) if s == (5, 7)]
+    assert [s for _, s in _shapes(plain) if s == (5, 7)], "the plain lowering stores the one-hot gradient"
+    assert not big, _shapes(g)
+    ir.assert_same(ir.evaluate(g, list(args)), list(_nll_backward_padded(*args)))

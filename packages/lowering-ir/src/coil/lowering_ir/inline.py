@@ -17,9 +17,17 @@ A Pointwise P is inlined when
   its full-size loads add up to fewer bytes per element than its own dtype, e.g. a widening
   cast or `float(x_bf16) - mean`): then every reader recomputes it, which reads fewer bytes
   than a materialised copy would (a batch-norm backward under autocast stored two fp32
-  [N, C, H, W] buffers, read twice each, for its reduction and its final pointwise). A P that
-  reads no buffer (constants, iota) is also inlined into broadcasting readers: recomputing it
-  costs nothing;
+  [N, C, H, W] buffers, read twice each, for its reduction and its final pointwise); likewise
+  when P is *broadcast-only* (`_broadcast_only`: it loads nothing at full size, only per-row or
+  per-channel values, within `MAX_NODES`). A P that reads no buffer (constants, iota) is also
+  inlined into broadcasting readers: recomputing it costs nothing;
+- when P stays by these rules, it is tried once more with the Pointwise producers that only P
+  reads, directly, substituted into it first (`_with_exclusive_producers`: the scheduler would
+  fuse them into P anyway): a cross-entropy backward's bf16 one-hot gradient is a cast of an
+  fp32 product, but with the comparison and the scaling before it counted in, it reads per-row
+  labels and a scalar. If that chain is broadcast-only and P's readers take it, the whole chain
+  goes (BERT's [2048, 30522] gradient buffer, read by its row sum and by the padded pointwise
+  of the LM head's matmul, 119 MiB); otherwise everything stays as it was;
 - recomputing it is cheap: P reads no buffer, or P has one reader (its work moves there), or
   P is narrowing, or
   the reads that are not direct cover at most numel(P) / `FEW_READS` elements (a gather of one
@@ -109,6 +117,7 @@ def inline_pointwise(operations: list[Operation], outputs: list[object]) -> list
     while changed:
         changed = False
         readers = _readers(ops)
+        producers = {op.outputs[0].name: j for j, op in enumerate(ops) if isinstance(op, Pointwise)}
         for i in range(len(ops) - 1, -1, -1):
             p = ops[i]
             if not isinstance(p, Pointwise) or p.output.name in protected:
@@ -120,12 +129,23 @@ def inline_pointwise(operations: list[Operation], outputs: list[object]) -> list
                     a is b for a, b in zip(before[1], now, strict=True)):
                 continue
             new = _try_inline(p, i, rs, ops, memo)
+            gone: list[int] = []
+            if new is None:
+                expanded = _with_exclusive_producers(p, i, ops, readers, producers, protected, memo)
+                if expanded is not None:
+                    new = _try_inline(expanded[0], i, rs, ops, memo)
+                    gone = expanded[1]
             if new is None:
                 stayed[id(p)] = (p, now)
                 continue
             for j, op in zip(rs, new, strict=True):
                 ops[j] = op
+            for q in gone:  # the producers substituted into P went with it
+                ops[q] = None
             ops[i] = None
+            if gone:
+                readers = _readers(ops)
+                producers = {op.outputs[0].name: j for j, op in enumerate(ops) if isinstance(op, Pointwise)}
             for b in p.reads():
                 readers[b] = sorted((set(readers.get(b, [])) - {i}) | set(rs))
             changed = True
@@ -217,7 +237,7 @@ def _try_inline(p: Pointwise, at: int, rs: list[int], ops: Sequence[Operation | 
                 direct.add(r.name)
             else:
                 elsewhere += _numel(r)
-    narrowing = bool(direct) and _narrowing(p, nodes)
+    narrowing = bool(direct) and (_narrowing(p, nodes) or _broadcast_only(p, nodes))
     if elsewhere == 0 and not narrowing:
         return None
     few = len(direct) <= MAX_DIRECT_READERS and index_ranges.le(FEW_READS * elsewhere, _numel(p))
@@ -232,6 +252,52 @@ def _try_inline(p: Pointwise, at: int, rs: list[int], ops: Sequence[Operation | 
         if n_new > MAX_READER_NODES and n_new - n_old > MAX_NODES:
             return None  # e.g. a stencil of stencils: each level would double the reader
     return new
+
+
+def _with_exclusive_producers(p: Pointwise, at: int, ops: Sequence[Operation | None],
+                              readers: dict[str, list[int]], producers: dict[str, int], protected: set[str],
+                              memo: _Memo) -> tuple[Pointwise, list[int]] | None:
+    """P with the Pointwise producers only P reads (directly, so the scheduler would fuse them
+    into P anyway) substituted into its body, and their indices; None unless the result reads
+    nothing at full size (`_broadcast_only`): the chain `iota == labels[:, None]`, `where`, `* scale`,
+    `.to(bf16)` of a cross-entropy backward reads per-row labels and a scalar, while its last
+    link alone reads the full-size fp32 product before it. Returned only as a candidate: the
+    caller inlines it into P's readers or keeps everything as it was."""
+    gone: list[int] = []
+    body = p
+    grew = True
+    while grew:
+        grew = False
+        for ld in memo.loads(body.body):
+            q_at = producers.get(ld.buffer)
+            if q_at is None or q_at in gone or ld.buffer in protected or readers.get(ld.buffer) != [at]:
+                continue
+            q = ops[q_at]
+            if not isinstance(q, Pointwise) or q.output.name != ld.buffer or not _direct(ld, body, q, False):
+                continue
+            if any(isinstance(op, ExternKernel) and set(q.reads()) & set(op.mutates) for op in ops[q_at + 1:at]):
+                continue
+            try:
+                cand = _substitute(body, q)
+            except _Reject:
+                continue
+            if len(memo.nodes(cand.body)) > MAX_NODES:
+                return None
+            assert isinstance(cand, Pointwise)
+            body, grew = cand, True
+            gone.append(q_at)
+            break
+    if not gone or not _broadcast_only(body, memo.nodes(body.body)):
+        return None
+    return body, gone
+
+
+def _broadcast_only(p: Pointwise, nodes: list[Value]) -> bool:
+    """P loads something, but nothing at full size (every load's index leaves out a loop of P
+    longer than 1): recomputing an element reads no more than a few per-row values."""
+    loops = {sym for sym, n in _loop_vars(p) if n != 1}
+    lds = [v for v in nodes if isinstance(v, Load)]
+    return bool(lds) and len(p.ranges) > 0 and not any(loops <= v.index.free_symbols for v in lds)
 
 
 def _narrowing(p: Pointwise, nodes: list[Value]) -> bool:
