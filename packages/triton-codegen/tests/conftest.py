@@ -70,6 +70,7 @@ class Run:
     """Trace -> lower -> schedule -> generate -> launch (a fixture: conftest is not importable)."""
 
     sources: list[KernelSource]
+    launch = staticmethod(launch)
 
     @staticmethod
     def schedule(fn: Callable[..., Any], *inputs: Any, fusion: bool = True) -> Schedule:
