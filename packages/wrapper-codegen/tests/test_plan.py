@@ -35,6 +35,8 @@ def test_public_api_snapshot():
         "DynamicShapeError",
         "ExternCall",
         "Free",
+        "IndirectPlan",
+        "InputLayout",
         "KernelCall",
         "KernelLaunch",
         "Line",
@@ -51,6 +53,7 @@ def test_public_api_snapshot():
         "emit_line",
         "emit_python",
         "op_name",
+        "plan_indirect",
         "pyrepr",
     ]
     for name in WC.__all__:

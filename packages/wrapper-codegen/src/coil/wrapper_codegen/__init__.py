@@ -1,11 +1,13 @@
 """coil.wrapper_codegen: the Wrapper IR (structured lines) and its emitters (Python source, torch.fx).
 
 Public API (see README.md): the line types, `build`, `WrapperProgram`, `KernelLaunch`,
-`emit_python`, `emit_line`, `pyrepr`, `emit_fx`, `emit_fx_graph`, `op_name`, `DynamicShapeError`.
+`emit_python`, `emit_line`, `pyrepr`, `emit_fx`, `emit_fx_graph`, `op_name`, `DynamicShapeError`;
+`plan_indirect`, `IndirectPlan`, `InputLayout` (inputs kernels read through a table of addresses).
 """
 
 from coil.wrapper_codegen.emit_fx import emit_fx, emit_fx_graph
 from coil.wrapper_codegen.emit_python import emit_line, emit_python, pyrepr
+from coil.wrapper_codegen.indirect import IndirectPlan, InputLayout, plan_indirect
 from coil.wrapper_codegen.lines import (
     Allocate,
     CheckInput,
@@ -34,6 +36,8 @@ __all__ = [
     "DynamicShapeError",
     "ExternCall",
     "Free",
+    "IndirectPlan",
+    "InputLayout",
     "KernelCall",
     "KernelLaunch",
     "Line",
@@ -50,5 +54,6 @@ __all__ = [
     "emit_line",
     "emit_python",
     "op_name",
+    "plan_indirect",
     "pyrepr",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 import sympy
 import torch
 from coil.lowering_ir.printing import texpr
+from coil.wrapper_codegen.indirect import IndirectPlan, layout_literal
 from coil.wrapper_codegen.lines import (
     Allocate,
     CheckInput,
@@ -195,7 +196,7 @@ def _emit_segments(segmented: SegmentedProgram, lines: list[Line], constant_name
 
 
 def emit_python(lines: list[Line], kernel_names: list[str], constant_names: list[str], title: str, *,
-                segments: SegmentedProgram | None = None) -> str:
+                segments: SegmentedProgram | None = None, indirect: IndirectPlan | None = None) -> str:
     """The whole wrapper module for one graph.
 
     With `segments` (segments.split_segments of the same program), `make` also defines one boxed
@@ -203,7 +204,15 @@ def emit_python(lines: list[Line], kernel_names: list[str], constant_names: list
     with `inputs` (the graph input names, None for unused ones), `segments` (per segment: `fn`,
     `capture`, `inputs`, `outputs`, `launches`, `why`) and `returns` (per graph output
     `('ref', name)` or `('value', literal)`). `call` itself still runs the whole program.
+
+    With `indirect` (indirect.plan_indirect; `lines` are its rewritten lines), `make` makes the
+    plan's `PointerTable` (of the prelude), `call` starts by writing its inputs' addresses into
+    the table and binding it (`prepare`), and the returned callable carries the `PointerTable` as
+    `call.indirect`.
+    Segments and an indirect plan do not go together (ValueError).
     """
+    if segments is not None and indirect is not None:
+        raise ValueError("emit_python: a segmented program cannot read inputs through a pointer table")
     body = _emit_body(lines, constant_names, lines)
     out = [f"# coil wrapper for {title}", PRELUDE, "def make(device, constants, kernels):"]
     for k in kernel_names:
@@ -213,12 +222,20 @@ def emit_python(lines: list[Line], kernel_names: list[str], constant_names: list
     devices = {str(line.device): line.device for line in lines if isinstance(line, Allocate)}
     for dev in devices.values():
         out.append(f"    {allocator_name(dev)} = fast_empty({pyrepr(dev)})")
+    if indirect is not None:
+        slots = ", ".join(f"{i}: ({k}, {pyrepr(size)}, {pyrepr(stride)}, {pyrepr(dtype)})"
+                          for i, (k, size, stride, dtype) in layout_literal(indirect).items())
+        out.append(f"    {indirect.table}_inputs = PointerTable(device, {{{slots}}})")
     out.append("")
     out.append("    def call(args):")
+    if indirect is not None:
+        out.append(f"        {indirect.table} = {indirect.table}_inputs.prepare(args)")
     out.extend("        " + b for b in body)
     out.append("")
     if segments is not None:
         out.extend(_emit_segments(segments, lines, constant_names))
         out.append("")
+    if indirect is not None:
+        out.append(f"    call.indirect = {indirect.table}_inputs")
     out.append("    return call")
     return "\n".join(out) + "\n"

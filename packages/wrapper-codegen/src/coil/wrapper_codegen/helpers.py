@@ -60,3 +60,51 @@ def check_input(t: object, index: int, size: tuple[int, ...], stride: tuple[int,
            if isinstance(t, torch.Tensor) else f"a {type(t).__name__}")
     raise ValueError(f"coil: graph input {index} is not what this graph was compiled for: expected shape "
                      f"{size}, stride {stride}, {dtype} on {device}; got {got}")
+
+
+class PointerTable:
+    """The addresses of the graph inputs that kernels read through a table (wrapper-codegen's
+    `plan_indirect`): `inputs` maps a graph input index to (slot, size, stride, dtype).
+
+    `prepare(args)` returns the table (an int64 tensor on `device`, made at the first call: a
+    wrapper is made while a graph compiles, possibly under a fake-tensor mode) after writing each
+    such input's address into its slot: one host-to-device copy from pageable memory on the
+    current stream, so it is staged before the call returns and ordered before the kernels that
+    read it. An input that is not 16-byte aligned, or not laid out as the kernels assume, is
+    first copied into a tensor that is (and replaces it in `args`); one of another shape, dtype
+    or device raises ValueError. While the current stream is being captured into a CUDA graph it
+    writes nothing: the graph bakes in the table's address, and whoever replays the graph calls
+    `prepare` with that replay's inputs first (coil.runtime's CUDA-graph runner does)."""
+
+    ALIGN = 16
+
+    def __init__(self, device: torch.device, inputs: dict[int, tuple[int, tuple[int, ...], tuple[int, ...],
+                                                                     torch.dtype]]) -> None:
+        self.device = torch.device(device)
+        self.inputs = inputs
+        self.indices = tuple(sorted(inputs))
+        self.layouts = {i: (size, stride, dtype) for i, (_, size, stride, dtype) in inputs.items()}
+        self.slots = max(s for s, _, _, _ in inputs.values()) + 1
+        self.table: torch.Tensor | None = None
+
+    def prepare(self, args: list) -> torch.Tensor:  # type: ignore[type-arg]
+        """The table, holding the addresses of `args`' table-read inputs (class docstring)."""
+        cuda = self.device.type == "cuda"
+        if self.table is None:
+            self.table = torch.zeros(self.slots, dtype=torch.int64, device=self.device)
+        if cuda and torch.cuda.is_current_stream_capturing():
+            return self.table
+        ptrs = [0] * self.slots
+        for i, (slot, size, stride, dtype) in self.inputs.items():
+            x = args[i]
+            if not (isinstance(x, torch.Tensor) and x.dtype == dtype and tuple(x.shape) == size
+                    and x.device == self.table.device):
+                check_input(x, i, size, stride, dtype, self.table.device)  # raises, naming the input
+            if x.data_ptr() % self.ALIGN or any(n > 1 and s != t for n, s, t in zip(size, x.stride(), stride,
+                                                                                   strict=True)):
+                y = torch.empty_strided(size, stride, dtype=dtype, device=self.table.device)
+                y.copy_(x)
+                args[i] = x = y
+            ptrs[slot] = x.data_ptr()
+        self.table.copy_(torch.tensor(ptrs, dtype=torch.int64), non_blocking=cuda)
+        return self.table
