@@ -113,6 +113,17 @@ new list each time.
 `cudagraphify(call, static_input_indices)` wraps this into a boxed callable that builds the runner
 at its first call (returning the warm-up result) and replays afterwards.
 
+**Inputs read through a pointer table** (`indirect`, a wrapper's `call.indirect`): inputs that
+the graph's kernels read at an address they load from a device-side table when they run
+(coil.wrapper_codegen's `plan_indirect`, coil.triton_codegen's `indirect`). They are neither
+static nor copied: no buffer is made for them, and the caller's tensors are read in place. Before
+each replay the runner checks their shape and dtype (ValueError, as for copied inputs) and calls
+`indirect.prepare(inputs)`, which writes their addresses into the table (copying an input that is
+misaligned or strided otherwise first); warm-ups and uncaptured calls run `call`, which does it
+itself, and the capture records the table's address only. A training backward's tangents
+(autograd's zeros for outputs the loss does not use, made anew for every backward) are read so:
+a copy of each inside the graph's pool would be held beside the caller's.
+
 A graph with steps a CUDA graph cannot capture is run in segments, one runner per capturable
 segment (`coil.runtime.segments`).
 """
@@ -173,6 +184,9 @@ class CudaGraphRunner:
         borrow_inputs: borrow copied inputs that are another runner's live static outputs.
         hold_outputs: False hands every output out without holding it (see "Handed-out
             outputs"); `static_outputs` and `clone_outputs` are then ignored.
+        indirect: the wrapper's pointer table (`call.indirect`: `indices`, the inputs it reads;
+            `layouts`, index -> (size, stride, dtype); `prepare(inputs)`), or None (see "Inputs
+            read through a pointer table").
 
     Attributes: `first_outputs` (the warm-up result), `static_indices`, `mutated_indices`,
     `borrowed` (the borrowed input indices), `consumed` (borrowed inputs whose memory the capture
@@ -196,6 +210,7 @@ class CudaGraphRunner:
         static_outputs: Iterable[int] | str = (),
         borrow_inputs: bool = False,
         hold_outputs: bool = True,
+        indirect: Any = None,
     ) -> None:
         import torch
 
@@ -235,11 +250,16 @@ class CudaGraphRunner:
             if bad:
                 raise ValueError(f"static_input_indices {bad} are not tensor inputs")
         self.static_indices: tuple[int, ...] = tuple(sorted(static))
+        self._indirect = indirect
+        self.indirect_indices: tuple[int, ...] = tuple(indirect.indices) if indirect is not None else ()
+        bad = sorted(i for i in self.indirect_indices if i not in tensor_idx or i in static or i in (input_buffers or {}))
+        if bad:
+            raise ValueError(f"indirect inputs {bad} must be tensor inputs neither static nor borrowed")
         borrowed = dict(input_buffers or {})
         lender: CudaGraphRunner | None = None
         if borrow_inputs:
             for i in tensor_idx:
-                if i not in static and i not in borrowed:
+                if i not in static and i not in borrowed and i not in self.indirect_indices:
                     found = _owned_static_output(inputs[i], hold_outputs)
                     if found is not None and (lender is None or found[0]._pool == lender._pool):
                         lender = lender or found[0]
@@ -254,7 +274,8 @@ class CudaGraphRunner:
         if bad:
             raise ValueError(f"input_buffers {bad} must be copied (non-static) tensor inputs")
         self.borrowed: tuple[int, ...] = tuple(sorted(borrowed))
-        self._copy_idx: tuple[int, ...] = tuple(i for i in tensor_idx if i not in static)
+        self._copy_idx: tuple[int, ...] = tuple(i for i in tensor_idx if i not in static
+                                                and i not in self.indirect_indices)
         self._scalars: dict[int, Any] = {
             i: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)
         }
@@ -340,6 +361,9 @@ class CudaGraphRunner:
             log.warning("CudaGraphRunner: capture failed (%s: %s); running without a CUDA graph",
                         type(exc).__name__, exc)
             return
+        finally:
+            for i in self.indirect_indices:  # read at the caller's address each replay: not kept
+                self._static_inputs[i] = None
         if static_outputs == FRESH:  # every tensor output over memory that is not an input's,
             # but one-element outputs (a loss) are held and cloned: a caller keeping the last
             # step's loss then does not stop the next replay (the liveness rule)
@@ -560,6 +584,15 @@ class CudaGraphRunner:
             self._alias_idx = ()
             _OWNERS.discard(self)
             return tuple(self._call(inputs))
+        if self._indirect is not None:
+            layouts = self._indirect.layouts
+            for i in self.indirect_indices:
+                src = inputs[i]
+                size, _, dtype = layouts[i]
+                if not isinstance(src, torch.Tensor) or tuple(src.shape) != tuple(size) or src.dtype != dtype:
+                    raise ValueError(f"CudaGraphRunner: input {i} is {_where(src)}, the graph was captured "
+                                     f"for {list(size)} {dtype}")
+            self._indirect.prepare(inputs)  # their addresses into the table the kernels read
         keep = [inputs[i] for i in self._copy_back]
         inputs.clear()
         graph = self.graph
@@ -590,6 +623,7 @@ def cudagraphify(
     static_outputs: Iterable[int] | str = (),
     borrow_inputs: bool = False,
     hold_outputs: bool = True,
+    indirect: Any = None,
 ) -> Callable[[list[Any]], tuple[Any, ...]]:
     """A boxed callable running `call` through a `CudaGraphRunner` built at its first call.
 
@@ -607,7 +641,7 @@ def cudagraphify(
             runner = CudaGraphRunner(call, args, static, mutated_input_indices=mutated,
                                      clone_outputs=clone_outputs, pool=pool, launches=launches,
                                      static_outputs=keep, borrow_inputs=borrow_inputs,
-                                     hold_outputs=hold_outputs)
+                                     hold_outputs=hold_outputs, indirect=indirect)
             first = runner.first_outputs
             runner.first_outputs = None
             args.clear()
