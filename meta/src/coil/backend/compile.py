@@ -24,7 +24,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-from coil.backend import aot_cache, autotune, graph_cache, logs
+from coil.backend import aot_cache, autotune, graph_cache, indirect_inputs, logs
 from coil.backend import options as compile_options
 from coil.backend.aot_cache import CoilOutputCode, PortableGraph
 from coil.backend.artefacts import Artefacts
@@ -104,8 +104,9 @@ def _check_kernel_devices(sources: list[KernelSource], graph: LoweredGraph, devi
 def _specs(sources: list[KernelSource], graph: LoweredGraph) -> list[KernelSpec]:
     bufs = graph.buffers()
     specs = []
-    for ks in sources:
-        args: list[TensorArg | int] = [TensorArg(bufs[b].layout.dtype) for b in ks.pointer_args]
+    for ks in sources:  # the pointer table of a kernel reading inputs through it: int64 addresses
+        args: list[TensorArg | int] = [TensorArg(bufs[b].layout.dtype if b != indirect_inputs.TABLE else torch.int64)
+                                       for b in ks.pointer_args]
         args += [int(sympy.sympify(s).xreplace(graph.symbol_hints)) for s in ks.size_args]  # example values
         specs.append(KernelSpec(ks.name, ks.source, tuple(args), ks.constexprs, num_warps=ks.num_warps,
                                 debug=ks.debug))
@@ -261,8 +262,14 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
                                      check_inputs=check_inputs)
     out.memory_plan(sched, program)
     segments = None if knobs.check_lifetimes else split_segments(program)  # CUDA-graph segments
-    source: str = _stage(stats, "wrapper codegen", emit_python, program.lines, [s.name for s in sources],
-                         sorted(program.constants), name, segments=segments)
+    lines, table = program.lines, None
+    if segments is None and indirect_inputs.applies(kind, device, lowered):  # tangents read in place
+        got = _stage(stats, "wrapper codegen", indirect_inputs.plan, gm, lowered, sources, program.lines)
+        if got is not None:
+            table, sources = got
+            lines = table.lines
+    source: str = _stage(stats, "wrapper codegen", emit_python, lines, [s.name for s in sources],
+                         sorted(program.constants), name, segments=segments, indirect=table)
     namespace: dict[str, Any] = {}
     if knobs.check_lifetimes:
         source = _stage(stats, "lifetime tracking", instrument_wrapper, source, program.lines)
@@ -327,8 +334,10 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
     if kind in ("forward", "backward"):
         # outputs handed out uncloned, not held (coil.runtime.handouts); inputs that an earlier
         # training graph handed out (a backward's saved activations, a loss graph's logits after a
-        # graph break) are read in place, in that graph's pool, and freed once read as in eager
-        return cudagraphify(call, launches=launches, borrow_inputs=True, hold_outputs=False)
+        # graph break) are read in place, in that graph's pool, and freed once read as in eager;
+        # a backward's tangents read through the wrapper's pointer table are read where they are
+        return cudagraphify(call, launches=launches, borrow_inputs=True, hold_outputs=False,
+                            indirect=getattr(call, "indirect", None))
     return cudagraphify(call, launches=launches)
 
 

@@ -61,6 +61,11 @@ KNOBS: dict[str, Knob] = {
                                  "also replay forward/backward graphs as CUDA graphs (outputs handed out uncloned "
                                  "and not held, saved activations reused by the backward once read, guarded by "
                                  "storage liveness; needs COIL_CUDA_GRAPHS)"),
+    "indirect_inputs": Knob("COIL_INDIRECT_INPUTS", "auto", str,
+                            "auto | always | 0: a backward graph's tangents of at least 1 MiB that only Triton kernels "
+                            "read are read at the caller's address, loaded from a pointer table, instead of being "
+                            "copied into a CUDA graph's own buffer; auto: backward graphs replayed as CUDA graphs, "
+                            "always: every backward graph (tests on the CPU)"),
     "cuda_graph_segments_uncaptured": Knob("COIL_CUDA_GRAPH_SEGMENTS_UNCAPTURED", False, bool,
                                            "run a graph's CUDA-graph segments one by one without capturing them, "
                                            "on any device (tests the segment split)"),

@@ -1,0 +1,72 @@
+"""A backward graph's tangents read through a pointer table instead of copied (the glue between
+wrapper-codegen's `plan_indirect` and triton-codegen's `indirect`).
+
+Autograd's engine makes a backward's tangents just before each call (for outputs the loss does
+not use, tensors of zeros), so their addresses change from step to step. A CUDA graph that read
+them through its own buffers held a copy of each beside the engine's: 78 MiB on GPT-2's AMP
+training step, 189 MiB on the Llama-style one, 119 MiB on BERT's (docs/perf.md, sessions 12 and
+16). `plan(gm, lowered, sources, lines)` picks the tangents of at least `MIN_BYTES` that only
+Triton kernels read (no extern, view or return), gives each a slot of the wrapper's pointer table
+and returns the rewritten wrapper lines with the kernel sources, those kernels replaced by
+variants that load the tangents' addresses from the table. The wrapper writes the addresses
+before each call; coil.runtime's CUDA-graph runner before each replay.
+
+`applies(kind, device, lowered)`: COIL_INDIRECT_INPUTS=auto plans backward graphs that will be
+replayed as CUDA graphs (CUDA, cuda_graphs and cuda_graphs_training on, static shapes); always,
+every backward graph with static shapes (the CPU too, through Triton's interpreter: tests); 0,
+none. Never with COIL_CHECK_LIFETIMES (its instrumentation follows the original lines).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.fx
+from coil.backend.knobs import knobs
+from coil.lowering_ir import InputBuffer, LoweredGraph
+from coil.triton_codegen import KernelSource, indirect
+from coil.wrapper_codegen import IndirectPlan, InputLayout, KernelCall, Line, plan_indirect
+
+MIN_BYTES = 1 << 20  # smaller tangents: their copies cost little, the table write the same
+TABLE = "pointer_table"
+
+
+def applies(kind: str, device: torch.device, lowered: LoweredGraph) -> bool:
+    """Whether a graph of this kind on this device gets a pointer table (module docstring)."""
+    mode = str(knobs.indirect_inputs).lower()
+    if mode not in ("auto", "always", "0", "off"):
+        raise ValueError(f"COIL_INDIRECT_INPUTS={knobs.indirect_inputs!r}: expected auto, always or 0")
+    if kind != "backward" or mode in ("0", "off") or lowered.symbol_hints or knobs.check_lifetimes:
+        return False
+    return mode == "always" or (device.type == "cuda" and knobs.cuda_graphs and knobs.cuda_graphs_training)
+
+
+def plan(gm: torch.fx.GraphModule, lowered: LoweredGraph, sources: Sequence[KernelSource], lines: list[Line]
+         ) -> tuple[IndirectPlan, list[KernelSource]] | None:
+    """The wrapper lines and kernel sources with the tangents read through the table, or None
+    when no tangent qualifies (module docstring)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    tangents = {i for i, n in enumerate(placeholders) if n.name.startswith("tangents")}
+    candidates: dict[str, InputLayout] = {}
+    for b in lowered.inputs:
+        if not isinstance(b, InputBuffer) or b.index not in tangents:
+            continue
+        lay = b.layout
+        size, stride = tuple(int(s) for s in lay.size), tuple(int(s) for s in lay.stride)
+        nbytes = lay.dtype.itemsize
+        for n in size:
+            nbytes *= n
+        if nbytes >= MIN_BYTES and int(lay.offset) == 0:
+            candidates[b.name] = InputLayout(size, stride, lay.dtype)
+    if not candidates:
+        return None
+    got = plan_indirect(lines, candidates, {ks.name: ks.stores for ks in sources}, TABLE)
+    if got is None:
+        return None
+    by_name = {ks.name: ks for ks in sources}
+    dtypes = {name: lay.dtype for name, lay in candidates.items()}
+    made = [indirect(by_name[src], {b: (slot, dtypes[b]) for b, slot in reads.items()}, TABLE, name)
+            for name, (src, reads) in got.kernels.items()]
+    called = {ln.kernel for ln in got.lines if isinstance(ln, KernelCall)}
+    return got, [ks for ks in sources if ks.name in called] + made
