@@ -288,6 +288,7 @@ class CudaGraphRunner:
         current = torch.cuda.current_stream(self.device)
         side = _side_stream(self.device)
         side.wait_stream(current)
+        _blas_workspace_apart(self.device, side)
         with torch.cuda.device(self.device), torch.cuda.stream(side):
             first = tuple(call(list(inputs)))
         current.wait_stream(side)
@@ -676,6 +677,33 @@ def _owned_static_output(x: torch.Tensor, hold_outputs: bool = True
 
 
 _SIDE_STREAMS: dict[int, Any] = {}
+_BLAS_READY: set[tuple[int, int]] = set()  # (thread, device) whose side-stream cuBLAS workspace exists
+
+
+def _blas_workspace_apart(device: torch.device, side: torch.cuda.Stream) -> None:
+    """Make this thread's cuBLAS workspace for `side` (torch allocates one per handle and stream,
+    at the first matmul, and keeps it for the process's life) in a segment of its own, once per
+    thread and device, before a warm-up runs there.
+
+    Allocated during a warm-up instead, it landed in whatever free block the side stream had
+    cached from an earlier runner's warm-up: on GPT-2's AMP training step the backward's
+    workspace (the autograd engine's thread: a handle of its own) took 32 MiB of a 198 MiB
+    segment of the forward's freed warm-up buffers, which `empty_cache` then could not release:
+    166 MiB more reserved for good (H100, docs/perf.md, session 16). So the cached free blocks
+    are released first (`empty_cache`, first calls only) and the workspace is made right away."""
+    import threading
+
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (threading.get_ident(), index)
+    if key in _BLAS_READY or torch.cuda.is_current_stream_capturing():
+        return
+    _BLAS_READY.add(key)
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    with torch.cuda.device(device), torch.cuda.stream(side):
+        torch.cuda.current_blas_handle()  # type: ignore[no-untyped-call]
 
 
 def _side_stream(device: torch.device) -> torch.cuda.Stream:
