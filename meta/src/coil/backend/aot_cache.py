@@ -43,6 +43,7 @@ import torch
 import torch.fx
 from coil.backend import graph_cache, logs
 from coil.backend.knobs import knobs
+from coil.backend.param_casts import recompute_param_casts
 from coil.runtime.knobs import knobs as runtime_knobs
 from torch._inductor.output_code import OutputCode
 
@@ -168,11 +169,16 @@ def portable_module(gm: torch.fx.GraphModule) -> None:
 
 
 def partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> tuple[Any, Any]:
-    """torch's `min_cut_rematerialization_partition`, with the backward module it returns made
-    portable (`portable_module`): the partitioner coil passes to AOTAutograd."""
+    """torch's `min_cut_rematerialization_partition`, then (COIL_RECOMPUTE_PARAM_CASTS) casts of
+    parameters saved for the backward replaced by the parameters and recomputed there
+    (`param_casts`), with the backward module made portable (`portable_module`): the
+    partitioner coil passes to AOTAutograd."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     fw_module, bw_module = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+    if knobs.recompute_param_casts:
+        recompute_param_casts(fw_module, bw_module, kwargs["num_fwd_outputs"],
+                              kwargs.get("static_lifetime_input_indices"))
     portable_module(bw_module)
     return fw_module, bw_module
 

@@ -61,6 +61,10 @@ KNOBS: dict[str, Knob] = {
                                  "also replay forward/backward graphs as CUDA graphs (outputs handed out uncloned "
                                  "and not held, saved activations reused by the backward once read, guarded by "
                                  "storage liveness; needs COIL_CUDA_GRAPHS)"),
+    "recompute_param_casts": Knob("COIL_RECOMPUTE_PARAM_CASTS", True, bool,
+                                  "training graphs save a parameter instead of its dtype cast (autocast's bf16 "
+                                  "weights, 1 MiB or more) and the backward recomputes the cast just before "
+                                  "its first use, instead of holding every layer's copy from the forward on"),
     "indirect_inputs": Knob("COIL_INDIRECT_INPUTS", "auto", str,
                             "auto | always | 0: a backward graph's tangents of at least 1 MiB that only Triton kernels "
                             "read are read at the caller's address, loaded from a pointer table, instead of being "
