@@ -6,7 +6,8 @@ Runs the case's step as `coil bench` measures its own-process warm peak (to the 
 then `empty_cache`), then prints per ordinary-pool segment (CUDA-graph pools left out) its size,
 the bytes allocated in it and the Python site of its largest live blocks, largest segments first,
 and the totals. Used in session 16 to find why GPT-2's ordinary pool grew when parameters'
-casts were recomputed in the backward.
+casts were recomputed in the backward (that run printed "??:0" for every site: C++ frames were
+taken for Python ones; fixed after, not rerun).
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ MiB = 1 << 20
 
 
 def _site(frames: list[dict[str, object]]) -> str:
-    for f in frames:
+    """The first Python frame in coil, else outside torch and Triton ("?" when there is none:
+    C++ frames have no file, "??")."""
+    py = [f for f in frames if str(f.get("filename", "")).endswith(".py") or "<coil wrapper" in str(f.get("filename", ""))]
+    for f in py:
         name = str(f.get("filename", ""))
-        if "/coil/" in name or ("/torch/" not in name and "/triton/" not in name):
+        if "/coil/" in name or "<coil wrapper" in name or ("/torch/" not in name and "/triton/" not in name):
             return f"{'/'.join(name.split('/')[-2:])}:{f.get('line')}"
     return "?"
 
