@@ -71,3 +71,26 @@ def test_off_copies_as_before(device: torch.device) -> None:
         torch.autograd.backward([y, z], [torch.ones_like(y), torch.ones_like(z)])
     assert COMPILED and not _tabled()
     assert torch.allclose(x.grad, torch.cos(x) * w * (1 + torch.exp(torch.sin(x) * w)) + 1, atol=1e-4)
+
+
+def test_a_cached_backward_reads_through_its_table(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second compile of the same function loads the backward from coil's graph cache: its
+    wrapper (source and kernels from the cache) still reads the tangents through the table."""
+    monkeypatch.setenv("COIL_AOT_CACHE", "0")  # the graph cache alone (test_graph_cache.py)
+    g = torch.Generator().manual_seed(1)
+    x, w = (torch.randn(N, N, generator=g).to(device) for _ in range(2))
+    mode = "auto" if device.type == "cuda" else "always"
+    verdicts = []
+    with knobs.override(fallback_on_error=False, indirect_inputs=mode):
+        for _ in range(2):
+            torch._dynamo.reset()
+            first = len(COMPILED)
+            compiled = torch.compile(two_outputs, backend="coil")
+            for _ in range(2):
+                gy, gz = (torch.randn(N, N, generator=g).to(device) for _ in range(2))
+                for a, b in zip(_grads(compiled, x, w, gy, gz), _grads(two_outputs, x, w, gy, gz), strict=True):
+                    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+            verdicts.append([(s.name.split("_")[0], s.graph_cache) for s in COMPILED[first:]])
+            back = [s for s in COMPILED[first:] if s.name.startswith("backward")]
+            assert back and "pointer_table = pointer_table_inputs.prepare(args)" in back[0].wrapper_source
+    assert ("backward", "miss") in verdicts[0] and ("backward", "hit") in verdicts[1], verdicts
