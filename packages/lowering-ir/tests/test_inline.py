@@ -410,3 +410,17 @@ def test_broadcast_only_producer_chain_is_recomputed_by_its_readers(ir, monkeypa
     assert [s for _, s in _shapes(plain) if s == (5, 7)], "the plain lowering stores the one-hot gradient"
     assert not big, _shapes(g)
     ir.assert_same(ir.evaluate(g, list(args)), list(_nll_backward_padded(*args)))
+
+
+def test_a_gather_with_several_readers_is_not_broadcast_only(ir, monkeypatch):
+    """An embedding lookup read by two readers at full size stays one buffer: its loads are
+    data-dependent (a row per element), so it is not recomputed by each reader."""
+
+    def fn(table, ids, w):
+        e = table[ids]
+        return (e.sum(1), e * w)
+
+    args = (torch.randn(10, 6), torch.tensor([[1, 4, 4], [0, 9, 2]]), torch.randn(6))
+    plain, g = _lower_both(ir, monkeypatch, fn, *args)
+    assert [s for _, s in _shapes(g) if s == (2, 3, 6)] == [s for _, s in _shapes(plain) if s == (2, 3, 6)]
+    ir.assert_same(ir.evaluate(g, list(args)), list(fn(*args)))

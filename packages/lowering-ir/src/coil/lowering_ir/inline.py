@@ -294,10 +294,12 @@ def _with_exclusive_producers(p: Pointwise, at: int, ops: Sequence[Operation | N
 
 def _broadcast_only(p: Pointwise, nodes: list[Value]) -> bool:
     """P loads something, but nothing at full size (every load's index leaves out a loop of P
-    longer than 1): recomputing an element reads no more than a few per-row values."""
+    longer than 1, and none is data-dependent: a gather, `table[ids[n], d]`, reads a full row
+    per element whatever its index shows): recomputing an element reads no more than a few
+    per-row values."""
     loops = {sym for sym, n in _loop_vars(p) if n != 1}
     lds = [v for v in nodes if isinstance(v, Load)]
-    return bool(lds) and len(p.ranges) > 0 and not any(loops <= v.index.free_symbols for v in lds)
+    return bool(lds) and len(p.ranges) > 0 and not any(v.indirect or loops <= v.index.free_symbols for v in lds)
 
 
 def _narrowing(p: Pointwise, nodes: list[Value]) -> bool:
