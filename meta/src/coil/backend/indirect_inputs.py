@@ -19,6 +19,7 @@ none. Never with COIL_CHECK_LIFETIMES (its instrumentation follows the original 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -54,10 +55,7 @@ def plan(gm: torch.fx.GraphModule, lowered: LoweredGraph, sources: Sequence[Kern
             continue
         lay = b.layout
         size, stride = tuple(int(s) for s in lay.size), tuple(int(s) for s in lay.stride)
-        nbytes = lay.dtype.itemsize
-        for n in size:
-            nbytes *= n
-        if nbytes >= MIN_BYTES and int(lay.offset) == 0:
+        if lay.dtype.itemsize * math.prod(size) >= MIN_BYTES and int(lay.offset) == 0:
             candidates[b.name] = InputLayout(size, stride, lay.dtype)
     if not candidates:
         return None

@@ -47,7 +47,7 @@ def _chain(node: torch.fx.Node, params: set[torch.fx.Node]) -> list[torch.fx.Nod
     chain = [node]
     n = node
     while n.op == "call_function" and n.target in VIEWS:
-        if any(isinstance(a, torch.fx.Node) for a in (*n.args[1:], *n.kwargs.values())):
+        if not _constant_args(n):
             return None
         first = n.args[0]
         if not isinstance(first, torch.fx.Node):
@@ -58,9 +58,14 @@ def _chain(node: torch.fx.Node, params: set[torch.fx.Node]) -> list[torch.fx.Nod
         return None
     if n.target == aten._to_copy.default and set(n.kwargs) - {"dtype"}:
         return None  # a copy to another device or layout: leave it
-    if any(isinstance(a, torch.fx.Node) for a in (*n.args[1:], *n.kwargs.values())):
+    if not _constant_args(n):
         return None
     return chain[::-1]
+
+
+def _constant_args(n: torch.fx.Node) -> bool:
+    """No argument but the first is a node (sizes, dims, dtypes only)."""
+    return not any(isinstance(a, torch.fx.Node) for a in (*n.args[1:], *n.kwargs.values()))
 
 
 def recompute_param_casts(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, num_fwd_outputs: int,

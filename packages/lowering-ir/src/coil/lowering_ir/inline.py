@@ -116,8 +116,7 @@ def inline_pointwise(operations: list[Operation], outputs: list[object]) -> list
     changed = True
     while changed:
         changed = False
-        readers = _readers(ops)
-        producers = {op.outputs[0].name: j for j, op in enumerate(ops) if isinstance(op, Pointwise)}
+        readers, producers = _readers(ops), _producers(ops)
         for i in range(len(ops) - 1, -1, -1):
             p = ops[i]
             if not isinstance(p, Pointwise) or p.output.name in protected:
@@ -143,11 +142,11 @@ def inline_pointwise(operations: list[Operation], outputs: list[object]) -> list
             for q in gone:  # the producers substituted into P went with it
                 ops[q] = None
             ops[i] = None
-            if gone:
-                readers = _readers(ops)
-                producers = {op.outputs[0].name: j for j, op in enumerate(ops) if isinstance(op, Pointwise)}
-            for b in p.reads():
-                readers[b] = sorted((set(readers.get(b, [])) - {i}) | set(rs))
+            if gone:  # the producers went too: count again
+                readers, producers = _readers(ops), _producers(ops)
+            else:
+                for b in p.reads():
+                    readers[b] = sorted((set(readers.get(b, [])) - {i}) | set(rs))
             changed = True
         ops = [op for op in ops if op is not None]
     return [op for op in ops if op is not None]
@@ -168,6 +167,11 @@ def _readers(ops: Sequence[Operation | None]) -> dict[str, list[int]]:
             for b in op.reads():
                 out.setdefault(b, []).append(j)
     return out
+
+
+def _producers(ops: Sequence[Operation | None]) -> dict[str, int]:
+    """The index of each Pointwise, by the buffer it writes."""
+    return {op.output.name: j for j, op in enumerate(ops) if isinstance(op, Pointwise)}
 
 
 def _nodes(body: Value) -> list[Value]:
@@ -273,7 +277,7 @@ def _with_exclusive_producers(p: Pointwise, at: int, ops: Sequence[Operation | N
             if q_at is None or q_at in gone or ld.buffer in protected or readers.get(ld.buffer) != [at]:
                 continue
             q = ops[q_at]
-            if not isinstance(q, Pointwise) or q.output.name != ld.buffer or not _direct(ld, body, q, False):
+            if not isinstance(q, Pointwise) or not _direct(ld, body, q, False):
                 continue
             if any(isinstance(op, ExternKernel) and set(q.reads()) & set(op.mutates) for op in ops[q_at + 1:at]):
                 continue
