@@ -60,11 +60,12 @@ def plan_indirect(lines: list[Line], candidates: Mapping[str, InputLayout],
     unknown = sorted(set(candidates) - set(index))
     if unknown:
         raise ValueError(f"plan_indirect: {unknown} are not graph inputs of this program")
-    if any(table in uses_and_defs(line)[0] + uses_and_defs(line)[1] for line in lines):
-        raise ValueError(f"plan_indirect: the program already uses the name {table!r}")
     ok = set(candidates)
-    for line in lines[1:]:
-        used = set(uses_and_defs(line)[0]) & ok
+    for line in lines:
+        read, bound, _ = uses_and_defs(line)
+        if table in read or table in bound:
+            raise ValueError(f"plan_indirect: the program already uses the name {table!r}")
+        used = set(read) & ok
         if not used or isinstance(line, Free | CheckInput):
             continue
         if isinstance(line, KernelCall):
