@@ -231,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.case:
         results = [run(a.case, a.layers, a.seq, a.cprofile, a.case, a.compiler, a.cprofile_dump)]
     else:
-        results = [run(m, a.layers, a.seq, a.cprofile, None, a.compiler) for m in modes]
+        if a.cprofile_dump is not None and len(modes) > 1:
+            ap.error("--cprofile-dump takes one mode (--mode infer or --mode train)")
+        results = [run(m, a.layers, a.seq, a.cprofile, None, a.compiler, a.cprofile_dump) for m in modes]
     if a.json is not None:
         a.json.write_text(json.dumps(results, indent=1))
     return 0

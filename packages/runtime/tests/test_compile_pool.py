@@ -213,6 +213,40 @@ def test_a_new_process_loads_kernels_compiled_before_without_workers(
         p.close()
 
 
+@pytest.mark.parametrize("workers", [2, 0])
+def test_kernels_compiled_here_on_threads_are_known_to_the_next_process(
+        specs: Any, sm90: Path, monkeypatch: pytest.MonkeyPatch, generated: list[str], workers: int) -> None:
+    """A kernel compiled in the calling thread (alone, as an autotuning problem's last new
+    candidate; or with COIL_COMPILE_WORKERS=0) leaves its marker too: the next process's warm start
+    loads it here and starts no worker for it (GPT-2's warm start had started the pool for such
+    kernels, bench/gpu_session17b.sh)."""
+    from coil.runtime.compile import clear_memo
+
+    started: list[int] = []
+    real_start = CompilePool.start
+
+    def counting_start(self: CompilePool) -> None:
+        started.append(1)
+        real_start(self)
+
+    monkeypatch.setattr(CompilePool, "start", counting_start)
+    p = CompilePool(2)
+    monkeypatch.setattr(compile_pool, "shared_pool", lambda: p)
+    spec_list = [specs.add(64), specs.rowsum(40)]
+    try:
+        with override(compile_workers=workers):
+            for s in spec_list:  # one at a time: the thread path
+                assert aot_module.precompile_each([_load(s, CUDA0, False)], CUDA0, threads=1) == [None]
+        assert started == [] and generated == ["add_kernel", "rowsum_kernel"]
+        assert len(_entries(sm90 / "coil-compiled")) == 2
+        clear_memo()  # a new process
+        with override(compile_workers=2):
+            assert aot_module.precompile_each([_load(s, CUDA0, False) for s in spec_list], CUDA0, threads=1) == [None] * 2
+        assert started == [] and generated == ["add_kernel", "rowsum_kernel"]  # loaded from disk here
+    finally:
+        p.close()
+
+
 def test_a_job_queued_twice_is_compiled_once(specs: Any, sm90: Path) -> None:
     jobs = [j for j in compile_jobs.capture(_kernels(specs, (8,)), CUDA0) if j is not None]
     p = CompilePool(1)

@@ -93,7 +93,25 @@ def precompile_each(kernels: Sequence[Kernel], device: torch.device, threads: in
         with ThreadPoolExecutor(max_workers=min(threads, len(batch)), thread_name_prefix="coil-aot") as pool:
             for i, error in zip(batch, pool.map(lambda j: _try_one(kernels[j], device), batch), strict=True):
                 errors[i] = error
+    _remember([k for k, e in zip(kernels, errors, strict=True) if e is None], device)
     return errors
+
+
+def _remember(kernels: Sequence[Kernel], device: torch.device) -> None:
+    """Leave the marker of every kernel compiled here on threads (`compile_jobs.remember_compiled`),
+    so that a later process loads it without sending it to a worker: a kernel compiled alone (an
+    autotuning problem's last new candidate, a graph's one new kernel) or with no workers at all
+    was otherwise unknown to the next warm start, which started the pool for it."""
+    if not kernels:
+        return
+    try:
+        target = compile_jobs.target_of(device)
+    except Exception as exc:  # no driver to ask: the next process only compiles it again
+        log.debug("coil: compiled kernels not remembered (%s: %s)", type(exc).__name__, exc)
+        return
+    for kernel in kernels:
+        if not compile_jobs.known_compiled(kernel, target):
+            compile_jobs.remember_compiled(kernel, target)
 
 
 def _try_one(kernel: Kernel, device: torch.device) -> KernelCompileError | None:
