@@ -80,3 +80,44 @@ def test_replays_read_each_callers_tensor_in_place() -> None:
     assert runner.uncaptured_calls == 0
     with pytest.raises(ValueError, match="captured for"):
         runner([torch.randn(N // 2, device="cuda"), w])
+
+
+SPIN_CYCLES = 100_000_000  # ~50 ms of one spinning GPU thread, captured into the graph
+
+
+@pytest.mark.parametrize("through_table", [True, False], ids=["table", "copied"])
+def test_a_call_from_another_stream_waits_for_the_last_replay(through_table: bool) -> None:
+    """The graph spins before it reads its input. Call 1 replays on stream A; call 2 comes at once
+    from stream B with another input. Unordered, B's write of that input (its address into the
+    table, or its copy into the graph's static buffer) lands while A's graph spins, and call 1
+    computes with call 2's input. The runner orders B after the last replay's stream."""
+    f32 = TensorArg(torch.float32)
+    kernel = compile_kernels([KernelSpec("scaled_via_table", SOURCE, (TensorArg(torch.int64), f32, f32, N),
+                                         {"BLOCK": 1024})], torch.device("cuda"))["scaled_via_table"]
+    table = Table() if through_table else None
+
+    def call(args: list[Any]) -> tuple[torch.Tensor]:
+        tbl = table.prepare(args) if table is not None else None
+        x, w = args
+        args.clear()
+        torch.cuda._sleep(SPIN_CYCLES)
+        if tbl is None:
+            return (x * w,)
+        out = torch.empty(N, device="cuda")
+        kernel((N // 1024, 1, 1), tbl, w, out, N)
+        return (out,)
+
+    w = torch.nn.Parameter(torch.randn(N, device="cuda"), requires_grad=False)
+    runner = CudaGraphRunner(call, [torch.randn(N, device="cuda"), w], indirect=table)
+    assert runner.graph is not None
+    x1, x2 = torch.randn(N, device="cuda"), torch.randn(N, device="cuda")
+    a, b = torch.cuda.Stream(), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(a):
+        (out1,) = runner([x1, w])
+    with torch.cuda.stream(b):
+        (out2,) = runner([x2, w])
+    torch.cuda.synchronize()
+    assert runner.uncaptured_calls == 0
+    torch.testing.assert_close(out1, x1 * w)
+    torch.testing.assert_close(out2, x2 * w)

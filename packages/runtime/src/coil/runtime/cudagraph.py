@@ -20,6 +20,9 @@
    `torch.cuda.CUDAGraph` (on torch's capture side stream, in a private memory pool or `pool`).
 4. **Replay** (`runner(inputs)`): checks, copies the copied inputs in, `graph.replay()` on the
    current stream, copies mutated copied inputs back into the caller's tensors, returns outputs.
+   A call from another stream than the last replay's (any runner's, on that device) first makes
+   the current stream wait for that one (`_after_last_replay`): its writes into graph memory
+   would otherwise race with the earlier replay still running.
 
 Checks per replay: the number of inputs; each copied input's shape and dtype (a mismatch raises
 `ValueError`: the graph is specialised to shapes); each baked non-tensor input's value
@@ -551,6 +554,7 @@ class CudaGraphRunner:
             why = self._earlier_members_conflict(inputs)
             if why is not None:
                 return self._uncaptured(inputs, why)
+        _after_last_replay(self.device)  # before this call writes memory an earlier replay reads
         moved = [i for i in self.static_indices if inputs[i].data_ptr() != self._static_ptrs[i]]
         if self._in_slots and not self._in_views:
             self._in_views = _tensors_over(self._in_slots)
@@ -677,6 +681,27 @@ def _owned_static_output(x: torch.Tensor, hold_outputs: bool = True
 
 
 _SIDE_STREAMS: dict[int, Any] = {}
+_LAST_REPLAY: dict[int, Any] = {}  # device index -> the stream of the last replay on it
+
+
+def _after_last_replay(device: torch.device) -> None:
+    """Order the current stream after the last replay on `device` when that ran on another stream.
+
+    A replay writes graph memory from the current stream before the graph runs: copied inputs into
+    their static buffers, a pointer table's addresses, and then the static outputs and pool memory
+    the graph itself writes. An earlier replay enqueued on another stream may still be reading or
+    writing the same memory (its static inputs, the table, the pool's buffers, a clone of its
+    outputs), and nothing else orders the two streams. So a call from a new stream waits for all
+    the work enqueued on the last one (`Stream.wait_stream`, an event on the GPU; the host does not
+    block). Calls that stay on one stream, the usual case, pay one comparison."""
+    import torch
+
+    current = torch.cuda.current_stream(device)
+    key = current.device_index
+    last = _LAST_REPLAY.get(key)
+    if last is not None and last != current:
+        current.wait_stream(last)
+    _LAST_REPLAY[key] = current
 _BLAS_READY: set[tuple[int, int]] = set()  # (thread, device) whose side-stream cuBLAS workspace exists
 
 
