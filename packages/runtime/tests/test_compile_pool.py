@@ -175,21 +175,28 @@ def test_precompile_through_workers_compiles_each_kernel_once_and_reports_errors
     assert _entries(sm90) == filled and sent == [4]  # in this process's memory now: no job, no entry
 
 
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per start of a compile pool's workers from now on."""
+    calls: list[int] = []
+    real_start = CompilePool.start
+
+    def counting_start(self: CompilePool) -> None:
+        calls.append(1)
+        real_start(self)
+
+    monkeypatch.setattr(CompilePool, "start", counting_start)
+    return calls
+
+
 def test_a_new_process_loads_kernels_compiled_before_without_workers(
-        specs: Any, sm90: Path, monkeypatch: pytest.MonkeyPatch, generated: list[str]) -> None:
+        specs: Any, sm90: Path, monkeypatch: pytest.MonkeyPatch, generated: list[str],
+        started: list[int]) -> None:
     """A warm start: kernels an earlier process compiled into this Triton cache are loaded here,
     no job goes to a worker (none starts), and none reaches Triton's code generator. Without the
     markers (`compile_jobs.remember_compiled`) the same kernels go to the workers again."""
     from coil.runtime.compile import clear_memo
 
-    started: list[int] = []
-    real_start = CompilePool.start
-
-    def counting_start(self: CompilePool) -> None:
-        started.append(1)
-        real_start(self)
-
-    monkeypatch.setattr(CompilePool, "start", counting_start)
     spec_list = [specs.add(32), specs.add(2048), specs.rowsum(70)]
     p = CompilePool(2)
     monkeypatch.setattr(compile_pool, "shared_pool", lambda: p)
@@ -215,21 +222,14 @@ def test_a_new_process_loads_kernels_compiled_before_without_workers(
 
 @pytest.mark.parametrize("workers", [2, 0])
 def test_kernels_compiled_here_on_threads_are_known_to_the_next_process(
-        specs: Any, sm90: Path, monkeypatch: pytest.MonkeyPatch, generated: list[str], workers: int) -> None:
+        specs: Any, sm90: Path, monkeypatch: pytest.MonkeyPatch, generated: list[str], started: list[int],
+        workers: int) -> None:
     """A kernel compiled in the calling thread (alone, as an autotuning problem's last new
     candidate; or with COIL_COMPILE_WORKERS=0) leaves its marker too: the next process's warm start
     loads it here and starts no worker for it (GPT-2's warm start had started the pool for such
     kernels, bench/gpu_session17b.sh)."""
     from coil.runtime.compile import clear_memo
 
-    started: list[int] = []
-    real_start = CompilePool.start
-
-    def counting_start(self: CompilePool) -> None:
-        started.append(1)
-        real_start(self)
-
-    monkeypatch.setattr(CompilePool, "start", counting_start)
     p = CompilePool(2)
     monkeypatch.setattr(compile_pool, "shared_pool", lambda: p)
     spec_list = [specs.add(64), specs.rowsum(40)]
