@@ -75,9 +75,11 @@ def test_the_timer_decides(fresh: None, monkeypatch: pytest.MonkeyPatch) -> None
     assert result.times_ms == (1.0, 0.9, 0.5) and sorted(timer.calls) == [2, 4, 8]
 
 
-@pytest.mark.parametrize(("faster", "switch"), [(0.98, False), (0.96, True)])
-def test_the_default_stays_unless_clearly_beaten(fresh: None, monkeypatch: pytest.MonkeyPatch, faster: float,
+@pytest.mark.parametrize(("margins", "switch"), [(0.5, False), (2.0, True)])
+def test_the_default_stays_unless_clearly_beaten(fresh: None, monkeypatch: pytest.MonkeyPatch, margins: float,
                                                  switch: bool) -> None:
+    """A candidate faster than the default by half the switch margin is not taken; by twice it, it is."""
+    faster = 1.0 - margins * autotune.SWITCH_MARGIN
     monkeypatch.setattr(timing, "measure", FakeTimer({4: 1.0, 2: faster, 8: 2.0}))
     (result,) = tune([_problem()], CPU)
     assert result.choice == (1 if switch else 0)

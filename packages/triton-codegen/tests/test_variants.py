@@ -174,9 +174,10 @@ def test_looped_alternatives_rules():
 
     persistent = KernelConfig("persistent", 1, 8192, 16)
     assert looped_alternatives(persistent, 16384, 8192, "cuda") == [
-        KernelConfig("looped", 1, 2048, 16), KernelConfig("looped", 1, 4096, 16), KernelConfig("looped", 1, 2048, 8)]
+        KernelConfig("looped", 1, 2048, 16), KernelConfig("looped", 1, 4096, 16), KernelConfig("looped", 1, 2048, 8),
+        KernelConfig("looped", 1, 8192, 16)]  # the last: one block long, two passes over each row
     rows_4096 = looped_alternatives(KernelConfig("persistent", 1, 4096, 16), 16384, 4096, "cuda")
-    assert [c.rblock for c in rows_4096] == [2048, 2048]  # a loop one block long would be the persistent kernel
+    assert [c.rblock for c in rows_4096] == [2048, 4096, 2048]  # no block longer than the row
     assert looped_alternatives(KernelConfig("persistent", 2, 2048, 16), 16384, 2048, "cuda") == []  # short rows
     assert looped_alternatives(persistent, 512, 8192, "cuda") == []  # few rows
     assert looped_alternatives(persistent, 16384, 8192, "interpret") == []
@@ -193,8 +194,8 @@ def test_other_strategy_gives_interchangeable_loops(tk):
     assert ks.strategy == "persistent"
     loop = generate(group, bufs, "cuda", "looped")
     vs = other_strategy(ks, lambda: loop, "cuda")
-    assert [(v.constexprs["XBLOCK"], v.constexprs["RBLOCK"], v.num_warps) for v in vs] == [(1, 2048, 16), (1, 4096, 16),
-                                                                                         (1, 2048, 8)]
+    assert [(v.constexprs["XBLOCK"], v.constexprs["RBLOCK"], v.num_warps) for v in vs] == [
+        (1, 2048, 16), (1, 4096, 16), (1, 2048, 8), (1, 8192, 16)]
     for v in vs:
         assert v.strategy == "looped" and v.source == loop.source and v.name == ks.name
         assert v.pointer_args == ks.pointer_args and v.size_args == ks.size_args
@@ -211,14 +212,15 @@ def test_other_strategy_gives_interchangeable_loops(tk):
     assert other_strategy(small, never, "cuda") == [] and other_strategy(ks, never, "interpret") == []
 
 
+@pytest.mark.parametrize("rblock", [2048, 8192])
 @pytest.mark.parametrize("case", ["sum_dim1", "softmax_var_mean"])
-def test_a_loop_over_long_rows_one_row_per_program_matches_eager(tk, no_split, case):
-    """The configurations `looped_alternatives` adds (XBLOCK 1, RBLOCK 2048), on rows that are
-    not a multiple of the block, under the interpreter."""
+def test_a_loop_over_long_rows_one_row_per_program_matches_eager(tk, no_split, case, rblock):
+    """The configurations `looped_alternatives` adds (XBLOCK 1, RBLOCK 2048; 8192: one block
+    longer than the row), on rows that are not a multiple of the block, under the interpreter."""
     fn = CASES[case][0]
     torch.manual_seed(0)
     x = torch.randn(3, 5000)
-    got = tk.run(fn, x, strategy="looped", pick=lambda ks: with_config(ks, KernelConfig("looped", 1, 2048, 4))
+    got = tk.run(fn, x, strategy="looped", pick=lambda ks: with_config(ks, KernelConfig("looped", 1, rblock, 4))
                  if ks.strategy == "looped" else ks)
     for g, w in zip(got, fn(x.double()), strict=True):
         if g.dtype.is_floating_point:

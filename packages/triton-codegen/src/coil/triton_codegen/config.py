@@ -189,22 +189,25 @@ def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> 
 # least LOOPED_ALT_MIN_R elements, with at least LOOPED_ALT_MIN_X rows, is also timed as a loop of
 # these (RBLOCK, warps) with one row per program. On an H100 (2026-11-26, bench/micro_probe.py)
 # Inductor kept a loop over 2048 (a bf16 sum over rows of 8192: 0.0944 ms against coil's
-# persistent 0.0976) and over 4096 (an fp32 layer norm: 0.3565 against 0.3590).
+# persistent 0.0976) and over 4096 (an fp32 layer norm: 0.3565 against 0.3590); for a bf16 RMS
+# norm over rows of 8192 it kept a loop one block long (8192, 16 warps: 0.1815 ms against the
+# persistent 0.1834; 2026-11-27): its second pass reads the row again, from L2, instead of
+# holding it in registers across the row's reduction.
 LOOPED_ALT_MIN_R = 4096
 LOOPED_ALT_MIN_X = 1024
-LOOPED_ALTERNATIVES = ((2048, 16), (4096, 16), (2048, 8))
+LOOPED_ALTERNATIVES = ((2048, 16), (4096, 16), (2048, 8), (8192, 16))
 
 
 def looped_alternatives(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> list[KernelConfig]:
     """Looped configurations worth timing beside a persistent kernel's (a loop's source differs
     from the persistent one: the caller generates it, `variants.other_strategy`). Empty unless
     `default` is persistent on CUDA with rows of at least LOOPED_ALT_MIN_R elements and at least
-    LOOPED_ALT_MIN_X of them; each RBLOCK is below the row's next power of two (a loop one block
-    long is the persistent kernel with extra work)."""
+    LOOPED_ALT_MIN_X of them; each RBLOCK is at most the row's next power of two (a loop one block
+    long makes two passes over the row where the persistent kernel makes one)."""
     rp = next_pow2(max(rnumel, 1))
     if default.strategy != "persistent" or target != "cuda" or rp < LOOPED_ALT_MIN_R or xnumel < LOOPED_ALT_MIN_X:
         return []
-    return [KernelConfig("looped", 1, r, w) for r, w in LOOPED_ALTERNATIVES if r < rp]
+    return [KernelConfig("looped", 1, r, w) for r, w in LOOPED_ALTERNATIVES if r <= rp]
 
 
 def _spread(x: int, r: int, xnumel: int, interp: bool) -> int:
