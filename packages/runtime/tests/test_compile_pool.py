@@ -227,7 +227,7 @@ def test_kernels_compiled_here_on_threads_are_known_to_the_next_process(
     """A kernel compiled in the calling thread (alone, as an autotuning problem's last new
     candidate; or with COIL_COMPILE_WORKERS=0) leaves its marker too: the next process's warm start
     loads it here and starts no worker for it (GPT-2's warm start had started the pool for such
-    kernels, bench/gpu_session17b.sh)."""
+    kernels, bench/gpu_session17c.sh)."""
     from coil.runtime.compile import clear_memo
 
     p = CompilePool(2)

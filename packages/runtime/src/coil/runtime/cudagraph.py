@@ -681,6 +681,7 @@ def _owned_static_output(x: torch.Tensor, hold_outputs: bool = True
 
 
 _SIDE_STREAMS: dict[int, Any] = {}
+_BLAS_READY: set[tuple[int, int]] = set()  # (thread, device) whose side-stream cuBLAS workspace exists
 _LAST_REPLAY: dict[int, Any] = {}  # device index -> the stream of the last replay on it
 
 
@@ -702,7 +703,6 @@ def _after_last_replay(device: torch.device) -> None:
     if last is not None and last != current:
         current.wait_stream(last)
     _LAST_REPLAY[key] = current
-_BLAS_READY: set[tuple[int, int]] = set()  # (thread, device) whose side-stream cuBLAS workspace exists
 
 
 def _blas_workspace_apart(device: torch.device, side: torch.cuda.Stream) -> None:
