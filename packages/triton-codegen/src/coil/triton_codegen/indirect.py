@@ -5,7 +5,7 @@ address changes from call to call (a training backward's tangents: autograd's en
 just before the backward) must then be copied into a buffer the graph owns, and that copy lives
 beside the caller's tensor. A kernel made by `indirect` instead loads the address from an int64
 table when it runs: the table's own address is what the graph bakes in, and the caller writes
-the tensors' addresses into it before each replay (coil's wrappers, `IndirectInputs`).
+the tensors' addresses into it before each replay (coil.wrapper_codegen's `PointerTable`, coil.runtime's CUDA-graph runner).
 
 `indirect(ks, reads, table)`: `reads` maps a pointer argument of `ks` (a buffer name in
 `ks.pointer_args`) to `(slot, dtype)`. The new kernel takes the buffer named `table` in that
