@@ -27,8 +27,16 @@ def _grads(fn, x, w, gy, gz):  # type: ignore[no-untyped-def]
     return y.detach(), z.detach(), x.grad, w.grad
 
 
+TABLE_LINE = "pointer_table = pointer_table_inputs.prepare(args)"  # a wrapper reading through the table
+
+
 def _tabled() -> list[str]:
-    return [s.name for s in COMPILED if "pointer_table = pointer_table_inputs.prepare(args)" in s.wrapper_source]
+    return [s.name for s in COMPILED if TABLE_LINE in s.wrapper_source]
+
+
+def _mode(device: torch.device) -> str:
+    """The knob value that gives CUDA-graphed backwards a table: auto on a GPU, always elsewhere."""
+    return "auto" if device.type == "cuda" else "always"
 
 
 @pytest.mark.parametrize("incoming", ["fresh", "misaligned"])
@@ -38,8 +46,7 @@ def test_tangents_read_through_the_table_give_eager_gradients(device: torch.devi
     g = torch.Generator().manual_seed(0)
     x, w = (torch.randn(N, N, generator=g).to(device) for _ in range(2))
     compiled = torch.compile(two_outputs, backend="coil")
-    mode = "auto" if device.type == "cuda" else "always"
-    with knobs.override(fallback_on_error=False, indirect_inputs=mode):
+    with knobs.override(fallback_on_error=False, indirect_inputs=_mode(device)):
         for step in range(3):
             gy, gz = (torch.randn(N, N, generator=g).to(device) for _ in range(2))
             if incoming == "misaligned" and step == 1:
@@ -79,9 +86,8 @@ def test_a_cached_backward_reads_through_its_table(device: torch.device, monkeyp
     monkeypatch.setenv("COIL_AOT_CACHE", "0")  # the graph cache alone (test_graph_cache.py)
     g = torch.Generator().manual_seed(1)
     x, w = (torch.randn(N, N, generator=g).to(device) for _ in range(2))
-    mode = "auto" if device.type == "cuda" else "always"
     verdicts = []
-    with knobs.override(fallback_on_error=False, indirect_inputs=mode):
+    with knobs.override(fallback_on_error=False, indirect_inputs=_mode(device)):
         for _ in range(2):
             torch._dynamo.reset()
             first = len(COMPILED)
@@ -92,5 +98,5 @@ def test_a_cached_backward_reads_through_its_table(device: torch.device, monkeyp
                     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
             verdicts.append([(s.name.split("_")[0], s.graph_cache) for s in COMPILED[first:]])
             back = [s for s in COMPILED[first:] if s.name.startswith("backward")]
-            assert back and "pointer_table = pointer_table_inputs.prepare(args)" in back[0].wrapper_source
+            assert back and TABLE_LINE in back[0].wrapper_source
     assert ("backward", "miss") in verdicts[0] and ("backward", "hit") in verdicts[1], verdicts
