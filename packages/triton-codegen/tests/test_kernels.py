@@ -78,6 +78,31 @@ def test_integer_and_bool_ops_match_eager(tk):
     tk.check(fn, a, b, x)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_signbit_and_negation_keep_the_sign_of_zeros_and_nans(tk, dtype):
+    # op "signbit" reinterprets the register's bits: -0.0 and a NaN with its sign bit set are
+    # negative, as in eager (a comparison sees neither). A computed NaN's sign is compared in the
+    # 32/64-bit types only: eager rounds a half-type product to the canonical positive NaN, coil
+    # keeps it in a float32 register (lowering-ir pointwise_ieee.py)
+    wide = dtype in (torch.float32, torch.float64)
+
+    # -x is written as a product: Triton before 3.9 negates a float as 0 - x, so -(0.0) was +0.0
+    # (a negated NaN's sign is not compared: a product leaves it to the hardware)
+    def fn(x, y):
+        return (torch.signbit(x), torch.copysign(y, x), -x[:6]) + ((torch.signbit(x * 2),) if wide else ())
+
+    nan = torch.tensor(float("nan"))
+    x = torch.stack([torch.tensor(v) for v in (0.0, -0.0, 1.5, -1.5, float("inf"), float("-inf"))] + [nan, -nan])
+    assert torch.signbit(x[-1]) and not torch.signbit(x[-2])  # the oracle has both NaN signs
+    x = x.to(dtype)
+    y = torch.arange(1, 9).to(dtype)
+    want = fn(x, y)
+    got = tk.run(fn, x, y)
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(torch.signbit(g), torch.signbit(w))
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+
+
 def test_half_math_runs_in_float32_registers(tk):
     def fn(x):
         return ((x * 3 + 1).exp(), x.float() / 3)

@@ -12,7 +12,7 @@ import sympy
 import torch
 from coil.scheduler import schedule
 from coil.triton_codegen import KernelConfig, choose, generate, texpr
-from coil.triton_codegen.optable import template
+from coil.triton_codegen.optable import same_width_int, template, tl_dtype
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 P0, P1, P2 = sympy.symbols("p0 p1 p2", integer=True, nonnegative=True)
@@ -145,19 +145,19 @@ VALUE_OPS = sorted(n for n in L.OPS if n != "cast")  # cast is emitted inline by
 
 @pytest.mark.parametrize("name", VALUE_OPS)
 def test_every_value_op_has_a_cuda_template(name):
-    for dtype in (torch.float32, torch.int32):
+    for dtype in (torch.float32, torch.float64, torch.int32):
         t = template(name, dtype, "cuda")
         arity = L.OPS[name] or 1
-        t.format(*[f"a{i}" for i in range(arity)], T="tl.float32")
+        t.format(*[f"a{i}" for i in range(arity)], T=tl_dtype(dtype), I=same_width_int(dtype))
 
 
 # regression: asin/acos/atan/atan2 had only libdevice (CUDA) templates, found by this test
 @pytest.mark.parametrize("name", VALUE_OPS)
 def test_every_value_op_has_an_interpret_template(name):
-    for dtype in (torch.float32, torch.int32):
+    for dtype in (torch.float32, torch.float64, torch.int32):
         t = template(name, dtype, "interpret")
         arity = L.OPS[name] or 1
-        t.format(*[f"a{i}" for i in range(arity)], T="tl.float32")
+        t.format(*[f"a{i}" for i in range(arity)], T=tl_dtype(dtype), I=same_width_int(dtype))
 
 
 def test_inverse_trig_runs_on_the_interpreter(tk):

@@ -22,6 +22,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 _SPECIAL: dict[str, Callable[..., torch.Tensor]] = {
     "truediv": torch.true_divide,
+    "div_rn": torch.true_divide,
     "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"),
     "truncdiv": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
     "lshift": torch.bitwise_left_shift,

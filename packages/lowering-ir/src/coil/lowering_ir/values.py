@@ -19,6 +19,9 @@ OPS: dict[str, int] = {
     "add": 2, "sub": 2, "mul": 2, "truediv": 2, "floordiv": 2, "truncdiv": 2, "remainder": 2,
     "fmod": 2, "neg": 1, "abs": 1, "pow": 2, "maximum": 2, "minimum": 2, "reciprocal": 1,
     "sign": 1,
+    # division rounded to nearest as IEEE-754 defines it, for floats; "truediv" may be approximate
+    # (Triton compiles a float32 `/` to CUDA's div.full.f32: up to 2 ulp off eager's quotient)
+    "div_rn": 2,
     # transcendental
     "exp": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1, "sqrt": 1,
     "rsqrt": 1, "sin": 1, "cos": 1, "tan": 1, "tanh": 1, "sigmoid": 1, "erf": 1, "erfc": 1,
@@ -27,6 +30,8 @@ OPS: dict[str, int] = {
     # comparison and logic (result bool)
     "eq": 2, "ne": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2, "isnan": 1, "isinf": 1,
     "logical_not": 1, "logical_and": 2, "logical_or": 2, "logical_xor": 2,
+    # the sign bit of a number (result bool): set for negative numbers, -0.0 and negative NaNs
+    "signbit": 1,
     # bitwise
     "bitwise_and": 2, "bitwise_or": 2, "bitwise_xor": 2, "bitwise_not": 1,
     "lshift": 2, "rshift": 2,

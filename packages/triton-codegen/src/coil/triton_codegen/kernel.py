@@ -25,7 +25,7 @@ from coil.lowering_ir.printing import texpr
 from coil.scheduler import KernelGroup, Member
 from coil.triton_codegen.casts import HALF, cast_helpers, round_to_half, to_storage
 from coil.triton_codegen.config import CodegenOptions, KernelConfig, choose
-from coil.triton_codegen.optable import register_dtype, template, tl_dtype
+from coil.triton_codegen.optable import register_dtype, same_width_int, template, tl_dtype
 from coil.triton_codegen.tiling import x_contiguous_loads
 
 
@@ -179,9 +179,9 @@ class KernelWriter:
             else:
                 code = f"{args[0]}.to({tl_dtype(register_dtype(dst))})"
         else:
-            ct = register_dtype(v.dtype if v.name not in ("eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf")
+            ct = register_dtype(v.dtype if v.name not in ("eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "signbit")
                                 else v.args[0].dtype)
-            code = template(v.name, ct, self.target).format(*args, T=tl_dtype(ct))
+            code = template(v.name, ct, self.target).format(*args, T=tl_dtype(ct), I=same_width_int(ct))
         self.emit(scope, f"{t} = {code}")
         scope.values[key] = scope.values[seen] = t
         return t

@@ -31,7 +31,7 @@ def register_dtype(dtype: torch.dtype) -> torch.dtype:
 
 COMMON: dict[str, str] = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "neg": "(-{0})",
-    "truediv": "({0} / {1})", "abs": "tl.abs({0})", "maximum": "tl.maximum({0}, {1})",
+    "truediv": "({0} / {1})", "div_rn": "tl.math.div_rn({0}, {1})", "abs": "tl.abs({0})", "maximum": "tl.maximum({0}, {1})",
     "minimum": "tl.minimum({0}, {1})", "reciprocal": "(1.0 / {0})", "exp": "tl.exp({0})",
     "exp2": "tl.exp2({0})", "log": "tl.log({0})", "log2": "tl.log2({0})", "sqrt": "tl.sqrt({0})",
     "rsqrt": "tl.rsqrt({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})", "erf": "tl.erf({0})",
@@ -82,22 +82,44 @@ INT: dict[str, str] = {
     "remainder": "({0} % {1} + tl.where((({0} % {1}) != 0) & (({0} % {1} < 0) != ({1} < 0)), {1}, 0))",
     "fmod": "({0} % {1})",
     "abs": "tl.where({0} < 0, -{0}, {0})",
+    "signbit": "({0} < 0)",
 }
 FLOAT: dict[str, str] = {
+    # a product, not Triton's unary minus: before Triton 3.9 that is `0 - x`, which makes -(0.0)
+    # +0.0 where eager gives -0.0 (x * -1.0 is exact, and LLVM turns it into a negation; the sign
+    # of a negated NaN is the hardware's)
+    "neg": "({0} * -1.0)",
     # NaN propagates, as in eager (tl.maximum/minimum alone return the other operand)
     "maximum": "tl.where(({0} != {0}) | ({1} != {1}), {0} + {1}, tl.maximum({0}, {1}))",
     "minimum": "tl.where(({0} != {0}) | ({1} != {1}), {0} + {1}, tl.minimum({0}, {1}))",
     "floordiv": "tl.floor({0} / {1})",
     "truncdiv": "tl.where({0} / {1} < 0, tl.ceil({0} / {1}), tl.floor({0} / {1}))",
     "remainder": "({0} - {1} * tl.floor({0} / {1}))",
+    # the bits read as a signed integer of the register's width ({I}): negative exactly when the
+    # sign bit is set, -0.0 and NaNs included (a comparison cannot see either: -0.0 == 0, and on
+    # CUDA `1 / x < 0` for x == 0 was folded to false)
+    "signbit": "({0}.to({I}, bitcast=True) < 0)",
 }
 
 
+# float64 overrides: Triton's `/` is correctly rounded for float64 (div.rn.f64 on CUDA), and its
+# tl.math.div_rn takes float32 only
+FLOAT64: dict[str, str] = {"div_rn": "({0} / {1})"}
+
+
+def same_width_int(dtype: torch.dtype) -> str:
+    """The signed Triton integer type as wide as a register of `dtype` (`{I}` in templates)."""
+    return {torch.float64: "tl.int64", torch.float32: "tl.int32"}.get(register_dtype(dtype), tl_dtype(dtype))
+
+
 def template(name: str, dtype: torch.dtype, target: str) -> str:
-    """The format string for op `name` computing in `dtype` on `target`."""
+    """The format string for op `name` computing in `dtype` on `target`: `{0}`, `{1}`, ... are the
+    arguments, `{T}` the Triton type of `dtype` and `{I}` the signed integer type of its width."""
     is_int = not dtype.is_floating_point
     if is_int and name in INT:
         return INT[name]
+    if dtype == torch.float64 and name in FLOAT64:
+        return FLOAT64[name]
     if not is_int and name in FLOAT:
         return FLOAT[name]
     if target == "cuda" and name in CUDA:

@@ -2,18 +2,21 @@
 
 | op | eager's definition, as lowered here |
 |---|---|
-| `signbit` | the sign bit: `x < 0`, or `x == 0` with `1 / x < 0` (so `-0.0` is negative); integers `x < 0`, bool false |
-| `copysign` (Tensor, Scalar) | `|a|` with the sign bit of `b` (`b = -0.0` gives a negative result); integer operands promote to float |
+| `signbit` | the sign bit, read from the bits (value op "signbit"): set for negative numbers, `-0.0` and negative NaNs; integers `x < 0`, bool false |
+| `copysign` (Tensor, Scalar) | `|a|` with the sign bit of `b` (`b = -0.0` or a negative NaN gives a negative result); integer operands promote to float |
 | `fmax` / `fmin` | max/min ignoring NaN (NaN only when both are NaN); integers plain max/min, bool or/and |
 | `hypot` | `sqrt(a² + b²)` without overflow: `m · sqrt(1 + (n / m)²)`, m = max(|a|, |b|), n = min; inf wins over NaN |
 | `ldexp` | `x · 2^e`, as eager's `x * pow(2, e)` (a power of two is exact; computed with `exp2`) |
-| `round.decimals` | d ≥ 0: `nearbyint(x · 10^d) / 10^d`; d < 0: `nearbyint(x / 10^-d) · 10^-d`, in float32 for half types (eager's opmath), round half to even |
+| `round.decimals` | d ≥ 0: `nearbyint(x · 10^d) / 10^d`; d < 0: `nearbyint(x / 10^-d) · 10^-d`, round half to even, the division correctly rounded (value op "div_rn"); half types in float32 (eager's CPU opmath), on CUDA with the first product or quotient rounded to the half type (eager's CUDA kernel) |
 | `angle` (real inputs) | `π` where `x < 0`, NaN where x is NaN, else 0, in the float result dtype |
 
-Limitation (documented, not hidden): without a bit-level reinterpretation in the value language
-the sign of a NaN cannot be read, so `signbit(NaN)` is false (and `copysign(a, NaN)` positive)
-whatever the NaN's sign bit. Eager reads the bit: a NaN made by an invalid operation on x86 (e.g.
-`inf - inf`) carries a set sign bit there.
+The sign bit is read from the value's bits (triton-codegen: the register reinterpreted as a
+signed integer of its width), as eager does: a comparison cannot tell -0.0 from 0.0, and the
+earlier `x == 0 and 1 / x < 0` was compiled to false for -0.0 on CUDA (session 15's GPU run).
+Half types are held in float32 registers; widening keeps the sign bit. One difference remains:
+the sign of a NaN computed in a half type (`signbit(x * 2)` for a bfloat16 NaN x). Eager rounds
+the product to bfloat16, which makes every NaN the canonical positive one; coil reads the float32
+intermediate, whose NaN keeps the sign of x.
 """
 
 from __future__ import annotations
@@ -49,16 +52,10 @@ def _bool(name: str, *args: Value) -> Value:
 
 
 def sign_bit(v: Value) -> Value:
-    """The sign bit of `v` as a bool Value: negative numbers and -0.0 (NaN: false, see above)."""
-    zero = Constant(0, v.dtype)
+    """The sign bit of `v` as a bool Value: negative numbers, -0.0 and negative NaNs."""
     if v.dtype == torch.bool:
         return Constant(False, torch.bool)
-    negative = _bool("lt", v, zero)
-    if not v.dtype.is_floating_point:
-        return negative
-    negative_zero = _bool("logical_and", _bool("eq", v, zero),
-                          _bool("lt", _op("reciprocal", v.dtype, v), zero))
-    return _bool("logical_or", negative, negative_zero)
+    return _bool("signbit", v)
 
 
 @register(aten.signbit.default)
@@ -143,14 +140,22 @@ def round_decimals(lw: Lowerer, node: torch.fx.Node, x: Any, *, decimals: int = 
         raise Unsupported("round(decimals) of a non-float tensor")
     ct = upcast_compute(dt)
     scale = Constant(float(10 ** abs(decimals)), ct)
+    # eager's CUDA kernel computes in the half type itself: its first product (or quotient) is
+    # rounded to it (1250 * 100 overflows float16 to inf there); its CPU kernel computes in float32
+    device = lw.out_val().device
+    half_steps = ct != dt and device.type == "cuda"
+
+    def step(v: Value) -> Value:
+        return cast(cast(v, dt), ct) if half_steps else v
 
     def body(p: list[sympy.Symbol]) -> Value:
         v = value_of(x, p, ct)
         if decimals == 0:
             return cast(_op("round", ct, v), dt)
+        # eager divides with IEEE rounding (CUDA's default too): "truediv" may be 1 ulp off there
         if decimals > 0:
-            return cast(_op("truediv", ct, _op("round", ct, _op("mul", ct, v, scale)), scale), dt)
-        return cast(_op("mul", ct, _op("round", ct, _op("truediv", ct, v, scale)), scale), dt)
+            return cast(_op("div_rn", ct, _op("round", ct, step(_op("mul", ct, v, scale))), scale), dt)
+        return cast(_op("mul", ct, _op("round", ct, step(_op("div_rn", ct, v, scale))), scale), dt)
 
     return lw.pointwise(body)
 
