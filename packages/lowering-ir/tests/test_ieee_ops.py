@@ -110,6 +110,22 @@ def test_ldexp_multiplies_by_a_power_of_two(ir, xdtype):
     _exact(ir, lambda x, e: (torch.ldexp(x, e),), x, e)
 
 
+@pytest.mark.parametrize("base", [2, 8, 1, 0, -1])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.uint8])
+def test_integer_pow_of_a_scalar_base(ir, base, dtype):
+    # torch 2.11 differentiates ldexp as grad * pow(2, e) in int64: a negative exponent gives 0,
+    # an exponent of the dtype's width or more wraps to 0 (2^k: width / k)
+    vals = [0, 1, 2, 3, 5, 7, 8, 9, 15, 31, 32, 62, 63, 64, 100] + ([-1, -2, -7] if dtype.is_signed else [])
+    e = torch.tensor([v for v in vals if v <= torch.iinfo(dtype).max], dtype=dtype)
+    g = _exact(ir, lambda e: (torch.pow(base, e),), e)
+    assert g.operations
+
+
+def test_integer_pow_of_other_bases_falls_back(ir):
+    g = ir.lower(lambda e: (torch.pow(3, e),), torch.tensor([1, 2], dtype=torch.int64))
+    assert _fallbacks(g) == [torch.ops.aten.pow.Scalar]
+
+
 @pytest.mark.parametrize("decimals", [0, 1, 2, 3, -1, -2, -3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_round_decimals_matches_eager_bit_for_bit(ir, decimals, dtype):

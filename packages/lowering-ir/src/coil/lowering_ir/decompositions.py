@@ -3,7 +3,7 @@
 Core ATen decompositions, plus the composite ops coil would rather see as pointwise and reduction
 pieces it can fuse (layer norm, softmax, GELU, batch norm, ...), and composites that would
 otherwise run as ATen fallbacks, decomposed by torch's own rules into ops coil lowers (`repeat`,
-`native_group_norm`, `elu`, the `*_copy` views, `dist`). `var_mean`/`var`/`std`
+`native_group_norm`, `elu`, the `*_copy` views, `dist`, `linalg_vector_norm`). `var_mean`/`var`/`std`
 stay whole: lowering computes them with a two-pass (centred) formula in one kernel. `addmm` stays
 whole too: its decomposition upcasts bf16/fp16 operands to fp32 (`pw_cast_for_opmath`), which
 turned every bf16 linear layer into an fp32 SIMT GEMM (8 of GPT-2's 11 ms on the H200).
@@ -54,6 +54,8 @@ EXTRA = [
     aten.unbind_copy,
     aten.as_strided_copy,
     aten.dist,
+    # a core decomposition from torch 2.15 on; before it (2.11) `dist` and the norms stayed whole
+    aten.linalg_vector_norm,
 ]
 KEEP_WHOLE = {
     aten.var_mean.correction,

@@ -71,7 +71,9 @@ def _binary(name: str) -> Any:
         if name == "pow" and isinstance(b, int | float) and is_tensor(a):
             return lw.pointwise(lambda p: _pow_scalar(value_of(a, p, dt), b, dt))
         if name == "pow" and not dt.is_floating_point:
-            raise Unsupported("integer pow")
+            if dt != torch.bool and type(a) is int and is_tensor(b) and _int_pow_base_ok(a):
+                return lw.pointwise(lambda p: _int_pow_of_scalar(a, value_of(b, p, dt), dt))
+            raise Unsupported("integer pow other than of a scalar base 0, 1, -1 or a power of two")
         return lw.pointwise(lambda p: Op(name, (value_of(a, p, dt), value_of(b, p, dt)), dt))
 
     return lowering
@@ -91,6 +93,31 @@ def _pow_scalar(x: Value, e: float, dt: torch.dtype) -> Value:
     if e == -0.5:
         return Op("rsqrt", (x,), dt)
     return Op("pow", (x, Constant(float(e), dt)), dt)
+
+
+def _int_pow_base_ok(base: int) -> bool:
+    return base in (0, 1, -1) or (base > 0 and base & (base - 1) == 0)
+
+
+def _int_pow_of_scalar(base: int, e: Value, dt: torch.dtype) -> Value:
+    """`base ** e` for an integer tensor `e` and a scalar base 0, 1, -1 or 2^k, in the integer
+    dtype `dt`, as eager's integer pow: a negative exponent gives 0 (1 for base 1, +-1 for base
+    -1), and results wrap modulo 2^bits (2^k to a power of bits / k or more is 0). torch 2.11's
+    derivative of ldexp is `grad * pow(2, e)` in int64."""
+    one, zero = Constant(1, dt), Constant(0, dt)
+    if base == 1:
+        return one
+    if base == -1:
+        odd = Op("ne", (Op("bitwise_and", (e, one), dt), zero), torch.bool)
+        return Op("where", (odd, Constant(-1, dt), one), dt)
+    if base == 0:
+        return Op("where", (Op("eq", (e, zero), torch.bool), one, zero), dt)
+    k = base.bit_length() - 1
+    bits = dt.itemsize * 8
+    shifted = Op("lshift", (one, Op("mul", (e, Constant(k, dt)), dt)), dt)
+    in_range = Op("logical_and", (Op("ge", (e, zero), torch.bool),
+                                  Op("lt", (e, Constant(-(-bits // k), dt)), torch.bool)), torch.bool)
+    return Op("where", (in_range, shifted, zero), dt)
 
 
 def _compare(name: str) -> Any:
