@@ -167,6 +167,21 @@ def test_cuda_graph_runner_without_clones_aliases_static_outputs(cache_dir: Path
     assert first is second and torch.equal(first, torch.full((8,), 6.0, device="cuda"))
 
 
+def test_cuda_graph_runner_takes_conjugate_view_outputs(cache_dir: Path) -> None:
+    # torch.fft.ifft of a real input returns a conjugate view; the runner's warm-up records its
+    # outputs on the caller's stream, which failed for such a view ("Expected Tensor but got None")
+    def call(args: list[Any]) -> tuple[Any, ...]:
+        z = torch.complex(args[0], -args[0])
+        return (z.conj(), torch.fft.ifft(args[0]))
+
+    x0 = torch.randn(4, 6, device="cuda")
+    runner = CudaGraphRunner(call, [x0])
+    for x in (x0, torch.randn(4, 6, device="cuda")):
+        got, want = runner([x]), call([x])
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g.resolve_conj(), w.resolve_conj())
+
+
 # ------------------------------------------------ hold_outputs=False (training graphs' mode)
 
 MiB = 1 << 20

@@ -297,7 +297,7 @@ class CudaGraphRunner:
         current.wait_stream(side)
         for out in first:
             if isinstance(out, torch.Tensor) and out.is_cuda:
-                out.record_stream(current)  # allocated on `side`, used on `current`
+                _record_stream(out, current)  # allocated on `side`, used on `current`
         self.first_outputs: tuple[Any, ...] | None = first
         mutated = {i for i in tensor_idx if inputs[i]._version != versions[i]}
         mutated |= set(mutated_input_indices)
@@ -729,6 +729,20 @@ def _blas_workspace_apart(device: torch.device, side: torch.cuda.Stream) -> None
     torch.cuda.empty_cache()
     with torch.cuda.device(device), torch.cuda.stream(side):
         torch.cuda.current_blas_handle()  # type: ignore[no-untyped-call]
+
+
+def _record_stream(t: torch.Tensor, stream: torch.cuda.Stream) -> None:
+    """`t.record_stream(stream)`, also for a tensor with a lazy conjugate or negative bit (an
+    fft's output can be a conjugate view), where torch 2.11's record_stream fails with "Expected
+    Tensor but got None": the bit is dropped through a view over the same memory, which is what
+    the caching allocator tracks."""
+    import torch
+
+    if t.is_conj():
+        t = t.conj()  # the conjugate of a conjugate view: the same memory, the bit cleared
+    if t.is_neg():
+        t = torch._neg_view(t)
+    t.record_stream(stream)
 
 
 def _side_stream(device: torch.device) -> torch.cuda.Stream:
