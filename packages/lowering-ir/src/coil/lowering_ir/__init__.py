@@ -26,7 +26,17 @@ from coil.lowering_ir.nodes import (
     load,
 )
 from coil.lowering_ir.registry import LOWERINGS, lowering_for, register, registered_ops
-from coil.lowering_ir.values import OPS, Constant, IndexValue, Load, Op, Value, loads, map_indices
+from coil.lowering_ir.values import (
+    OPS,
+    Constant,
+    IndexValue,
+    Load,
+    Op,
+    Value,
+    loads,
+    map_indices,
+    scattered,
+)
 
 __all__ = [
     "LOWERINGS",
@@ -64,4 +74,5 @@ __all__ = [
     "map_indices",
     "register",
     "registered_ops",
+    "scattered",
 ]
