@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import coil.lowering_ir as L
 import pytest
-import sympy
 import torch
 from coil.lowering_ir import knobs
 
@@ -95,45 +94,3 @@ def test_split_ir_computes_what_eager_does(ir, monkeypatch, case):
     assert max(torch.Size(r).numel() for r, _ in _reductions(g)) > max(w.numel() for w in fn(x))
     want = [w.float() for w in fn(x.double())]
     ir.assert_same(ir.evaluate(g, [x]), want, rtol=1e-5, atol=1e-5)
-
-
-def _nll(logits, target):
-    return (torch.nn.functional.cross_entropy(logits, target),)
-
-
-def test_a_sum_of_gathered_elements_splits_and_a_streamed_one_does_not(ir):
-    # cross entropy over 16384 rows: its loss sums 16384 target logits read at data-dependent
-    # indices (each a memory transaction of its own: SPLIT_GATHER_WEIGHT), split into 128 chunks;
-    # the count of rows not ignored sums 16384 streamed targets, too few to split
-    logits = torch.empty(16384, 8192, device=META, dtype=torch.bfloat16)
-    target = torch.empty(16384, device=META, dtype=torch.int64)
-    reds = _reductions(ir.lower(_nll, logits, target))
-    assert sorted(reds) == [((), (128,)), ((), (16384,)), ((128,), (128,)), ((16384, 1), (8192,)),
-                            ((16384, 1), (8192,))]
-    assert len(_reductions(ir.lower(lambda t: (t.sum(),), torch.empty(16384, device=META)))) == 1
-
-
-def test_a_split_sum_of_gathered_elements_computes_what_eager_does(ir, monkeypatch):
-    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "256")  # a gathered element's work is 16 of 256
-    torch.manual_seed(0)
-    logits, target = torch.randn(300, 7), torch.randint(0, 7, (300,))
-    target[::11] = -100  # ignored rows: the mean counts the others only
-    g = ir.lower(_nll, logits, target)
-    assert ((34,), (9,)) in _reductions(g)  # the loss's partial sums: 34 chunks of 9 gathered logits
-    ir.assert_same(ir.evaluate(g, [logits, target]), [w.float() for w in _nll(logits.double(), target)],
-                   rtol=1e-6, atol=1e-6)
-
-
-def test_only_loads_without_a_unit_stride_loop_are_scattered():
-    from coil.lowering_ir.values import (  # indirect_symbol: internal
-        Load,
-        indirect_symbol,
-        scattered,
-    )
-
-    p0, p1 = (sympy.Symbol(n, integer=True) for n in ("p0", "p1"))
-    ind = indirect_symbol()
-    ids = ((ind, Load("ids", p0, torch.int64)),)
-    assert scattered(Load("logits", 8192 * p0 + ind, torch.float32, indirect=ids))  # NLL's target logit
-    assert not scattered(Load("table", 768 * ind + p1, torch.float32, indirect=ids))  # an embedding row
-    assert not scattered(Load("x", 8192 * p0 + p1, torch.float32))

@@ -26,17 +26,7 @@ from coil.lowering_ir.nodes import (
     load,
 )
 from coil.lowering_ir.registry import LOWERINGS, lowering_for, register, registered_ops
-from coil.lowering_ir.values import (
-    OPS,
-    Constant,
-    IndexValue,
-    Load,
-    Op,
-    Value,
-    loads,
-    map_indices,
-    scattered,
-)
+from coil.lowering_ir.values import OPS, Constant, IndexValue, Load, Op, Value, loads, map_indices
 
 __all__ = [
     "LOWERINGS",
@@ -74,5 +64,4 @@ __all__ = [
     "map_indices",
     "register",
     "registered_ops",
-    "scattered",
 ]

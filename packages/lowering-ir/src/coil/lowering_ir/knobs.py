@@ -44,11 +44,6 @@ SPLIT_TARGET_PROGRAMS = 8 * SPLIT_SM_COUNT  # aim the partial kernel at about th
 SPLIT_MIN_CHUNKS = 4                        # fewer chunks than this do not pay for a second kernel
 SPLIT_MAX_CHUNKS = 1024                     # at most this many partials per output
 SPLIT_MIN_TOTAL_FACTOR = 8                  # split only reductions reading >= 8 x split_reduction_min()
-# A gathered element (read at a data-dependent index: the target logit of an NLL loss) costs a
-# memory transaction of its own, a 32-byte sector and its latency, where a streamed one costs its
-# 2-8 bytes: the rule counts it as this many elements. On an H100 (2026-11-27, `coil bench`'s
-# cross_entropy_bf16) one program summing 16384 gathered losses took 0.023 ms of the case's 0.126.
-SPLIT_GATHER_WEIGHT = 16
 # Outputs one program reduces, as the split rule estimates it: an "outer" reduction (the input's
 # contiguous dim is kept, the reduced dims are strided) is tiled OUTER_XBLOCK outputs wide by
 # triton-codegen (`coil.triton_codegen.config.OUTER_XBLOCK`, which must equal this; a codegen

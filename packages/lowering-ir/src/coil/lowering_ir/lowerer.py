@@ -26,7 +26,7 @@ from coil.lowering_ir.nodes import (
     TensorRef,
 )
 from coil.lowering_ir.registry import lowering_for
-from coil.lowering_ir.values import Value, loads, scattered
+from coil.lowering_ir.values import Value
 
 
 @dataclass(frozen=True)
@@ -88,9 +88,6 @@ class Lowerer:
         self._seeds: dict[str, ComputedBuffer] = {}
         self._streams = 0
         self.current: torch.fx.Node | None = None
-        # Pointwise buffers whose values are read at scattered data-dependent addresses:
-        # `reads_gathered`
-        self._gathered: set[str] = set()
 
     # -- names and buffers ------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
@@ -120,17 +117,7 @@ class Lowerer:
         body = fn(p)
         op = Pointwise(self.fresh("op"), self.origins(), out, out.layout.size, body, out.layout.index(p))
         self.operations.append(op)
-        if any(scattered(ld) or ld.buffer in self._gathered for ld in loads(body)):
-            self._gathered.add(out.name)
         return out
-
-    def reads_gathered(self, ref: TensorRef) -> bool:
-        """Whether each of `ref`'s values comes from an element read at a data-dependent index
-        with no neighbour in memory (an NLL loss's target logits; `scattered`), directly or
-        through pointwise ops: each costs a memory transaction of its own (the split-reduction
-        rule weighs them, ops/reductions.py). An embedding's rows are not: within a row the
-        loads are consecutive."""
-        return ref.storage.name in self._gathered
 
     def reduction(
         self,

@@ -111,19 +111,6 @@ def loads(value: Value) -> list[Load]:
     return list(seen.values())
 
 
-def scattered(ld: Load) -> bool:
-    """Whether `ld` reads at a data-dependent index (`indirect`) with no loop variable walking
-    memory one element at a time: neighbouring iterations read unrelated addresses, so every
-    element is a memory transaction of its own (the target logit of each row of an NLL loss,
-    `logits[p0, target[p0]]`). An embedding lookup (`table[ids[p0], p1]`) is not: p1 walks its
-    row."""
-    if not ld.indirect:
-        return False
-    index = sympy.expand(ld.index)
-    bound = {s for s, _ in ld.indirect}
-    return all(abs(index.coeff(s)) != 1 for s in index.free_symbols - bound)
-
-
 def children(v: Value) -> list[Value]:
     """The Values `v` depends on directly (op arguments; a load's mask and indirect indices)."""
     if isinstance(v, Op):

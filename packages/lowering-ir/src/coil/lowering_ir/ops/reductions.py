@@ -11,7 +11,6 @@ import torch
 import torch.fx
 from coil.lowering_ir.errors import Unsupported
 from coil.lowering_ir.knobs import (
-    SPLIT_GATHER_WEIGHT,
     SPLIT_MAX_CHUNKS,
     SPLIT_MIN_CHUNKS,
     SPLIT_MIN_PROGRAMS,
@@ -72,7 +71,7 @@ def _reduce(lw: Lowerer, x: TensorRef, dims: list[int], keepdim: bool, rtype: st
             body_dtype: torch.dtype, transform: Any = None, may_split: bool = True) -> TensorRef:
     rranges, index = _split(x, dims, keepdim)
     acc = upcast_compute(body_dtype) if rtype in ("sum", "prod") else body_dtype
-    plan = _split_plan(x, dims, val, lw.reads_gathered(x)) if may_split and rtype in SPLITTABLE else None
+    plan = _split_plan(x, dims, val) if may_split and rtype in SPLITTABLE else None
     if plan is not None:
         return _split_reduce(lw, x, plan, index, rtype, val, body_dtype, acc, transform)
 
@@ -115,10 +114,6 @@ def _identity(ident: str, dtype: torch.dtype) -> float | int | bool:
 #     at most rnumel / max(2, split_reduction_min() / (2 rows)) (every chunk keeps at least half
 #     the minimum work). With the defaults: inner reductions from 8192 elements per row, outer
 #     ones from 128 rows.
-# Work is counted in elements, except that an element read at a data-dependent index (the input
-# is gathered, directly or through pointwise ops: `Lowerer.reads_gathered`) counts as
-# SPLIT_GATHER_WEIGHT (16): split_reduction_min() is divided by it. An NLL loss summing 16384
-# gathered target logits is cut into 128 chunks of 128 instead of one program doing them all.
 # The chunks are cut from the reduced dims in memory order, outermost first: whole dims while they
 # fit in S, then one dim cut into f pieces of width w = ceil(n / ceil(n / remaining)) (the last
 # piece may be shorter; a mask covers it). Every index stays affine in the loop variables (no
@@ -194,11 +189,8 @@ class _SplitPlan:
         return [*c, *p] if self.outer else [*p, *c]
 
 
-def _split_plan(x: TensorRef, dims: list[int], val: torch.Tensor | TensorMeta, gathered: bool = False
-                ) -> _SplitPlan | None:
-    """The split of a reduction of `x` over `dims` into `val`, or None (see the rule above);
-    `gathered`: x's elements are read at data-dependent indices, each counted as
-    SPLIT_GATHER_WEIGHT elements of work."""
+def _split_plan(x: TensorRef, dims: list[int], val: torch.Tensor | TensorMeta) -> _SplitPlan | None:
+    """The split of a reduction of `x` over `dims` into `val`, or None (see the rule above)."""
     size, stride = x.layout.size, x.layout.stride
     rsizes = [size[d] for d in dims]
     xsizes = [sympy.sympify(s) for s in val.shape]
@@ -206,8 +198,7 @@ def _split_plan(x: TensorRef, dims: list[int], val: torch.Tensor | TensorMeta, g
         return None
     total = int(sympy.Mul(*rsizes))
     xnumel = int(sympy.Mul(*xsizes)) if xsizes else 1
-    weight = SPLIT_GATHER_WEIGHT if gathered else 1
-    least = max(1, split_reduction_min() // weight)  # in elements of x
+    least = split_reduction_min()
     if total < 2 or xnumel * total < SPLIT_MIN_TOTAL_FACTOR * least:
         return None  # so little data in all that a few programs finish at once
     static_strides = all(sympy.sympify(st).is_Integer for st in stride)
@@ -413,7 +404,7 @@ def _var_mean(lw: Lowerer, x: Any, dims: Any, correction: Any, keepdim: bool, va
     n = sympy.Mul(*[x.layout.size[i] for i in d]) if d else sympy.Integer(1)
     c = 1 if correction is None else correction
     mean_val = TensorMeta(tuple(var_val.shape), tuple(var_val.stride()), ct, var_val.device)
-    plan = _split_plan(x, d, var_val, lw.reads_gathered(x))
+    plan = _split_plan(x, d, var_val)
     if plan is not None:
         mean_buf, sq = _split_moments(lw, x, d, keepdim, plan, mean_val, ct, n)
     else:
