@@ -18,15 +18,10 @@ from __future__ import annotations
 
 ON_CUDA: dict[str, str] = {}
 
-# CPU graphs run through Triton 3.6's interpreter when the suite runs on the device machine: a
-# loop over a run-time int fails there with NumPy 2 (an upstream bug, fixed in Triton 3.9;
-# packages/runtime/tests/test_cpu_kernels.py marks the same)
-ON_TRITON_BEFORE_3_9: dict[str, str] = {
-    "test_graph_cache.py::test_changed_knob_or_input_dtype_misses":
-        "Triton < 3.9 interpreter: range() over a run-time int fails with NumPy 2",
-    "test_graph_cache.py::test_dynamic_shape_graph_hits_and_serves_other_sizes":
-        "Triton < 3.9 interpreter: range() over a run-time int fails with NumPy 2",
-}
+# Tests known to fail where Triton is older than 3.9 (its interpreter runs the CPU graphs). Empty
+# since session 18: a loop over a run-time int failed there with NumPy 2 (an upstream bug), and
+# coil's interpreted kernels now convert the bound themselves (triton-codegen `_coil_index`).
+ON_TRITON_BEFORE_3_9: dict[str, str] = {}
 
 
 def reason_for(nodeid: str, *, cuda: bool, triton_before_3_9: bool) -> str | None:

@@ -193,6 +193,24 @@ def test_kernel_source_fields(tk):
     assert "from triton.language.extra import libdevice" in cuda.source
 
 
+def test_interpreted_loops_convert_their_run_time_bound(tk):
+    # Triton before 3.9 turns a run-time int into a Python int for range() with int(array) of a
+    # one-element array, which NumPy 2 refuses: interpreted kernels take the bound through
+    # _coil_index, CUDA ones use it as it is
+    import numpy as np
+
+    s = tk.schedule(lambda x: ((x * 2).sum(1),), torch.randn(5, 7))
+    (k,) = s.kernels()
+    bufs = s.graph.buffers()
+    interp = generate(k, bufs, "interpret", "looped").source
+    assert "for roffset in range(0, _coil_index(rnumel), RBLOCK):" in interp
+    assert "_coil_index" not in generate(k, bufs, "cuda", "looped").source
+    scope: dict[str, object] = {}
+    exec(interp[interp.index("def _coil_index"):].split("\n\n")[0], scope)  # the helper alone
+    as_interpreted = type("T", (), {"handle": type("H", (), {"data": np.array([7])})()})()
+    assert scope["_coil_index"](as_interpreted) == 7 and scope["_coil_index"](9) == 9
+
+
 def _hints(source: str, ptr: str) -> set[str]:
     """The eviction hints of the loads of pointer `ptr` in a kernel source ('' for none)."""
     out = set()

@@ -86,8 +86,7 @@ def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: 
     few hundred outputs): then "persistent" with one or a few outputs per program, strided loads
     but hundreds of programs at once instead of a handful looping. Otherwise rows up to
     RMAX_PERSISTENT are persistent, longer ones looped. "auto" never picks "outer" on the
-    interpreter: there is no coalescing to gain, and Triton 3.6's interpreter cannot run a loop
-    over a run-time bound with NumPy 2 (packages/runtime/README.md); forced, it runs there too.
+    interpreter: there is no coalescing to gain (its loops run there: forced, it works too).
 
     On CUDA, persistent and looped blocks hold fewer rows while that leaves too few programs
     (`_spread`).

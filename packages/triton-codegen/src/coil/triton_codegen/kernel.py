@@ -186,6 +186,10 @@ class KernelWriter:
         scope.values[key] = scope.values[seen] = t
         return t
 
+    def loop_bound(self) -> str:
+        """The r loop's bound: `rnumel`, through `_coil_index` on the interpreter (INTERPRET_INDEX)."""
+        return "rnumel" if self.target == "cuda" else "_coil_index(rnumel)"
+
     def zero(self, scope: _Scope) -> str:
         return "rindex * 0 + xindex * 0" if scope.is_r else "xindex * 0"
 
@@ -424,7 +428,7 @@ class KernelWriter:
                 self.emit(xs, f"{a} = tl.full([XBLOCK, RBLOCK], {self.init(op)}, {tl_dtype(register_dtype(op.acc_dtype))})")
                 if op.reduction_type in ("argmax", "argmin"):
                     self.emit(xs, f"{a}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
-        self.emit(xs, "for roffset in range(0, rnumel, RBLOCK):")
+        self.emit(xs, f"for roffset in range(0, {self.loop_bound()}, RBLOCK):")
         rs = _Scope("        ", is_r=True)
         rs.members = dict(xs.members)
         self.emit(rs, "rindex = roffset + tl.arange(0, RBLOCK)[None, :]")
@@ -470,7 +474,7 @@ class KernelWriter:
         looped = self.cfg.strategy in ("looped", "outer")
         if looped:
             self.emit(xs, f"carry = tl.full([XBLOCK, 1], {ident}, {acc_t})")
-            self.emit(xs, "for roffset in range(0, rnumel, RBLOCK):")
+            self.emit(xs, f"for roffset in range(0, {self.loop_bound()}, RBLOCK):")
             rs = _Scope("        ", is_r=True)
             self.emit(rs, "rindex = roffset + tl.arange(0, RBLOCK)[None, :]")
         else:
@@ -617,11 +621,25 @@ def _coil_atan2(y, x):
 """
 
 
+# a plain function, run as Python by the interpreter: a run-time int argument reaches an interpreted
+# kernel as a tensor over a one-element array, and Triton before 3.9 converts it for `range` with
+# int(array), which NumPy 2 refuses ("only 0-dimensional arrays can be converted to Python
+# scalars"): every loop over a run-time bound failed there
+INTERPRET_INDEX = """
+def _coil_index(n):
+    handle = getattr(n, "handle", None)
+    return int(handle.data.reshape(-1)[0]) if handle is not None else int(n)
+
+"""
+
+
 def _helpers(source: str, target: str) -> str:
     """The helper functions `source` calls (only those: each @triton.jit costs ~2 ms to load)."""
     out = (HELPERS if "_coil_mul" in source else "") + cast_helpers(source)
     if target != "cuda" and "_coil_atan" in source:  # _coil_atan2 calls _coil_atan
         out += INTERPRET_HELPERS
+    if target != "cuda" and "_coil_index(" in source:
+        out += INTERPRET_INDEX
     return out
 
 
