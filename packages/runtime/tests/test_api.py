@@ -35,15 +35,16 @@ EXPECTED_SIGNATURES = {
         "mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
         "pool: 'Any' = None, launches: 'int | None' = None, "
         "input_buffers: 'Mapping[int, torch.Tensor] | None' = None, static_outputs: 'Iterable[int] | str' = (), "
-        "borrow_inputs: 'bool' = False, hold_outputs: 'bool' = True, indirect: 'Any' = None) -> 'None'"
+        "borrow_inputs: 'bool' = False, hold_outputs: 'bool' = True, indirect: 'Any' = None, "
+        "device: 'torch.device | None' = None) -> 'None'"
     ),
     "CudaGraphRunner.__call__": "(self, inputs: 'list[Any]') -> 'tuple[Any, ...]'",
     "cudagraphify": (
         "(call: 'BoxedCall', static_input_indices: 'Iterable[int] | None' = None, *, "
         "mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
         "pool: 'Any' = None, launches: 'int | None' = None, static_outputs: 'Iterable[int] | str' = (), "
-        "borrow_inputs: 'bool' = False, hold_outputs: 'bool' = True, indirect: 'Any' = None) "
-        "-> 'Callable[[list[Any]], tuple[Any, ...]]'"
+        "borrow_inputs: 'bool' = False, hold_outputs: 'bool' = True, indirect: 'Any' = None, "
+        "device: 'torch.device | None' = None) -> 'Callable[[list[Any]], tuple[Any, ...]]'"
     ),
     "SegmentedRunner.__init__": (
         "(self, plan: 'Mapping[str, Any]', *, capture: 'bool', "

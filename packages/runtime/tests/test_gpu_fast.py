@@ -182,6 +182,39 @@ def test_cuda_graph_runner_takes_conjugate_view_outputs(cache_dir: Path) -> None
             torch.testing.assert_close(g.resolve_conj(), w.resolve_conj())
 
 
+def test_a_graph_of_factory_ops_only_takes_its_device(cache_dir: Path) -> None:
+    # no tensor input to name the device (torch.arange(n, device="cuda") compiled alone): the
+    # runner was refused ("needs every tensor input on one CUDA device, got no tensors")
+    def call(args: list[Any]) -> tuple[Any, ...]:
+        return (torch.arange(6, device="cuda") * 2.0, torch.full((2, 3), 7, device="cuda"))
+
+    runner = CudaGraphRunner(call, [], device=torch.device("cuda"))
+    assert runner.capture_error is None and runner.graph is not None
+    for _ in range(2):
+        got = runner([])
+        assert torch.equal(got[0], torch.arange(6, device="cuda") * 2.0)
+        assert torch.equal(got[1], torch.full((2, 3), 7, device="cuda"))
+    with pytest.raises(ValueError, match="no tensors"):
+        CudaGraphRunner(call, [])
+
+
+def test_a_failed_capture_leaves_random_numbers_usable(cache_dir: Path) -> None:
+    # a host sync invalidates the capture; torch 2.11 then left the default generator marked as
+    # capturing, and every later random op raised ("Offset increment outside graph capture")
+    def call(args: list[Any]) -> tuple[Any, ...]:
+        x = args[0] * 2
+        return (x + torch.rand_like(x) * 0 + x.sum().item(),)
+
+    x0 = torch.randn(8, device="cuda")
+    runner = CudaGraphRunner(call, [x0])
+    assert runner.capture_error is not None
+    torch.manual_seed(0)
+    a = torch.randn(4, device="cuda")
+    torch.manual_seed(0)
+    assert torch.equal(torch.randn(4, device="cuda"), a)  # the generator works, and reseeds
+    torch.testing.assert_close(runner([x0.clone()])[0], x0 * 2 + (x0 * 2).sum())
+
+
 # ------------------------------------------------ hold_outputs=False (training graphs' mode)
 
 MiB = 1 << 20

@@ -337,8 +337,8 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
         # graph break) are read in place, in that graph's pool, and freed once read as in eager;
         # a backward's tangents read through the wrapper's pointer table are read where they are
         return cudagraphify(call, launches=launches, borrow_inputs=True, hold_outputs=False,
-                            indirect=getattr(call, "indirect", None))
-    return cudagraphify(call, launches=launches)
+                            indirect=getattr(call, "indirect", None), device=device)
+    return cudagraphify(call, launches=launches, device=device)
 
 
 def _from_cache(name: str, stats: GraphStats, cached: graph_cache.CachedGraph,

@@ -169,6 +169,8 @@ class CudaGraphRunner:
         call: `call(args: list) -> tuple/list` of outputs; it may clear `args`.
         example_inputs: the inputs of the warm-up call (and the layout of the static buffers);
             every tensor among them must be on one CUDA device.
+        device: the CUDA device of a graph whose inputs hold no tensor (one of factory ops only:
+            `torch.arange(n, device="cuda")`); ignored when they do.
         static_input_indices: inputs used in place by the graph (parameters, buffers); None
             means every `nn.Parameter` among the inputs.
         mutated_input_indices: inputs `call` writes into without moving `Tensor._version`.
@@ -214,6 +216,7 @@ class CudaGraphRunner:
         borrow_inputs: bool = False,
         hold_outputs: bool = True,
         indirect: Any = None,
+        device: torch.device | None = None,
     ) -> None:
         import torch
 
@@ -243,7 +246,7 @@ class CudaGraphRunner:
             static_outputs = FRESH
         inputs = list(example_inputs)
         self._n = len(inputs)
-        self.device = _one_cuda_device(inputs)
+        self.device = _one_cuda_device(inputs, device)
         tensor_idx = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
         if static_input_indices is None:
             static = {i for i in tensor_idx if isinstance(inputs[i], torch.nn.Parameter)}
@@ -362,6 +365,7 @@ class CudaGraphRunner:
             self._capture(in_capture, consumable)
         except Exception as exc:  # an op that cannot be captured: run eagerly from now on
             self.capture_error = exc
+            _generators_out_of_capture()
             log.warning("CudaGraphRunner: capture failed (%s: %s); running without a CUDA graph",
                         type(exc).__name__, exc)
             return
@@ -629,6 +633,7 @@ def cudagraphify(
     borrow_inputs: bool = False,
     hold_outputs: bool = True,
     indirect: Any = None,
+    device: torch.device | None = None,
 ) -> Callable[[list[Any]], tuple[Any, ...]]:
     """A boxed callable running `call` through a `CudaGraphRunner` built at its first call.
 
@@ -646,7 +651,7 @@ def cudagraphify(
             runner = CudaGraphRunner(call, args, static, mutated_input_indices=mutated,
                                      clone_outputs=clone_outputs, pool=pool, launches=launches,
                                      static_outputs=keep, borrow_inputs=borrow_inputs,
-                                     hold_outputs=hold_outputs, indirect=indirect)
+                                     hold_outputs=hold_outputs, indirect=indirect, device=device)
             first = runner.first_outputs
             runner.first_outputs = None
             args.clear()
@@ -731,6 +736,22 @@ def _blas_workspace_apart(device: torch.device, side: torch.cuda.Stream) -> None
         torch.cuda.current_blas_handle()  # type: ignore[no-untyped-call]
 
 
+def _generators_out_of_capture() -> None:
+    """After a failed capture: every CUDA device's default generator gets a copy of its state
+    (same seed and offset) that is not marked as capturing. When an op invalidates a capture (a
+    host sync, a cuSOLVER info check), torch 2.11's `CUDAGraph.capture_end` raises at
+    cudaStreamEndCapture before its generator epilogue, and the generator stays marked: every
+    later random op in the process failed with "Offset increment outside graph capture
+    encountered unexpectedly" (seen in the GPU OpInfo sweep, `bench/gpu_session18h.sh`)."""
+    import torch
+
+    for gen in torch.cuda.default_generators:
+        try:
+            gen.graphsafe_set_state(gen.clone_state())
+        except (AttributeError, RuntimeError) as exc:  # an older torch without graph-safe states
+            log.debug("CudaGraphRunner: generator state not replaced (%s)", exc)
+
+
 def _record_stream(t: torch.Tensor, stream: torch.cuda.Stream) -> None:
     """`t.record_stream(stream)`, also for a tensor with a lazy conjugate or negative bit (an
     fft's output can be a conjugate view), where torch 2.11's record_stream fails with "Expected
@@ -776,10 +797,12 @@ def _nbytes(x: object) -> int:
     return x.numel() * x.element_size() if isinstance(x, torch.Tensor) else 0
 
 
-def _one_cuda_device(inputs: list[Any]) -> torch.device:
+def _one_cuda_device(inputs: list[Any], default: torch.device | None = None) -> torch.device:
     import torch
 
     devices = {x.device for x in inputs if isinstance(x, torch.Tensor)}
+    if not devices and default is not None:
+        devices = {default}
     if len(devices) != 1 or next(iter(devices)).type != "cuda":
         raise ValueError(
             "CudaGraphRunner needs every tensor input on one CUDA device, got "
