@@ -37,6 +37,7 @@ from opinfo.harness import (
     DTYPES,
     CaseResult,
     PairResult,
+    device,
     excluded_from_native,
     expected_for,
     load_expected,
@@ -57,6 +58,9 @@ def _worker(conn: Connection, max_samples: int | None, timeout: float) -> None:
     import torch
 
     torch.set_num_threads(1)
+    if not _OPS:  # a spawned worker (a CUDA sweep): op_db is loaded here, not inherited
+        for op in load_op_db():
+            _OPS.setdefault(op_key(op), op)
     while True:
         task = conn.recv()
         if task is None:
@@ -67,10 +71,12 @@ def _worker(conn: Connection, max_samples: int | None, timeout: float) -> None:
 
 
 class Pool:
-    """`jobs` forked workers, one (op, dtype) pair each at a time, with a hard time limit."""
+    """`jobs` worker processes, one (op, dtype) pair each at a time, with a hard time limit: forked
+    from this process after op_db is loaded, or spawned for a CUDA sweep (the parent has
+    initialised CUDA, which a forked child cannot use; each spawned worker loads op_db itself)."""
 
     def __init__(self, jobs: int, max_samples: int | None, timeout: float) -> None:
-        self.ctx = mp.get_context("fork")
+        self.ctx = mp.get_context("fork" if device() == "cpu" else "spawn")
         self.args = (max_samples, timeout)
         self.hard = timeout + 60
         self.workers: list[dict[str, Any]] = [self._spawn() for _ in range(jobs)]
@@ -184,7 +190,8 @@ def summarise(results: list[PairResult], meta: dict[str, Any]) -> dict[str, Any]
 
 def write_markdown(s: dict[str, Any], path: Path) -> None:
     lines = [
-        "# OpInfo sweep: backend=\"coil\" vs eager (CPU, Triton interpreter)", "",
+        "# OpInfo sweep: backend=\"coil\" vs eager ("
+        + ("CPU, Triton interpreter" if device() == "cpu" else device()) + ")", "",
         f"- coil: {s.get('coil_source')}; torch {s.get('torch')}, triton {s.get('triton')}; {s.get('date')}",
         f"- settings: max {s.get('max_samples')} samples per (op, dtype), timeout {s.get('timeout')} s, "
         f"{s.get('jobs')} processes; {'complete' if s.get('complete') else 'PARTIAL'}"
