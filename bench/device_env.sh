@@ -39,3 +39,20 @@ old_wheels() {
   [ -n "${NO_PYC:-}" ] || python3 -m compileall -q -j 16 /tmp/site_old > /dev/null 2>&1
   return 0
 }
+
+# `micro_bench DIR`: `coil bench micro` (all 16 cases beside Inductor) written to DIR; prints how
+# many cases finished and, per case, Inductor's and coil's ms, their ratio, coil's % of the copy
+# bandwidth and its accuracy verdict
+micro_bench() {
+  timeout ${MICRO_BENCH_S:-200} python3 -m coil.backend.cli bench micro --out $1 --budget-s 2000 2>&1 | grep -c "done in"
+  python3 - $1/bench.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+n = 0
+for name, r in d["cases"].items():
+    i, c = r["inductor"]["ms"], r["coil"]["ms"]
+    n += c <= i
+    print(f"  {name:22s} ind {i:.4f} coil {c:.4f} ratio {c / i:.3f} copy% {r['coil']['pct_copy']:.0f} acc {r['coil']['accuracy_ok']}")
+print(f"  coil <= inductor on {n} of {len(d['cases'])}; copy GB/s {d['copy_gbs']}")
+PY
+}

@@ -9,17 +9,7 @@ source bench/device_env.sh
 old_wheels || echo "no .whl_old"
 REAL_OUT=$OUT
 mkdir -p /tmp/b17g
-timeout ${MICRO_BENCH_S:-150} python3 -m coil.backend.cli bench micro --out /tmp/b17g/micro --budget-s 2000 2>&1 | grep -c "done in"
-python3 - /tmp/b17g/micro/bench.json <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-n = 0
-for name, r in d["cases"].items():
-    i, c = r["inductor"]["ms"], r["coil"]["ms"]
-    n += c <= i
-    print(f"  {name:22s} ind {i:.4f} coil {c:.4f} ratio {c / i:.3f} copy% {r['coil']['pct_copy']:.0f} acc {r['coil']['accuracy_ok']}")
-print(f"  coil <= inductor on {n} of {len(d['cases'])}; copy GB/s {d['copy_gbs']}")
-PY
+micro_bench /tmp/b17g/micro
 MICRO=${MICRO:-rmsnorm_bf16} micro_probe
 for round in 1 2; do
   for site in /tmp/site_old /tmp/site; do

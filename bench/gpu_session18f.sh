@@ -7,17 +7,7 @@ set -u
 source bench/device_env.sh
 old_wheels || echo "no .whl_old"
 mkdir -p /tmp/b18f
-timeout ${MICRO_BENCH_S:-200} python3 -m coil.backend.cli bench micro --out /tmp/b18f/micro --budget-s 2000 2>&1 | grep -c "done in"
-python3 - /tmp/b18f/micro/bench.json <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-n = 0
-for name, r in d["cases"].items():
-    i, c = r["inductor"]["ms"], r["coil"]["ms"]
-    n += c <= i
-    print(f"  {name:22s} ind {i:.4f} coil {c:.4f} ratio {c / i:.3f} copy% {r['coil']['pct_copy']:.0f} acc {r['coil']['accuracy_ok']}")
-print(f"  coil <= inductor on {n} of {len(d['cases'])}; copy GB/s {d['copy_gbs']}")
-PY
+micro_bench /tmp/b18f/micro
 cp /tmp/b18f/micro/bench.json $OUT/micro_bench.json
 for case in ${TIME_CASES:-gpt2_train_amp}; do
   for round in 1 2; do
