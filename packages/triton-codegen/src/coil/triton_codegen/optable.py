@@ -96,8 +96,8 @@ FLOAT: dict[str, str] = {
     "truncdiv": "tl.where({0} / {1} < 0, tl.ceil({0} / {1}), tl.floor({0} / {1}))",
     "remainder": "({0} - {1} * tl.floor({0} / {1}))",
     # the bits read as a signed integer of the register's width ({I}): negative exactly when the
-    # sign bit is set, -0.0 and NaNs included (a comparison cannot see either: -0.0 == 0, and on
-    # CUDA `1 / x < 0` for x == 0 was folded to false)
+    # sign bit is set, -0.0 and NaNs included (a comparison sees neither: -0.0 == 0, NaN < 0 is
+    # false)
     "signbit": "({0}.to({I}, bitcast=True) < 0)",
 }
 

@@ -12,7 +12,7 @@
 
 The sign bit is read from the value's bits (triton-codegen: the register reinterpreted as a
 signed integer of its width), as eager does: a comparison cannot tell -0.0 from 0.0, and the
-earlier `x == 0 and 1 / x < 0` was compiled to false for -0.0 on CUDA (session 15's GPU run).
+earlier `x == 0 and 1 / x < 0` could not read a NaN's sign.
 Half types are held in float32 registers; widening keeps the sign bit. One difference remains:
 the sign of a NaN computed in a half type (`signbit(x * 2)` for a bfloat16 NaN x). Eager rounds
 the product to bfloat16, which makes every NaN the canonical positive one; coil reads the float32
