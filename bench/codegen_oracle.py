@@ -171,7 +171,7 @@ def _run_one(name: str, out: Path | None, run: bool = True, cpu: bool = False) -
     coil.backend.reset()
     parts: dict[str, float] = {}
     t0 = time.perf_counter()
-    with compile_profile._timed_scheduler(parts):
+    with compile_profile._timed_parts(parts):
         step(torch.compile(model, backend="coil"))
     first = time.perf_counter() - t0
     res = {"case": name, "first_call_s": first, "stages": stage_totals(COMPILED), "scheduler_parts": parts,
