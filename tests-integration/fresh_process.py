@@ -1,5 +1,5 @@
 """A training step and an inference call of models.MLP in a fresh Python process, for the cache
-tests (test_graph_cache.py, test_aot_cache.py): `run_mlp(report, env)` runs the script with
+tests (test_graph_cache.py, test_aot_cache.py, test_precompile.py): `run_mlp(report, env)` runs the script with
 `report` (Python source of an expression over `err` and coil's stats) printed as its last line of
 JSON, and returns that dict. `err` is the largest difference from eager over the training step's
 output and gradients and the inference output."""
@@ -38,13 +38,16 @@ err = max([(out - ref).abs().max().item()] + [(p.grad - g).abs().max().item()
 model.eval()
 with torch.no_grad():
     err = max(err, (compiled(x) - model(x)).abs().max().item())
+AFTER
 print(json.dumps(REPORT))
 """
 
 
-def run_mlp(report: str, env: dict[str, str], timeout: float = 900) -> dict[str, Any]:
-    """Run the script in a new process with `env`; its stderr is returned under "stderr"."""
-    p = subprocess.run([sys.executable, "-c", SCRIPT.replace("REPORT", report), str(HERE)], env=env,
+def run_mlp(report: str, env: dict[str, str], timeout: float = 900, after: str = "") -> dict[str, Any]:
+    """Run the script in a new process with `env`, with the statement `after` run once the
+    model's calls are done; its stderr is returned under "stderr"."""
+    script = SCRIPT.replace("AFTER", after or "pass").replace("REPORT", report)
+    p = subprocess.run([sys.executable, "-c", script, str(HERE)], env=env,
                        capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, p.stderr[-3000:]
     result: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])

@@ -49,9 +49,10 @@ def test_a_model_case_whose_process_fails_is_reported_not_raised(tmp_path: objec
 
 
 def test_the_warm_process_reports_where_each_graph_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The warm-start process prints its first call, each coil graph's cache verdicts and its own
-    step's warm peak; the bench keeps all three (coil's warm start is only as fast as its AOT-cache
-    hits; the peak is the mode's memory measured with no other mode run before it)."""
+    """The warm-start process prints its first call, each coil graph's cache verdicts, what Dynamo
+    did and its own step's warm peak; the bench keeps all four (coil's warm start is only as fast
+    as its AOT-cache hits; the peak is the mode's memory measured with no other mode run before
+    it); under `--precompile` the process runs with TORCH_CACHING_PRECOMPILE=1."""
     import json
     import subprocess
     from types import SimpleNamespace
@@ -64,14 +65,28 @@ def test_the_warm_process_reports_where_each_graph_came_from(monkeypatch: pytest
         COMPILED[:] = [GraphStats("forward_0", fx_nodes=10), GraphStats("backward_1", fx_nodes=12)]
         COMPILED[0].graph_cache, COMPILED[0].aot_cache = "hit", "hit"
         printed = (f"first_call_s=9.5\ngraph_caches={json.dumps(bench_models.graph_caches())}\n"
+                   'dynamo={"traced": 0, "cache": {"dynamo_cache_hit": 1}}\n'
                    'warm_peak={"peak_mib": 3102.0, "peak_allocated_mib": 683.7}\n')
     finally:
         COMPILED[:] = saved
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=printed, stderr="", returncode=0))
-    seconds, caches, peak = bench_models.new_process_first_call("gpt2_train_amp", "coil", {})
+    envs: list[dict[str, str]] = []
+
+    def fake_run(*a: object, **k: object) -> SimpleNamespace:
+        envs.append(k["env"])  # type: ignore[arg-type]
+        return SimpleNamespace(stdout=printed, stderr="", returncode=0)
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.delenv(bench_models.PRECOMPILE_ENV, raising=False)
+    monkeypatch.delenv("TORCH_CACHING_PRECOMPILE", raising=False)
+    seconds, caches, peak, dynamo = bench_models.new_process_first_call("gpt2_train_amp", "coil", {})
+    assert "TORCH_CACHING_PRECOMPILE" not in envs[-1]
+    monkeypatch.setenv(bench_models.PRECOMPILE_ENV, "1")  # coil bench --precompile
+    assert bench_models.new_process_first_call("gpt2_train_amp", "coil", {})[3] == dynamo
+    assert envs[-1]["TORCH_CACHING_PRECOMPILE"] == "1"
+    assert dynamo == {"traced": 0, "cache": {"dynamo_cache_hit": 1}}
     assert seconds == 9.5
     assert peak == {"peak_mib": 3102.0, "peak_allocated_mib": 683.7}
     assert caches == [{"name": "forward_0", "graph_cache": "hit", "aot_cache": "hit", "stage_s": {}},
                       {"name": "backward_1", "graph_cache": "off", "aot_cache": "off", "stage_s": {}}]
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: SimpleNamespace(stdout="", stderr="boom", returncode=3))
-    assert bench_models.new_process_first_call("gpt2_train_amp", "coil", {}) == ("failed (exit 3): boom", [], None)
+    assert bench_models.new_process_first_call("gpt2_train_amp", "coil", {}) == ("failed (exit 3): boom", [], None, {})

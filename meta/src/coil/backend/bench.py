@@ -35,7 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coil.backend.bench_models import EST_S, MODEL_CASES, SPECS, compile_mode, run_model_in_process
+from coil.backend.bench_models import (
+    EST_S,
+    MODEL_CASES,
+    PRECOMPILE_ENV,
+    SPECS,
+    compile_mode,
+    run_model_in_process,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -430,6 +437,10 @@ def targets(report: dict[str, Any]) -> list[str]:
                 if (caches := r.get("coil", {}).get("warm_graph_caches"))]
     if verdicts:
         out.append("coil's warm start, AOT cache per graph: " + "; ".join(verdicts))
+    dynamo = [f"{n} {m} traced {d.get('traced')}" + (" (package hit)" if d.get("cache", {}).get("dynamo_cache_hit") else "")
+              for n, r in models.items() for m in ("inductor", "coil") if (d := r.get(m, {}).get("dynamo_warm"))]
+    if dynamo:
+        out.append("Dynamo in the warm-start process, graphs traced: " + "; ".join(dynamo))
     trains = {n: r for n, r in models.items() if "train" in n}
     if trains:
         pm = [n for n, r in trains.items() if isinstance(a := r.get("coil", {}).get("peak_mib"), float)
@@ -471,6 +482,7 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
     report: dict[str, Any] = {
         "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "triton": triton.__version__, "transformers": tv, "budget_s": budget_s, "copy_gbs": {},
+        "precompile": os.environ.get(PRECOMPILE_ENV) == "1",
         "rule": "RMSE(mode vs fp64) <= 3 * RMSE(eager vs fp64) + tol/10; tol 1e-2 bf16, 1e-4 fp32",
         "cases": {},
     }

@@ -13,7 +13,11 @@ or for the loss and every gradient (training), checked on the third call (ACCURA
 CUDA-graph runner returns its eager warm-up from the first call and replays from the second (or
 third) on. The cold and the warm first call are each measured in a new process
 (`new_process_first_call`): empty cache folders, then the folders the cold one filled; the
-bench's own process then compiles from those caches for the timings, memory and accuracy. The
+bench's own process then compiles from those caches for the timings, memory and accuracy.
+With `coil bench --precompile` both processes of every mode (Inductor's too) run under torch's
+caching precompile (TORCH_CACHING_PRECOMPILE=1): the cold one saves Dynamo's package after its
+step (`torch.compiler.save_cache_artifacts`, not timed), and the warm one loads it, skipping
+Dynamo's tracing where torch can package the model. The bench's own process does not use it. The
 references and the model's master copy wait on the host while the modes run: each mode's
 device memory is its own model copy, the inputs and its work.
 """
@@ -37,6 +41,9 @@ from typing import Any
 
 TOL = 1e-2
 ACCURACY_CALL = 3
+# set (to "1") by `coil bench --precompile`: the first-call processes run under torch's caching
+# precompile (`first_call_env`)
+PRECOMPILE_ENV = "COIL_BENCH_PRECOMPILE"
 MULTIPLIER = 3.0
 
 
@@ -240,20 +247,23 @@ def own_process_peak(step: Callable[[], Any]) -> dict[str, Any]:
     return _warm_peak(step)
 
 
-def new_process_first_call(case: str, mode: str, env: dict[str, str]) -> tuple[float | str, list[dict[str, Any]],
-                                                                               dict[str, Any] | None]:
+def new_process_first_call(case: str, mode: str, env: dict[str, str]
+                           ) -> tuple[float | str, list[dict[str, Any]], dict[str, Any] | None, dict[str, Any]]:
     """`first_call` in a new process whose cache folders are `env`'s (empty: a cold compile;
     filled by an earlier call: a warm one): its seconds, for coil where each graph came from
-    (`graph_caches`: name, graph cache, AOT cache, stage seconds), and the warm peak of that
-    process's own step (`own_process_peak`; None if it printed none)."""
+    (`graph_caches`: name, graph cache, AOT cache, stage seconds), the warm peak of that
+    process's own step (`own_process_peak`; None if it printed none), and what Dynamo did
+    there (`dynamo_report`: graphs traced, Dynamo-cache counters)."""
     cmd = [sys.executable, "-m", "coil.backend.bench_models", case, mode]
+    extra = {"TORCH_CACHING_PRECOMPILE": "1"} if os.environ.get(PRECOMPILE_ENV) == "1" else {}
     try:
-        p = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+        p = subprocess.run(cmd, env={**os.environ, **env, **extra}, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
-        return "timeout", [], None
+        return "timeout", [], None, {}
     seconds: float | str = f"failed (exit {p.returncode}): {p.stderr.strip()[-300:]}"
     caches: list[dict[str, Any]] = []
     peak: dict[str, Any] | None = None
+    dynamo: dict[str, Any] = {}
     for line in p.stdout.splitlines():
         if line.startswith("first_call_s="):
             seconds = float(line.split("=", 1)[1])
@@ -261,7 +271,27 @@ def new_process_first_call(case: str, mode: str, env: dict[str, str]) -> tuple[f
             caches = json.loads(line.split("=", 1)[1])
         elif line.startswith("warm_peak="):
             peak = json.loads(line.split("=", 1)[1])
-    return seconds, caches, peak
+        elif line.startswith("dynamo="):
+            dynamo.update(json.loads(line.split("=", 1)[1]))
+    return seconds, caches, peak, dynamo
+
+
+def dynamo_report() -> dict[str, Any]:
+    """What Dynamo did in this process: how many graphs it traced and its Dynamo-cache counters
+    (torch's caching precompile: hit, miss, error). Under caching precompile the package is
+    saved here too (after the first call was timed), and `precompile_saved` says whether
+    saving raised (torch cannot package every model)."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    out: dict[str, Any] = {"traced": counters["stats"]["unique_graphs"], "cache": dict(counters["dynamo_cache"])}
+    if getattr(torch._dynamo.config, "caching_precompile", False):
+        try:
+            torch.compiler.save_cache_artifacts()
+            out["precompile_saved"] = True
+        except Exception as e:
+            out["precompile_saved"] = f"{type(e).__name__}: {e}"[:300]
+    return out
 
 
 def graph_caches() -> list[dict[str, Any]]:
@@ -328,14 +358,15 @@ def run_model(case: str, cold: Callable[[str], Any], modes: tuple[str, ...]) -> 
                 # the cold and the warm first call in a new process each, timed alike (imports
                 # included, `first_call`); eager's one process gives its own-process peak
                 if mode != "eager":
-                    cold_s, _, _ = new_process_first_call(case, mode, env)
+                    cold_s, _, _, cold_dynamo = new_process_first_call(case, mode, env)
                     r["first_call_s"] = cold_s
-                warm_s, caches, own_peak = new_process_first_call(case, mode, env)
+                warm_s, caches, own_peak, warm_dynamo = new_process_first_call(case, mode, env)
                 if mode == "eager":
                     r["first_call_s"] = warm_s
                 else:
                     r["warm_first_call_s"] = warm_s
                     r["warm_cache_env"] = env  # to repeat the warm start by hand
+                    r["dynamo_cold"], r["dynamo_warm"] = cold_dynamo, warm_dynamo
                 if mode == "coil":
                     r["warm_graph_caches"] = caches
                 # this process compiles from the caches the cold process filled
@@ -404,7 +435,8 @@ def run_model_in_process(case: str, root: Path, modes: tuple[str, ...]) -> dict[
 
 def main(argv: list[str]) -> int:
     """`python -m coil.backend.bench_models CASE MODE`: print the first call's seconds, each coil
-    graph's cache verdicts and the step's own-process warm peak (`own_process_peak`);
+    graph's cache verdicts, what Dynamo did (`dynamo_report`) and the step's own-process warm
+    peak (`own_process_peak`);
     `... --case CASE ROOT MODES OUT.json`: `run_model` for one case (modes comma-separated, cold
     caches under ROOT), its result written to OUT.json."""
     import coil.backend  # noqa: F401  (registers backend="coil")
@@ -421,6 +453,7 @@ def main(argv: list[str]) -> int:
     seconds, step = first_call(case, mode)
     print(f"first_call_s={seconds}")
     print(f"graph_caches={json.dumps(graph_caches())}", flush=True)
+    print(f"dynamo={json.dumps(dynamo_report())}", flush=True)
     print(f"warm_peak={json.dumps(own_process_peak(step))}")
     print(json.dumps({"case": case, "mode": mode}))
     return 0

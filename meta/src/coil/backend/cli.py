@@ -28,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--list", action="store_true", help="print the case names and exit")
     bench.add_argument("--modes", default="eager,inductor,coil",
                        help="comma list of the modes to run (default: eager,inductor,coil)")
+    bench.add_argument("--precompile", action="store_true",
+                       help="model cases: the cold and the warm first-call processes of every mode run under "
+                            "torch's caching precompile (TORCH_CACHING_PRECOMPILE=1; the cold one saves Dynamo's "
+                            "package), so that the warm one can skip Dynamo's tracing")
     args = parser.parse_args(argv)
     if args.cmd == "demo":
         from coil.backend.demo import run_demo
@@ -39,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from coil.backend.bench import run
 
+        if args.precompile:
+            import os
+
+            from coil.backend.bench_models import PRECOMPILE_ENV
+
+            os.environ[PRECOMPILE_ENV] = "1"  # read by each model case's process
         return run(args.names, args.out, args.budget_s, [m for m in args.modes.split(",") if m])
     return 2
 

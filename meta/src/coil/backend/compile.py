@@ -498,7 +498,13 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
     BACKEND_CALLS.append(call)
     first = len(COMPILED)
     t0 = time.perf_counter()
+    backend_id = getattr(gm, "_backend_id", None)
     gm = run_pre_grad_passes(gm, example_inputs)
+    if backend_id is not None:
+        # Dynamo's name for this graph under torch's caching precompile
+        # (torch._dynamo.config.caching_precompile): AOTAutograd records the compiled result
+        # under it, and Dynamo's saved package refers to it; kept on a module a pass rebuilt
+        gm._backend_id = backend_id
     t1 = time.perf_counter()
     call.pre_grad_s = t1 - t0
     unusable = aot_cache.unusable(gm)
