@@ -42,7 +42,7 @@ from typing import Any
 TOL = 1e-2
 ACCURACY_CALL = 3
 # set (to "1") by `coil bench --precompile`: the first-call processes run under torch's caching
-# precompile (`first_call_env`)
+# precompile (`new_process_first_call`)
 PRECOMPILE_ENV = "COIL_BENCH_PRECOMPILE"
 MULTIPLIER = 3.0
 
