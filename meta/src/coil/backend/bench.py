@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 from coil.backend.bench_models import (
     EST_S,
     MODEL_CASES,
-    PRECOMPILE_ENV,
     SPECS,
     compile_mode,
+    precompile_requested,
     run_model_in_process,
 )
 
@@ -482,7 +482,7 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
     report: dict[str, Any] = {
         "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "triton": triton.__version__, "transformers": tv, "budget_s": budget_s, "copy_gbs": {},
-        "precompile": os.environ.get(PRECOMPILE_ENV) == "1",
+        "precompile": precompile_requested(),
         "rule": "RMSE(mode vs fp64) <= 3 * RMSE(eager vs fp64) + tol/10; tol 1e-2 bf16, 1e-4 fp32",
         "cases": {},
     }

@@ -47,6 +47,11 @@ PRECOMPILE_ENV = "COIL_BENCH_PRECOMPILE"
 MULTIPLIER = 3.0
 
 
+def precompile_requested() -> bool:
+    """Whether this bench run measures first calls under torch's caching precompile."""
+    return os.environ.get(PRECOMPILE_ENV) == "1"
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """How to build one model and its inputs, and what its output and loss are."""
@@ -255,7 +260,7 @@ def new_process_first_call(case: str, mode: str, env: dict[str, str]
     process's own step (`own_process_peak`; None if it printed none), and what Dynamo did
     there (`dynamo_report`: graphs traced, Dynamo-cache counters)."""
     cmd = [sys.executable, "-m", "coil.backend.bench_models", case, mode]
-    extra = {"TORCH_CACHING_PRECOMPILE": "1"} if os.environ.get(PRECOMPILE_ENV) == "1" else {}
+    extra = {"TORCH_CACHING_PRECOMPILE": "1"} if precompile_requested() else {}
     try:
         p = subprocess.run(cmd, env={**os.environ, **env, **extra}, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
@@ -278,20 +283,26 @@ def new_process_first_call(case: str, mode: str, env: dict[str, str]
 
 def dynamo_report() -> dict[str, Any]:
     """What Dynamo did in this process: how many graphs it traced and its Dynamo-cache counters
-    (torch's caching precompile: hit, miss, error). Under caching precompile the package is
-    saved here too (after the first call was timed), and `precompile_saved` says whether
-    saving raised (torch cannot package every model)."""
-    import torch
+    (torch's caching precompile: hit, miss, error); where it compiled under caching precompile
+    without a package to load, `precompile_saved` from `save_package`."""
     from torch._dynamo.utils import counters
 
     out: dict[str, Any] = {"traced": counters["stats"]["unique_graphs"], "cache": dict(counters["dynamo_cache"])}
-    if getattr(torch._dynamo.config, "caching_precompile", False):
-        try:
-            torch.compiler.save_cache_artifacts()
-            out["precompile_saved"] = True
-        except Exception as e:
-            out["precompile_saved"] = f"{type(e).__name__}: {e}"[:300]
+    if "dynamo_cache_miss" in out["cache"]:
+        out["precompile_saved"] = save_package()
     return out
+
+
+def save_package() -> bool | str:
+    """Save Dynamo's package (`torch.compiler.save_cache_artifacts`; called after the first call
+    was timed): True, or what saving raised (torch cannot package every model)."""
+    import torch
+
+    try:
+        torch.compiler.save_cache_artifacts()
+        return True
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"[:300]
 
 
 def graph_caches() -> list[dict[str, Any]]:
