@@ -40,6 +40,24 @@ old_wheels() {
   return 0
 }
 
+# `micro_ab TAG CASE...`: bench/micro_probe.py of the CASEs with the old wheels (old_wheels, called
+# here) and this tree's, alternating, ROUNDS rounds (default 2), each with its own cache folder
+# and output folder /tmp/mp-TAG-<site>-<round>; prints each probe's summary and tuning lines
+micro_ab() {
+  local tag=$1 round site s
+  shift
+  old_wheels || echo "no .whl_old"
+  for round in $(seq ${ROUNDS:-2}); do
+    for site in /tmp/site_old /tmp/site; do
+      s=$(basename $site)
+      echo "== round $round $s"
+      PYTHONPATH=$site COIL_CACHE_DIR=/tmp/cc-$tag-$s-$round timeout ${MICRO_S:-200} \
+        python3 bench/micro_probe.py "$@" --out /tmp/mp-$tag-$s-$round 2>&1 \
+        | grep -v -i warn | grep "^==\|^  \|Error\|autotune\|ms" | cut -c1-260 | head -${MICRO_LINES:-60}
+    done
+  done
+}
+
 # `micro_bench DIR`: `coil bench micro` (all 16 cases beside Inductor) written to DIR; prints how
 # many cases finished and, per case, Inductor's and coil's ms, their ratio, coil's % of the copy
 # bandwidth and its accuracy verdict

@@ -6,12 +6,5 @@
 # alternating, two rounds; then `coil bench micro` (all 16, accuracy included) with this tree's
 set -u
 source bench/device_env.sh
-old_wheels || echo "no .whl_old"
-for round in 1 2; do
-  for site in /tmp/site_old /tmp/site; do
-    echo "== round $round $(basename $site)"
-    PYTHONPATH=$site timeout 200 python3 bench/micro_probe.py cross_entropy_bf16 cross_entropy_fp32 \
-      --out /tmp/probe-$round-$(basename $site) 2>&1 | grep -v -i warn | grep "^==\|^  \|Error" | cut -c1-200
-  done
-done
+micro_ab 19a cross_entropy_bf16 cross_entropy_fp32
 micro_bench /tmp/b19a/micro
