@@ -377,9 +377,13 @@ class KernelWriter:
             self.emit(rs, "rindex = tl.arange(0, RBLOCK)[None, :]")
             self.emit(rs, "rmask = rindex < rnumel")
             self._dims(rs, "rd", "rindex", g.r_dims)
+            prefetched = False
             for m in g.members:
                 if m.kind == "reduce":
                     v = self.value(m.nest.body, m, rs)
+                    if not prefetched:  # after the first row's loads: they and the per-row ones wait together
+                        self.prefetch(xs)
+                        prefetched = True
                     out = self.finish_persistent(m, v, rs)
                     xs.members[m.op.output.name] = out
                     self.store(m, out, _Scope("    "))
@@ -389,6 +393,7 @@ class KernelWriter:
         else:
             seg, after = self.segments()
             nseg = max(seg.values(), default=-1) + 1
+            self.prefetch(xs)
             for s in range(-1, nseg):
                 for i, m in enumerate(g.members):
                     if m.kind == "x" and after[i] == s:
@@ -415,6 +420,38 @@ class KernelWriter:
             g.name, source, tuple(self.ptrs), size_args, consts, grid, cfg.num_warps, cfg.strategy,
             tuple(g.origins()), tuple(g.stores), self.asserts > 0,
         )
+
+    def prefetch(self, xs: _Scope) -> None:
+        """Issue a reduction kernel's per-row loads before its reductions.
+
+        A per-row (x) member after a reduction (a loss's term per row: the target's index, then
+        the target logit gathered from the row) would otherwise load only once the row's
+        reductions are done, and each program would then wait for memory twice more. Here, in
+        x scope (a persistent kernel: after its first reduction's row loads, so that those and
+        the per-row ones are in flight together; a looped one: before its first loop), every x
+        member that reads only the kernel's inputs and such members is computed (not stored),
+        and every other x member's loads whose index, mask and indirect indices need only those
+        are issued. A member computed later reuses these variables (the scope's value cache).
+        Loads only move earlier: a buffer this kernel writes is never loaded from memory (its
+        values are the kernel's registers), so no load moves across a store of what it reads."""
+        from coil.lowering_ir import loads
+
+        early: set[str] = set()
+
+        def ready(ld: Load) -> bool:
+            return all(inner.buffer not in self.writer or inner.buffer in early for inner in loads(ld))
+
+        for m in self.g.members:
+            if m.kind != "x":
+                continue
+            lds = _loads(m)
+            if all(ready(ld) for ld in lds):
+                self.compute_member(m, xs)
+                early.add(m.op.output.name)
+                continue
+            for ld in lds:
+                if ld.buffer not in self.writer and ready(ld):
+                    self.load(ld, m, xs)
 
     def _loop(self, ms: list[tuple[int, Member]]) -> None:
         xs = self.xscope
