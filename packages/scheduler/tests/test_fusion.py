@@ -302,3 +302,21 @@ def test_readers_of_a_scalar_are_not_fused_for_its_sake(sch):
     sch.check_groups(fused)
     readers = [g for g in fused.kernels() if any(m.op.output.layout.numel == n for m in g.members)]
     assert len(readers) == 1, [g.name for g in fused.kernels()]
+
+
+def test_a_reductions_per_row_epilogue_fuses_into_its_row_kernel(sch):
+    """Cross-entropy's loss per row (the target logit gathered, less the row's max and log-sum)
+    runs in the kernel of the row's reductions, and the last kernel only sums one value per row:
+    the per-row epilogue is tried first (fusion.EPILOGUE_WEIGHT), before the sum over rows that
+    also reads it could take it (the row kernel then stored its max and log-sum for a kernel
+    that gathered every row's logit in one program)."""
+    x, t = torch.randn(16, 10), torch.randint(0, 10, (16,))
+    s = sch.schedule(lambda x, t: (F.cross_entropy(x, t),), x, t)
+    sch.check_topological(s)  # (check_groups' point-by-point oracle has no gathered indices)
+    rows, total = s.kernels()
+    assert int(rows.xnumel) == 16 and int(rows.rnumel) == 10
+    assert int(total.rnumel) == 16
+    gathers = [m for g in (rows, total) for m in g.members for ld in L.loads(m.nest.body) if ld.indirect]
+    assert gathers and all(m in rows.members for m in gathers)  # the target logit: in the row kernel
+    # what the row kernel hands on is one value per row (the loss term, and whether it counts)
+    assert all(int(s.graph.buffers()[b].layout.numel) == 16 for b in rows.stores)

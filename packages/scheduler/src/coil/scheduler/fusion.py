@@ -44,6 +44,12 @@ from coil.scheduler.peak_bound import TOLERATED_BYTES, LiveProfile
 # machine; bench/offline_compile_times.py) against a median of 0.17 s; now each mask fuses into
 # its consumer and the slowest kernel takes 1.1 s.
 HORIZONTAL_MIN_BYTES = 64
+# A reduction's per-row epilogue (a pointwise op over its output elements) is tried before the
+# other fusions of its buffers, at this multiple of the bytes it saves: fused there, it reads
+# the row's values from registers and leaves one value per row, where fused into a consumer that
+# reduces over the rows it re-reads every per-row output of the reduction (and any scattered
+# load it makes, such as a loss's target logit, runs in one program instead of one per row).
+EPILOGUE_WEIGHT = 4
 
 
 @dataclass
@@ -64,6 +70,14 @@ def _nbytes(op: Operation, name: str) -> int:
 def _empty(op: Operation) -> bool:
     """An operation over zero elements: nothing to gain from fusing it (and no loops to map)."""
     return any(b.layout.numel == 0 for b in op.outputs)
+
+
+def _epilogue(writer: Operation, reader: Operation) -> bool:
+    """`reader` runs over exactly the output elements of the reduction `writer`: a pointwise op
+    there is a per-row epilogue of it, a reduction there reduces the same rows again (softmax's
+    sum after its max). Either can run in the reduction's kernel, one program per row."""
+    return (isinstance(writer, Reduction) and not _is_scan(writer) and isinstance(reader, Pointwise | Reduction)
+            and not _is_scan(reader) and sympy.Mul(*reader.ranges) == sympy.Mul(*writer.ranges))
 
 
 def _is_scan(op: Operation) -> bool:
@@ -137,6 +151,7 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
     # sympy sizes are slow to evaluate: each op's emptiness and output bytes, once per op
     empty = {id(op): _empty(op) for op in ops}
     nbytes_memo: dict[tuple[int, str], int] = {}
+    epilogue_memo: dict[tuple[int, int], bool] = {}
 
     def nbytes(op: Operation, name: str) -> int:
         key = (id(op), name)
@@ -192,7 +207,7 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
         changed = True
         while changed:
             changed = False
-            cands: list[tuple[int, int, int, str]] = []
+            cands: list[tuple[int, Operation, Operation, str]] = []
             for op in ops:
                 if not isinstance(op, Pointwise | Reduction) or _is_scan(op) or empty[id(op)]:
                     continue
@@ -200,16 +215,22 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
                     w = writer.get(r)
                     if isinstance(w, Pointwise | Reduction) and not _is_scan(w) and not empty[id(w)] \
                             and gid[id(w)] != gid[id(op)]:
-                        cands.append((2 * nbytes(w, r), gid[id(w)], gid[id(op)], r))
+                        ek = (id(w), id(op))
+                        if ek not in epilogue_memo:
+                            epilogue_memo[ek] = _epilogue(w, op)
+                        weight = EPILOGUE_WEIGHT if epilogue_memo[ek] else 1
+                        cands.append((2 * nbytes(w, r) * weight, w, op, r))
                     if r in writer and nbytes(writer[r], r) <= HORIZONTAL_MIN_BYTES:
                         continue  # sharing a scalar (an RNG seed) saves nothing: no horizontal fusion
                     for other in readers.get(r, []):
                         if other is not op and isinstance(other, Pointwise | Reduction) and not _is_scan(other) \
                                 and not empty[id(other)] and gid[id(other)] != gid[id(op)]:
-                            cands.append((nbytes(writer[r], r) if r in writer else 1, gid[id(other)], gid[id(op)], r))
+                            cands.append((nbytes(writer[r], r) if r in writer else 1, other, op, r))
             cands.sort(key=lambda c: -c[0])
-            for _, a, b, shared in cands:
-                if a == b or a not in groups or b not in groups:
+            for _, first_op, second_op, shared in cands:
+                # the groups the two ops are in now (earlier fusions of this pass included)
+                a, b = gid[id(first_op)], gid[id(second_op)]
+                if a == b:
                     continue
                 merged = sorted(groups[a] + groups[b], key=lambda o: pos[id(o)])
                 names = f"{groups[a][0].name}+{groups[b][0].name}"
