@@ -58,6 +58,22 @@ micro_ab() {
   done
 }
 
+# `train_ab CASE...`: coil's step time of each training CASE (bench/train_step_time.py) with the
+# old wheels (old_wheels, called here) and this tree's, alternating, ROUNDS rounds (default 2);
+# one cache folder per case and wheel set, so later rounds start warm; prints one line a run
+train_ab() {
+  local case round site
+  old_wheels || echo "no .whl_old"
+  for case in "$@"; do
+    for round in $(seq ${ROUNDS:-2}); do
+      for site in /tmp/site_old /tmp/site; do
+        PYTHONPATH=$site COIL_CACHE_DIR=/tmp/coil-cache-$case-$(basename $site) timeout ${TIME_S:-150} \
+          python3 bench/train_step_time.py $case $(basename $site) 2>&1 | tail -1
+      done
+    done
+  done
+}
+
 # `micro_bench DIR`: `coil bench micro` (all 16 cases beside Inductor) written to DIR; prints how
 # many cases finished and, per case, Inductor's and coil's ms, their ratio, coil's % of the copy
 # bandwidth and its accuracy verdict

@@ -5,12 +5,4 @@
 # signbit and div_rn ops, the integer pow, the conj-view record_stream) move a model's step?
 set -u
 source bench/device_env.sh
-old_wheels || echo "no .whl_old"
-for case in ${TIME_CASES:-gpt2_train_amp llama_style_train_amp}; do
-  for round in $(seq ${ROUNDS:-3}); do
-    for site in /tmp/site_old /tmp/site; do
-      PYTHONPATH=$site COIL_CACHE_DIR=/tmp/coil-cache-$case-$(basename $site) timeout ${TIME_S:-150} \
-        python3 bench/train_step_time.py $case $(basename $site) 2>&1 | tail -1
-    done
-  done
-done
+ROUNDS=${ROUNDS:-3} train_ab ${TIME_CASES:-gpt2_train_amp llama_style_train_amp}

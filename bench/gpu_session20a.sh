@@ -10,11 +10,4 @@
 set -u
 source bench/device_env.sh
 micro_ab 20a cross_entropy_bf16 cross_entropy_fp32
-for case in ${TIME_CASES:-gpt2_train_amp llama_style_train_amp}; do
-  for round in $(seq ${ROUNDS:-2}); do
-    for site in /tmp/site_old /tmp/site; do
-      PYTHONPATH=$site COIL_CACHE_DIR=/tmp/coil-cache-$case-$(basename $site) timeout ${TIME_S:-150} \
-        python3 bench/train_step_time.py $case $(basename $site) 2>&1 | tail -1
-    done
-  done
-done
+train_ab ${TIME_CASES:-gpt2_train_amp llama_style_train_amp}

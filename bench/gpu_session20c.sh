@@ -6,12 +6,4 @@
 # folders per wheel set (bench/train_step_time.py), ROUNDS rounds (default 1).
 set -u
 source bench/device_env.sh
-old_wheels || echo "no .whl_old"
-for case in ${TIME_CASES:-bert_base_train_amp vit_b16_train_amp resnet50_train_amp}; do
-  for round in $(seq ${ROUNDS:-1}); do
-    for site in /tmp/site_old /tmp/site; do
-      PYTHONPATH=$site COIL_CACHE_DIR=/tmp/coil-cache-$case-$(basename $site) timeout ${TIME_S:-150} \
-        python3 bench/train_step_time.py $case $(basename $site) 2>&1 | tail -1
-    done
-  done
-done
+ROUNDS=${ROUNDS:-1} train_ab ${TIME_CASES:-bert_base_train_amp vit_b16_train_amp resnet50_train_amp}
