@@ -44,11 +44,12 @@ from coil.scheduler.peak_bound import TOLERATED_BYTES, LiveProfile
 # machine; bench/offline_compile_times.py) against a median of 0.17 s; now each mask fuses into
 # its consumer and the slowest kernel takes 1.1 s.
 HORIZONTAL_MIN_BYTES = 64
-# A reduction's per-row epilogue (a pointwise op over its output elements) is tried before the
-# other fusions of its buffers, at this multiple of the bytes it saves: fused there, it reads
-# the row's values from registers and leaves one value per row, where fused into a consumer that
-# reduces over the rows it re-reads every per-row output of the reduction (and any scattered
-# load it makes, such as a loss's target logit, runs in one program instead of one per row).
+# A reduction's per-row epilogue (a pointwise op over its output elements, or a reduction of the
+# same rows) is tried before the other fusions of its buffers, at this multiple of the bytes it
+# saves: fused there, it reads the row's values from registers and leaves one value per row,
+# where fused into a consumer that reduces over the rows it re-reads every per-row output of the
+# reduction (and any scattered load it makes, such as a loss's target logit, runs in one program
+# instead of one per row; in the row kernel, triton-codegen's prefetch issues that load early).
 EPILOGUE_WEIGHT = 4
 
 
