@@ -4,7 +4,9 @@
     python bench/codegen_oracle.py diff DIR_A DIR_B              # exit 1 when generated code differs
     python bench/codegen_oracle.py time [--case NAME ...] [--repeat N] [--json PATH]  # stage CPU seconds
 
-Each case runs in a fresh process with cold caches (COIL_GRAPH_CACHE=0, COIL_AOT_CACHE=0, empty
+Each case runs in a fresh process of the code beside this script (its package sources lead
+PYTHONPATH, and the case fails if a coil package came from elsewhere) with cold caches
+(COIL_GRAPH_CACHE=0, COIL_AOT_CACHE=0, empty
 COIL_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR), on the CPU with kernels under
 Triton's interpreter, seed 0, PYTHONHASHSEED=0 (the schedule dump lists a group's in-register
 buffers in set order). `dump` also sets COIL_ORDER_TIME=0 unless `--order-time S` is given: the
@@ -167,6 +169,7 @@ def _run_one(name: str, out: Path | None, run: bool = True, cpu: bool = False) -
         backend_compile.time = clock  # type: ignore[assignment,attr-defined]
         compile_profile.time = clock
     model, step = _case(name)
+    _check_tree()
     torch._dynamo.reset()
     coil.backend.reset()
     parts: dict[str, float] = {}
@@ -181,11 +184,28 @@ def _run_one(name: str, out: Path | None, run: bool = True, cpu: bool = False) -
         out.write_text(json.dumps(res, indent=1))
 
 
+def _tree_path(inherited: str | None) -> str:
+    """PYTHONPATH for a case: this tree's package sources first, so that the dump is of the
+    code beside this script whatever else the environment puts on the path (session 19
+    compared two trees through a PYTHONPATH naming one of them, and got identical dumps)."""
+    srcs = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))] + [str(ROOT / "meta" / "src")]
+    return os.pathsep.join(srcs + ([inherited] if inherited else []))
+
+
+def _check_tree() -> None:
+    """Fail when a coil package in this process was imported from outside this tree."""
+    foreign = sorted(f"{name} from {mod.__file__}" for name, mod in list(sys.modules.items())
+                     if name.startswith("coil.") and name.count(".") == 1 and getattr(mod, "__file__", None)
+                     and ROOT not in Path(str(mod.__file__)).resolve().parents)
+    if foreign:
+        raise SystemExit(f"codegen_oracle: coil imported from outside {ROOT}: {'; '.join(foreign)}")
+
+
 def _spawn(name: str, debug_dir: Path | None, times: Path, order_time: float | None = None,
            extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run one case in a fresh process with cold caches; its stage times."""
     with tempfile.TemporaryDirectory(prefix="coil-oracle-") as tmp:
-        env = dict(os.environ, COIL_GRAPH_CACHE="0", COIL_AOT_CACHE="0", TRITON_INTERPRET="1", PYTHONHASHSEED="0",
+        env = dict(os.environ, PYTHONPATH=_tree_path(os.environ.get("PYTHONPATH")), COIL_GRAPH_CACHE="0", COIL_AOT_CACHE="0", TRITON_INTERPRET="1", PYTHONHASHSEED="0",
                    COIL_CACHE_DIR=f"{tmp}/coil", TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor",
                    TRITON_CACHE_DIR=f"{tmp}/triton")
         env.pop("COIL_DEBUG_DIR", None)
