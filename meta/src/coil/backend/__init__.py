@@ -8,6 +8,9 @@ Debugging (knobs COIL_LOGS, COIL_DEBUG_DIR, COIL_CHECK_*): docs/debugging.md.
 from coil.backend.compile import coil_backend, compile_graph
 from coil.backend.errors import CoilCheckError, CoilCompileError
 from coil.backend.knobs import KNOBS, knobs
+from coil.backend.prehash import start as _start_prehash
 from coil.backend.stats import COMPILED, GraphStats, reset
+
+_start_prehash()
 
 __all__ = ["COMPILED", "KNOBS", "CoilCheckError", "CoilCompileError", "GraphStats", "coil_backend", "compile_graph", "knobs", "reset"]

@@ -258,9 +258,13 @@ def new_process_first_call(case: str, mode: str, env: dict[str, str]
     filled by an earlier call: a warm one): its seconds, for coil where each graph came from
     (`graph_caches`: name, graph cache, AOT cache, stage seconds), the warm peak of that
     process's own step (`own_process_peak`; None if it printed none), and what Dynamo did
-    there (`dynamo_report`: graphs traced, Dynamo-cache counters)."""
+    there (`dynamo_report`: graphs traced, Dynamo-cache counters). The process of a mode other
+    than coil runs with COIL_PREHASH=0: it imports coil.backend too, whose hashing thread would
+    otherwise give that mode's first call coil's head start."""
     cmd = [sys.executable, "-m", "coil.backend.bench_models", case, mode]
     extra = {"TORCH_CACHING_PRECOMPILE": "1"} if precompile_requested() else {}
+    if mode != "coil":
+        extra["COIL_PREHASH"] = "0"
     try:
         p = subprocess.run(cmd, env={**os.environ, **env, **extra}, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:

@@ -80,6 +80,10 @@ KNOBS: dict[str, Knob] = {
                       "reuse AOTAutograd's result (partitioned graphs + coil's compiled code) from torch's "
                       "AOTAutograd cache in <TORCHINDUCTOR_CACHE_DIR>/aotautograd/, skipping AOTAutograd and "
                       "coil's pipeline on a hit; needs COIL_GRAPH_CACHE; compiles the backward with the forward"),
+    "prehash": Knob("COIL_PREHASH", True, bool,
+                    "on importing coil.backend, hash torch's and Triton's sources (the keys of AOTAutograd's and "
+                    "Triton's caches, which every process's first compile computes) on a daemon thread, so that "
+                    "the hashing overlaps model set-up and Dynamo's tracing"),
     # debugging (docs/debugging.md)
     "logs": Knob("COIL_LOGS", "", str,
                  "comma list of artefacts to log at INFO on logger coil.<artefact>: "

@@ -1,0 +1,51 @@
+"""coil.backend.prehash: importing coil.backend hashes torch's and Triton's sources on a thread
+(COIL_PREHASH), and the keys it leaves cached are those a process without it computes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+# In a fresh process: import coil.backend, wait for its hashing thread, and report whether one
+# ran, whether Triton's key was already cached before anyone asked for it, and both keys.
+_CHILD = """
+import json, threading
+import coil.backend
+from torch._inductor.codecache import torch_key
+from torch._inductor.runtime.triton_compat import HAS_TRITON, triton_key
+threads = [t for t in threading.enumerate() if t.name == "coil-prehash"]
+for t in threads:
+    t.join(120)
+cached = triton_key.cache_info().currsize if HAS_TRITON else None
+tk = torch_key()
+print(json.dumps({"threads": len(threads), "triton_cached": cached, "triton": triton_key() if HAS_TRITON else None,
+                  "torch": tk.hex() if isinstance(tk, bytes) else str(tk)}))
+"""
+
+
+def _child(prehash: str) -> dict[str, object]:
+    env = dict(os.environ, COIL_PREHASH=prehash)
+    p = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out: dict[str, object] = json.loads(p.stdout.strip().splitlines()[-1])
+    return out
+
+
+def test_the_thread_leaves_the_keys_torch_computes_cached() -> None:
+    on, off = _child("1"), _child("0")
+    assert on["threads"] == 1 and off["threads"] == 0
+    if on["triton"] is None:
+        pytest.fail("Triton is not installed: the thread hashes only torch's sources here")
+    assert on["triton_cached"] == 1  # computed by the thread, before this process asked
+    assert off["triton_cached"] == 0  # without it, nothing computed the key at import
+    assert on["triton"] == off["triton"] and on["torch"] == off["torch"]  # the same values either way
+
+
+def test_start_runs_once_per_process() -> None:
+    from coil.backend import prehash
+
+    assert prehash.start() is None  # importing coil.backend started it (or the knob is off)
