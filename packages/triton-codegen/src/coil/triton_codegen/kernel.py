@@ -20,7 +20,18 @@ from dataclasses import dataclass, field
 
 import sympy
 import torch
-from coil.lowering_ir import Buffer, Constant, Expr, IndexValue, Load, Op, Reduction, Scatter, Value
+from coil.lowering_ir import (
+    Buffer,
+    Constant,
+    Expr,
+    IndexValue,
+    Load,
+    Op,
+    Reduction,
+    Scatter,
+    Value,
+    loads,
+)
 from coil.lowering_ir.printing import texpr
 from coil.scheduler import KernelGroup, Member
 from coil.triton_codegen.casts import HALF, cast_helpers, round_to_half, to_storage
@@ -434,8 +445,6 @@ class KernelWriter:
         are issued. A member computed later reuses these variables (the scope's value cache).
         Loads only move earlier: a buffer this kernel writes is never loaded from memory (its
         values are the kernel's registers), so no load moves across a store of what it reads."""
-        from coil.lowering_ir import loads
-
         early: set[str] = set()
 
         def ready(ld: Load) -> bool:
@@ -621,8 +630,6 @@ def _has_loop_var(e: Expr) -> bool:
 
 
 def _loads(m: Member) -> list[Load]:
-    from coil.lowering_ir import loads
-
     return loads(m.nest.body)
 
 
