@@ -266,9 +266,14 @@ def test_maximum_minimum_clamp_propagate_nan(tk):
     tk.check(fn, x, y)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("strategy", ["persistent", "looped"])
-def test_amax_amin_propagate_nan(tk, strategy):
-    x = torch.tensor([[float("nan"), 1.0, -1.0], [2.0, 3.0, 1.0]])
+def test_amax_amin_propagate_nan(tk, strategy, dtype):
+    # a NaN first, last and in the middle of rows, a row of infinities, a clean row (float64
+    # reduces through its own path: KernelWriter.final)
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([[nan, 1.0, -1.0], [2.0, 3.0, 1.0], [-inf, inf, nan], [5.0, nan, 7.0], [-inf, -inf, -inf]],
+                     dtype=dtype)
     tk.check(lambda x: (x.amax(1), x.amin(1)), x, strategy=strategy)
 
 

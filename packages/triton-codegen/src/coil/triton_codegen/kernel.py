@@ -505,7 +505,7 @@ class KernelWriter:
                 if op.reduction_type in ("argmax", "argmin"):
                     self.emit(xs, self.arg_final(out, op.reduction_type, accs[op.output.name], f"{accs[op.output.name]}_i"))
                 else:
-                    self.emit(xs, f"{out} = {self.final(op.reduction_type, accs[op.output.name])}")
+                    self.emit(xs, f"{out} = {self.final(op.reduction_type, accs[op.output.name], register_dtype(op.acc_dtype))}")
                 xs.members[op.output.name] = out
                 self.store(m, out, xs)
 
@@ -568,12 +568,21 @@ class KernelWriter:
             "any": f"{a} | ({v} != 0)", "all": f"{a} & ({v} != 0)",
         }[rtype]
 
-    def final(self, rtype: str, a: str) -> str:
-        has_nan = f"(tl.max(({a} != {a}).to(tl.int8), 1)[:, None] > 0)"
+    def final(self, rtype: str, a: str, acc: torch.dtype) -> str:
+        """The row's total of `a` (registers of dtype `acc`), kept as an [XBLOCK, 1] column. A
+        float max or min propagates NaN as eager does (tl.max alone returns the other operand):
+        one tl.reduce whose combine is NaN-propagating (PTX max.NaN / min.NaN for float32 and
+        the half types); float64, which PTX has no such instruction for, takes a reduction of
+        the row's NaN flags beside tl.max."""
+        ext = {"max": "tl.max", "min": "tl.min"}
+        if rtype in ext and acc.is_floating_point:
+            if acc == torch.float64:
+                has_nan = f"(tl.max(({a} != {a}).to(tl.int8), 1)[:, None] > 0)"
+                return f"tl.where({has_nan}, float('nan'), {ext[rtype]}({a}, 1)[:, None])"
+            return f"tl.reduce({a}, 1, _coil_{rtype}_nan)[:, None]"
         return {
             "sum": f"tl.sum({a}, 1)[:, None]", "prod": f"tl.reduce({a}, 1, _coil_mul)[:, None]",
-            "max": f"tl.where({has_nan}, float('nan'), tl.max({a}, 1)[:, None])",
-            "min": f"tl.where({has_nan}, float('nan'), tl.min({a}, 1)[:, None])",
+            "max": f"tl.max({a}, 1)[:, None]", "min": f"tl.min({a}, 1)[:, None]",
             "any": f"(tl.max({a}.to(tl.int8), 1) != 0)[:, None]",
             "all": f"(tl.min({a}.to(tl.int8), 1) != 0)[:, None]",
         }[rtype]
@@ -588,7 +597,7 @@ class KernelWriter:
         if op.reduction_type in ("argmax", "argmin"):
             self.emit(rs, self.arg_final(out, op.reduction_type, masked, "(rindex + xindex * 0).to(tl.int64)"))
         else:
-            self.emit(rs, f"{out} = {self.final(op.reduction_type, masked)}")
+            self.emit(rs, f"{out} = {self.final(op.reduction_type, masked, register_dtype(op.acc_dtype))}")
         return out
 
     def arg_final(self, out: str, rtype: str, vals: str, idx: str) -> str:
@@ -638,6 +647,11 @@ PRELUDE = {
     "interpret": "import triton\nimport triton.language as tl\n",
 }
 HELPERS = "\n@triton.jit\ndef _coil_mul(a, b):\n    return a * b\n\n"
+# a reduction's NaN-propagating combine (KernelWriter.final)
+NAN_HELPERS = {
+    "_coil_max_nan": "\n@triton.jit\ndef _coil_max_nan(a, b):\n    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)\n\n",
+    "_coil_min_nan": "\n@triton.jit\ndef _coil_min_nan(a, b):\n    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)\n\n",
+}
 # the interpreter has no libdevice: atan by range reduction and an odd polynomial (error < 2e-7)
 INTERPRET_HELPERS = """
 @triton.jit
@@ -680,6 +694,7 @@ def _coil_index(n):
 def _helpers(source: str, target: str) -> str:
     """The helper functions `source` calls (only those: each @triton.jit costs ~2 ms to load)."""
     out = (HELPERS if "_coil_mul" in source else "") + cast_helpers(source)
+    out += "".join(h for name, h in NAN_HELPERS.items() if name + ")" in source)
     if target != "cuda" and "_coil_atan" in source:  # _coil_atan2 calls _coil_atan
         out += INTERPRET_HELPERS
     if target != "cuda" and "_coil_index(" in source:
