@@ -247,6 +247,66 @@ def test_kernels_compiled_here_on_threads_are_known_to_the_next_process(
         p.close()
 
 
+@pytest.fixture
+def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of each kernel function whose source Triton parses for its cache key from now on
+    (`JITFunction.cache_key` runs `parse`; code generation does not go through it here)."""
+    from triton.runtime.jit import JITFunction
+
+    names: list[str] = []
+    real = JITFunction.parse
+
+    def counting(self: Any) -> Any:
+        names.append(self.__name__)
+        return real(self)
+
+    monkeypatch.setattr(JITFunction, "parse", counting)
+    return names
+
+
+@pytest.mark.parametrize("workers", [2, 0])
+def test_a_warm_start_reuses_each_kernels_cache_key_instead_of_parsing_it(
+        specs: Any, sm90: Path, monkeypatch: pytest.MonkeyPatch, generated: list[str], parsed: list[str],
+        workers: int) -> None:
+    """The marker keeps the function's Triton cache key (`compile_jobs.remember_compiled`): a new
+    process gives it to the same function before the warmup (`reuse_cache_key`), which then
+    parses no source, generates no code, and loads the binary stored under the key Triton
+    computes itself (the same key, checked against a parse in the same process). A marker
+    without a key (as before keys were kept, or torn) makes Triton parse again, and gets its key."""
+    from coil.runtime.compile import clear_memo
+
+    spec_list = [specs.add(256), specs.rowsum(50)]
+    p = CompilePool(2)
+    monkeypatch.setattr(compile_pool, "shared_pool", lambda: p)
+    try:
+        with override(compile_workers=workers):
+            assert aot_module.precompile_each([_load(s, CUDA0, False) for s in spec_list], CUDA0, threads=1) == [None] * 2
+            first = sorted(parsed)  # rowsum_kernel's helper _square is parsed too, for rowsum_kernel's key
+            assert first == ["_square", "add_kernel", "rowsum_kernel"]
+            target = compile_jobs.target_of(CUDA0)
+            clear_memo()  # a new process
+            kernels = [_load(s, CUDA0, False) for s in spec_list]
+            assert all(k.fn.hash is None for k in kernels)
+            parsed.clear()
+            generated.clear()
+            assert aot_module.precompile_each(kernels, CUDA0, threads=1) == [None] * 2
+            assert parsed == [] and generated == []
+            given = [k.fn.hash for k in kernels]
+            for k in kernels:  # what Triton computes for the same source in this process
+                k.fn.hash = None
+            assert [k.fn.cache_key for k in kernels] == given
+            for k in kernels:  # torn or old markers: no key
+                compile_jobs._marker(k, target).write_text("not a key\n")
+            clear_memo()
+            parsed.clear()
+            kernels = [_load(s, CUDA0, False) for s in spec_list]
+            assert aot_module.precompile_each(kernels, CUDA0, threads=1) == [None] * 2
+            assert sorted(parsed) == first and generated == []
+            assert [compile_jobs.remembered_key(k, target) for k in kernels] == given  # written again
+    finally:
+        p.close()
+
+
 def test_a_job_queued_twice_is_compiled_once(specs: Any, sm90: Path) -> None:
     jobs = [j for j in compile_jobs.capture(_kernels(specs, (8,)), CUDA0) if j is not None]
     p = CompilePool(1)

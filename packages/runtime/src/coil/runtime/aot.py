@@ -71,9 +71,13 @@ def precompile_each(kernels: Sequence[Kernel], device: torch.device, threads: in
     """
     if not kernels:
         return []
+    target = _target(device)
+    if target is not None:
+        for kernel in kernels:  # a warm start: no parse of each source for Triton's cache key
+            compile_jobs.reuse_cache_key(kernel, target)
     workers = compile_pool.shared_pool() if len(kernels) > 1 else None
-    if workers is not None:
-        got = _in_workers(kernels, device, workers)
+    if workers is not None and target is not None:
+        got = _in_workers(kernels, device, workers, target)
         if got is not None:
             return got
     errors: list[KernelCompileError | None] = [None] * len(kernels)
@@ -93,24 +97,29 @@ def precompile_each(kernels: Sequence[Kernel], device: torch.device, threads: in
         with ThreadPoolExecutor(max_workers=min(threads, len(batch)), thread_name_prefix="coil-aot") as pool:
             for i, error in zip(batch, pool.map(lambda j: _try_one(kernels[j], device), batch), strict=True):
                 errors[i] = error
-    _remember([k for k, e in zip(kernels, errors, strict=True) if e is None], device)
+    if target is not None:
+        _remember([k for k, e in zip(kernels, errors, strict=True) if e is None], target)
     return errors
 
 
-def _remember(kernels: Sequence[Kernel], device: torch.device) -> None:
-    """Leave the marker of every kernel compiled here on threads (`compile_jobs.remember_compiled`),
-    so that a later process loads it without sending it to a worker: a kernel compiled alone (an
+def _target(device: torch.device) -> compile_jobs.Target | None:
+    """The device's GPU target, or None (logged at DEBUG) where no driver answers: kernels are
+    then compiled on threads, neither remembered nor given a remembered cache key."""
+    try:
+        return compile_jobs.target_of(device)
+    except Exception as exc:
+        log.debug("coil: no GPU target for %s (%s: %s)", device, type(exc).__name__, exc)
+        return None
+
+
+def _remember(kernels: Sequence[Kernel], target: compile_jobs.Target) -> None:
+    """Leave the marker (`compile_jobs.remember_compiled`) of every kernel compiled or loaded here
+    whose marker is missing or holds no cache key yet, so that a later process loads it without
+    sending it to a worker and without parsing its source: a kernel compiled alone (an
     autotuning problem's last new candidate, a graph's one new kernel) or with no workers at all
     was otherwise unknown to the next warm start, which started the pool for it."""
-    if not kernels:
-        return
-    try:
-        target = compile_jobs.target_of(device)
-    except Exception as exc:  # no driver to ask: the next process only compiles it again
-        log.debug("coil: compiled kernels not remembered (%s: %s)", type(exc).__name__, exc)
-        return
     for kernel in kernels:
-        if not compile_jobs.known_compiled(kernel, target):
+        if compile_jobs.remembered_key(kernel, target) is None:
             compile_jobs.remember_compiled(kernel, target)
 
 
@@ -122,14 +131,14 @@ def _try_one(kernel: Kernel, device: torch.device) -> KernelCompileError | None:
     return None
 
 
-def _in_workers(kernels: Sequence[Kernel], device: torch.device,
-                pool: compile_pool.CompilePool) -> list[KernelCompileError | None] | None:
+def _in_workers(kernels: Sequence[Kernel], device: torch.device, pool: compile_pool.CompilePool,
+                target: compile_jobs.Target) -> list[KernelCompileError | None] | None:
     """`precompile_each` through worker processes (see the module docstring); None when the
     jobs could not be captured at all (the caller compiles on threads instead)."""
-    got = _new_jobs(kernels, device, "compiling on threads")
+    got = _new_jobs(kernels, device, "compiling on threads", target)
     if got is None:
         return None
-    target, unknown, todo = got
+    target, _, todo = got
     results = pool.run([job for _, job in todo]) if todo else iter(())
     sent = {i for i, _ in todo}
     errors: list[KernelCompileError | None] = [None] * len(kernels)
@@ -139,9 +148,7 @@ def _in_workers(kernels: Sequence[Kernel], device: torch.device,
     for k, _ in results:
         i = todo[k][0]
         errors[i] = _try_one(kernels[i], device)
-    for i in unknown:
-        if errors[i] is None:
-            compile_jobs.remember_compiled(kernels[i], target)
+    _remember([k for k, e in zip(kernels, errors, strict=True) if e is None], target)
     return errors
 
 
@@ -157,12 +164,13 @@ def prefetch(kernels: Sequence[Kernel], device: torch.device) -> None:
         workers.run([job for _, job in got[2]])
 
 
-def _new_jobs(kernels: Sequence[Kernel], device: torch.device, instead: str
+def _new_jobs(kernels: Sequence[Kernel], device: torch.device, instead: str, target: compile_jobs.Target | None = None
               ) -> tuple[compile_jobs.Target, list[int], list[tuple[int, compile_jobs.CompileJob]]] | None:
-    """The device's target, the indices of the kernels not compiled into Triton's cache before
-    (`compile_jobs.known_compiled`), and a job for each of them that needs compiling (index, job);
-    None when capturing fails as a whole (`_capture`)."""
-    target = compile_jobs.target_of(device)
+    """The device's target (`target`, or asked for), the indices of the kernels not compiled into
+    Triton's cache before (`compile_jobs.known_compiled`), and a job for each of them that needs
+    compiling (index, job); None when capturing fails as a whole (`_capture`)."""
+    if target is None:
+        target = compile_jobs.target_of(device)
     unknown = [i for i, k in enumerate(kernels) if not compile_jobs.known_compiled(k, target)]
     jobs = _capture([kernels[i] for i in unknown], device, instead) if unknown else []
     if jobs is None:

@@ -20,12 +20,23 @@ start whose kernels are all known loads them in its own process and starts no wo
 starting up competed with the warm start for the CPU: 0.8-0.9 s of a 6-8 s first call, H100,
 2026-11-26). A wrong marker (Triton's folder emptied by hand) only means the warmup here
 compiles that kernel itself.
+
+The marker also holds the kernel function's Triton cache key (`JITFunction.cache_key`: a sha256
+of its source and of what it calls, which Triton computes by parsing the source's AST, ~5 ms a
+function on the device machine, once per function and process), and `reuse_cache_key` gives it to
+the same function in a later process before its warmup: a warm start then loads each binary
+without parsing. The key is only ever read back for the kernel it was computed for (the marker's
+name covers the module file, the source and Triton's version), and Triton's own compile key
+also hashes Triton's sources and the options, so a stale key can cost a compile, never a wrong
+binary. Triton keeps no `used_global_vals` for a function whose key it did not compute, and so
+does not re-check its globals at launches; coil's kernel modules never rebind theirs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,15 +106,57 @@ def known_compiled(kernel: Kernel, target: Target) -> bool:
     return _marker(kernel, target).exists()
 
 
+_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+def _cache_key(kernel: Kernel) -> str | None:
+    """The Triton cache key of `kernel.fn` if Triton has computed it in this process, else None."""
+    key = getattr(kernel.fn, "hash", None)
+    return key if isinstance(key, str) and _KEY.fullmatch(key) else None
+
+
 def remember_compiled(kernel: Kernel, target: Target) -> None:
-    """Record that `kernel` is compiled for `target` into Triton's cache folder (best effort: a
-    folder that cannot be written only means the next process sends it to a worker again)."""
+    """Record that `kernel` is compiled for `target` into Triton's cache folder, with its function's
+    Triton cache key when known (written whole or not at all: a temporary file renamed). Best
+    effort: a folder that cannot be written only means the next process sends it to a worker
+    again, or parses its source again."""
     try:
         path = _marker(kernel, target)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(_cache_key(kernel) or "")
+        os.replace(tmp, path)
     except OSError:
         pass
+
+
+def remembered_key(kernel: Kernel, target: Target) -> str | None:
+    """The Triton cache key `remember_compiled` stored for this kernel, or None (no marker, an
+    empty one from before keys were kept, or anything that is not a sha256)."""
+    try:
+        text = _marker(kernel, target).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if _KEY.fullmatch(text) else None
+
+
+def reuse_cache_key(kernel: Kernel, target: Target) -> bool:
+    """Give `kernel.fn` the cache key an earlier process stored for it (`remembered_key`) if
+    Triton has not computed one here yet, so that the warmup skips parsing the source. True when
+    the function has a key now (computed or given), False when Triton will compute it."""
+    fn = kernel.fn
+    if _cache_key(kernel) is not None:
+        return True
+    key = remembered_key(kernel, target)
+    if key is None or getattr(fn, "hash", "") is not None:
+        return False
+    lock = getattr(fn, "_hash_lock", None)
+    if lock is None:
+        return False
+    with lock:
+        if fn.hash is None:
+            fn.hash = key
+    return True
 
 
 def warmup_args(kernel: Kernel) -> list[object]:
