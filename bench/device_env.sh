@@ -90,3 +90,24 @@ for name, r in d["cases"].items():
 print(f"  coil <= inductor on {n} of {len(d['cases'])}; copy GB/s {d['copy_gbs']}")
 PY
 }
+
+# `warm_ab CASE...`: coil's warm first call of each CASE (bench/compile_profile.py --case) with
+# the old wheels (old_wheels, called here) and this tree's: one cold run per wheel set into its
+# own cache folders, then ROUNDS (default 3) alternating warm runs; prints the first-call,
+# Dynamo, AOTAutograd and coil-stage lines of each
+warm_ab() {
+  local case round site s d
+  old_wheels || echo "no .whl_old"
+  for case in "$@"; do
+    for round in cold $(seq ${ROUNDS:-3}); do
+      for site in /tmp/site_old /tmp/site; do
+        s=$(basename $site); d=/tmp/wab-$case-$s
+        [ $round = cold ] && rm -rf $d
+        echo "== $case $s $round"
+        PYTHONPATH=$site COIL_CACHE_DIR=$d/coil TRITON_CACHE_DIR=$d/triton TORCHINDUCTOR_CACHE_DIR=$d/inductor \
+          timeout ${WARM_S:-120} python3 bench/compile_profile.py --case $case 2>&1 \
+          | grep "first call\|Dynamo capture\|AOTAutograd\|runtime compile\|coil stages" | cut -c1-120
+      done
+    done
+  done
+}
