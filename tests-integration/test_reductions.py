@@ -66,14 +66,17 @@ def test_strided_rows_tile_outer(monkeypatch: pytest.MonkeyPatch, device: torch.
 
 def test_split_reduction_makes_two_kernels(monkeypatch: pytest.MonkeyPatch, device: torch.device) -> None:
     monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "1000")
-    _run(lambda x: x.sum(1), torch.randn(3, 5000, device=device))
+    # integer values: the sum is exact in any order (random floats failed eager's tolerance in
+    # 2 of 12 runs here: a split sum of 5000 differs from eager's by a few ulp of the total)
+    exact = torch.randint(-8, 8, (3, 5000), device=device).float()
+    _run(lambda x: x.sum(1), exact)
     # the sum's FX node is computed by two kernels: partials over chunks of each row, then their sum
     origins = COMPILED[0].kernel_origins
     assert len(origins) == 2 and all(any(o.startswith("sum") for o in k) for k in origins), origins
     monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", str(1 << 30))
     torch._dynamo.reset()
     COMPILED.clear()
-    _run(lambda x: x.sum(1), torch.randn(3, 5000, device=device))
+    _run(lambda x: x.sum(1), exact)
     assert len(COMPILED[0].kernel_origins) == 1  # the same reduction, unsplit
 
 
@@ -82,7 +85,7 @@ def test_several_reductions_share_one_kernel(device: torch.device) -> None:
     _run(lambda x: x.softmax(-1), torch.randn(4, 50, device=device))
     assert sum(s.kernels for s in COMPILED) == 1
     src = next(iter(COMPILED[0].kernel_sources.values()))
-    assert "tl.max(" in src and "tl.sum(" in src
+    assert "_coil_max_nan)" in src and "tl.sum(" in src  # the row max (one NaN-propagating tl.reduce) and the sum
 
 
 @pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])
