@@ -111,3 +111,17 @@ warm_ab() {
     done
   done
 }
+
+# `probe_ab TAG SCRIPT [ARG...]`: python3 SCRIPT ARG... with the old wheels (old_wheels, called
+# here) and this tree's, one after the other, each with its own cache folder (/tmp/cc-TAG-<site>)
+# and at most PROBE_S seconds (default 120); warnings dropped, output also in $OUT/TAG.txt
+probe_ab() {
+  local tag=$1 site
+  shift
+  old_wheels || echo "no .whl_old"
+  for site in /tmp/site_old /tmp/site; do
+    echo "== $(basename $site)"
+    PYTHONPATH=$site COIL_CACHE_DIR=/tmp/cc-$tag-$(basename $site) timeout ${PROBE_S:-120} \
+      python3 "$@" 2>&1 | grep -v -i warn
+  done 2>&1 | tee $OUT/$tag.txt
+}
