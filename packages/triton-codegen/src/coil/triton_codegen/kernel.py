@@ -646,9 +646,10 @@ PRELUDE = {
     "cuda": "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n",
     "interpret": "import triton\nimport triton.language as tl\n",
 }
-HELPERS = "\n@triton.jit\ndef _coil_mul(a, b):\n    return a * b\n\n"
-# a reduction's NaN-propagating combine (KernelWriter.final)
-NAN_HELPERS = {
+# the combine functions of reductions emitted as tl.reduce (prod; a float max/min propagating NaN,
+# KernelWriter.final), each added to the kernels that call it
+HELPERS = {
+    "_coil_mul": "\n@triton.jit\ndef _coil_mul(a, b):\n    return a * b\n\n",
     "_coil_max_nan": "\n@triton.jit\ndef _coil_max_nan(a, b):\n    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)\n\n",
     "_coil_min_nan": "\n@triton.jit\ndef _coil_min_nan(a, b):\n    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)\n\n",
 }
@@ -693,8 +694,7 @@ def _coil_index(n):
 
 def _helpers(source: str, target: str) -> str:
     """The helper functions `source` calls (only those: each @triton.jit costs ~2 ms to load)."""
-    out = (HELPERS if "_coil_mul" in source else "") + cast_helpers(source)
-    out += "".join(h for name, h in NAN_HELPERS.items() if name + ")" in source)
+    out = "".join(h for name, h in HELPERS.items() if name in source) + cast_helpers(source)
     if target != "cuda" and "_coil_atan" in source:  # _coil_atan2 calls _coil_atan
         out += INTERPRET_HELPERS
     if target != "cuda" and "_coil_index(" in source:
