@@ -36,6 +36,7 @@ from coil.lowering_ir.printing import texpr
 from coil.scheduler import KernelGroup, Member
 from coil.triton_codegen.casts import HALF, cast_helpers, round_to_half, to_storage
 from coil.triton_codegen.config import CodegenOptions, KernelConfig, choose
+from coil.triton_codegen.online import online_pairs, unread_after
 from coil.triton_codegen.optable import register_dtype, same_width_int, template, tl_dtype
 from coil.triton_codegen.tiling import x_contiguous_loads
 
@@ -101,6 +102,9 @@ class KernelWriter:
         self.n = 0
         self.symbols: set[sympy.Symbol] = set()
         self.writer: dict[str, Member] = {m.op.output.name: m for m in group.members}
+        # looped kernels: sums of exp(v - max) that accumulate in their max's loop (online.py)
+        self.online = online_pairs(group)
+        self.unread = unread_after(group, self.online)  # r members only those sums read
         self.xscope = _Scope("    ")
         # looped reductions: the buffers a later loop of this kernel reads again (eviction hints)
         self.reread: frozenset[str] | None = None
@@ -361,6 +365,9 @@ class KernelWriter:
                 s = 0
                 for d in deps:
                     k = self.g.members[d].kind
+                    if i in self.online and d in self.online[i].deps:  # accumulated in the max's loop
+                        s = max(s, seg[self.online[i].max_index])
+                        continue
                     s = max(s, seg[d] + 1 if k == "reduce" else seg[d] if k == "r" else after[d] + 1)
                 seg[i] = s
         return seg, after
@@ -411,9 +418,12 @@ class KernelWriter:
                         self.store(m, self.compute_member(m, xs), xs)
                 if s + 1 >= nseg:
                     continue
-                ms = [(i, m) for i, m in enumerate(g.members) if m.kind != "x" and seg[i] == s + 1]
+                ms = [(i, m) for i, m in enumerate(g.members)
+                      if m.kind != "x" and seg[i] == s + 1 and i not in self.unread]
+                if not ms:
+                    continue
                 self.reread = frozenset(ld.buffer for i, m in enumerate(g.members)
-                                        if m.kind != "x" and seg[i] > s + 1 for ld in _loads(m))
+                                        if m.kind != "x" and seg[i] > s + 1 and i not in self.unread for ld in _loads(m))
                 self._loop(ms)
             self.reread = None
         for e in (g.xnumel, g.rnumel):
@@ -480,14 +490,20 @@ class KernelWriter:
         self.emit(rs, "rindex = roffset + tl.arange(0, RBLOCK)[None, :]")
         self.emit(rs, "rmask = rindex < rnumel")
         self._dims(rs, "rd", "rindex", self.g.r_dims)
-        for _, m in ms:
+        here = {i for i, _ in ms}
+        partner = {o.max_index: i for i, o in self.online.items() if i in here}  # max -> its online sum
+        for i, m in ms:
             if m.kind == "reduce":
                 op = m.op
                 assert isinstance(op, Reduction)
+                if i in self.online and i in here:
+                    continue  # accumulated with its max (below)
                 v = self.value(m.nest.body, m, rs)
                 a = accs[op.output.name]
                 v = self.to_acc(v, op, rs)
-                if op.reduction_type in ("argmax", "argmin"):
+                if i in partner:
+                    self.online_step(a, v, partner[i], accs, rs)
+                elif op.reduction_type in ("argmax", "argmin"):
                     cmp = ">" if op.reduction_type == "argmax" else "<"
                     take = self.tmp()
                     self.emit(rs, f"{take} = xmask & rmask & ({v} {cmp} {a})")
@@ -497,17 +513,34 @@ class KernelWriter:
                     self.emit(rs, f"{a} = tl.where(xmask & rmask, {self.combine(op.reduction_type, a, v)}, {a})")
             else:
                 self.store(m, self.compute_member(m, rs), rs)
-        for _, m in ms:
+        for i, m in ms:
             if m.kind == "reduce":
                 op = m.op
                 assert isinstance(op, Reduction)
                 out = self.tmp()
-                if op.reduction_type in ("argmax", "argmin"):
+                if i in self.online and i in here:
+                    mx = self.g.members[self.online[i].max_index].op.output.name
+                    self.emit(xs, f"{out} = tl.sum({accs[op.output.name]} * tl.exp({accs[mx]} - {xs.members[mx]}), 1)[:, None]")
+                elif op.reduction_type in ("argmax", "argmin"):
                     self.emit(xs, self.arg_final(out, op.reduction_type, accs[op.output.name], f"{accs[op.output.name]}_i"))
                 else:
                     self.emit(xs, f"{out} = {self.final(op.reduction_type, accs[op.output.name], register_dtype(op.acc_dtype))}")
                 xs.members[op.output.name] = out
                 self.store(m, out, xs)
+
+    def online_step(self, a: str, v: str, i: int, accs: dict[str, str], rs: _Scope) -> None:
+        """One loop step of a max (accumulator `a`, this step's values `v`) and of member `i`, the
+        sum of exp(value - max) that accumulates with it (online.py): the sum is rescaled to the
+        new running max, and stays 0 while nothing but -inf has been seen."""
+        m, o = self.g.members[i], self.online[i]
+        op = m.op
+        assert isinstance(op, Reduction)
+        e = self.to_acc(self.value(o.value, m, rs), op, rs)
+        s, new = accs[op.output.name], self.tmp()
+        self.emit(rs, f"{new} = tl.where(xmask & rmask, {self.combine('max', a, v)}, {a})")
+        self.emit(rs, f"{s} = tl.where(xmask & rmask, tl.where({new} == float('-inf'), 0.0, "
+                      f"{s} * tl.exp({a} - {new}) + tl.exp({e} - {new})), {s})")
+        self.emit(rs, f"{a} = {new}")
 
     def _scan(self, m: Member) -> None:
         """A cumulative sum/product along r: one block (persistent) or blocks with a carry."""

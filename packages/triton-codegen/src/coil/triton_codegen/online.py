@@ -1,0 +1,133 @@
+"""Online softmax: a row's sum of exp(v - max) accumulated in the same loop as the max.
+
+A looped reduction kernel runs one loop over the row per dependent reduction: softmax's
+`m = max(x)`, then `s = sum(exp(x - m))`, then the output `exp(x - m) / s` read the row three
+times, cross-entropy's two. When the sum's body is exactly `exp(v - m)` with `m` a float32 max
+of the same kernel over `v` itself, `v` computed from the kernel's inputs alone, the sum can run
+in the max's loop: each lane keeps its running max `ma` and a sum `sa` scaled to it,
+
+    mn = max(ma, f)                       (f: the max's body at this step; NaN propagates)
+    sa = 0                                 where mn == -inf (nothing but -inf seen so far)
+         sa * exp(ma - mn) + exp(v - mn)   elsewhere
+    ma = mn
+
+and after the loop the row's max `M = max(ma)` and `s = sum(sa * exp(ma - M))`. This is the same
+value as the two-pass sum up to rounding, including the rows eager gives NaN (any NaN, a +inf, a
+row of -inf: `0 * exp(-inf - -inf)` is NaN again at the end) and rows with leading -inf (their
+lanes keep `sa = 0`, which the final scaling keeps 0 for a finite M). `online_pairs` finds the
+pairs; `KernelWriter` (kernel.py) puts both in one loop segment and emits the updates above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from coil.lowering_ir import Load, Op, Reduction, Value, loads
+from coil.scheduler import KernelGroup, Member
+
+
+@dataclass(frozen=True)
+class OnlineSum:
+    """A sum member that accumulates in its max's loop.
+
+    Attributes:
+        max_index: the max member (its index in the group).
+        value: `v` of exp(v - max), the max's own body, over the sum's loop mapping.
+        deps: the members the sum no longer waits for (the max, and the fused "r" members its
+            body was read through).
+    """
+
+    max_index: int
+    value: Value
+    deps: frozenset[int]
+
+
+def online_pairs(group: KernelGroup) -> dict[int, OnlineSum]:
+    """Each sum member of `group` that can accumulate online, by index.
+
+    The sum's body is read through the "r" members of the group it loads plainly, with the same
+    loop mapping (softmax's x - max and exp(...), kept as members for the division too), and must
+    then be `exp(sub(v, load of a max's output))`: nothing around the exp, the max's output
+    loaded plainly. Both reductions accumulate in float32, the max comes first, and `v` is the
+    max's own body over the same mapping (so every term exp(v - running max) is at most 1: no
+    overflow that the final max would have avoided, and a lane's -inf prefix contributes
+    exactly what eager's exp(-inf - M) does) loading only buffers this group does not write."""
+    writer = {m.op.output.name: i for i, m in enumerate(group.members)}
+    out: dict[int, OnlineSum] = {}
+    for i, m in enumerate(group.members):
+        op = m.op
+        if m.kind != "reduce" or not isinstance(op, Reduction) or op.reduction_type != "sum":
+            continue
+        if op.acc_dtype != torch.float32:
+            continue
+        through: set[int] = set()
+        body = _through_r(m.nest.body, group, writer, m, through)
+        if not (isinstance(body, Op) and body.name == "exp"):
+            continue
+        inner = body.args[0]
+        if not (isinstance(inner, Op) and inner.name == "sub"):
+            continue
+        v, sub = inner.args
+        if not (isinstance(sub, Load) and _plain(sub) and sub.buffer in writer):
+            continue
+        j = writer[sub.buffer]
+        a = group.members[j]
+        if not (j < i and _float32_max(a) and sub.dtype == torch.float32 and a.mapping == m.mapping):
+            continue
+        if v != a.nest.body or any(ld.buffer in writer for ld in loads(v)):
+            continue
+        out[i] = OnlineSum(j, v, frozenset(through | {j}))
+    return out
+
+
+def _through_r(v: Value, group: KernelGroup, writer: dict[str, int], m: Member, through: set[int],
+               depth: int = 0) -> Value:
+    """`v` with each plain load of a fused "r" member's buffer (same loop mapping as `m`) replaced
+    by that member's body, recursively (the members read are added to `through`); loads of
+    anything else, and values deeper than 8 members, are left as they are."""
+    if isinstance(v, Load):
+        k = writer.get(v.buffer)
+        if k is None or not _plain(v) or depth >= 8:
+            return v
+        r = group.members[k]
+        if r.kind != "r" or r.mapping != m.mapping or r.nest.body.dtype != v.dtype:
+            return v
+        through.add(k)
+        return _through_r(r.nest.body, group, writer, m, through, depth + 1)
+    if isinstance(v, Op) and v.name in ("exp", "sub"):  # the only nodes the pattern walks through
+        return Op(v.name, tuple(_through_r(x, group, writer, m, through, depth) for x in v.args), v.dtype)
+    return v
+
+
+def unread_after(group: KernelGroup, pairs: dict[int, OnlineSum]) -> frozenset[int]:
+    """The fused "r" members no one needs once `pairs` accumulate online: neither stored nor read
+    by anything but those sums (that now read through them) and other such members. Their
+    loop would compute values nothing uses (cross-entropy's exp(x - max))."""
+    readers: dict[str, set[int]] = {}
+    for k, m in enumerate(group.members):
+        for ld in loads(m.nest.body):
+            readers.setdefault(ld.buffer, set()).add(k)
+    skipped = {(k, d) for k, o in pairs.items() for d in o.deps}
+    dead: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for d in {d for o in pairs.values() for d in o.deps} - dead:
+            m = group.members[d]
+            name = m.op.output.name
+            if m.kind != "r" or name in group.stores:
+                continue
+            if all((k, d) in skipped or k in dead for k in readers.get(name, ())):
+                dead.add(d)
+                changed = True
+    return frozenset(dead)
+
+
+def _plain(ld: Load) -> bool:
+    return ld.mask is None and not ld.indirect
+
+
+def _float32_max(m: Member) -> bool:
+    op = m.op
+    return m.kind == "reduce" and isinstance(op, Reduction) and op.reduction_type == "max" and op.acc_dtype == torch.float32
