@@ -34,7 +34,8 @@ def test_candidate_sets_follow_the_rules(target):
     for xnumel, rnumel, strategy, xc in itertools.product(sizes, sizes, config.STRATEGIES, (False, True)):
         default = choose(xnumel, rnumel, True, target, strategy, xc)
         cands = candidates(default, xnumel, rnumel, target)
-        assert cands[0] == default and len(cands) <= config.MAX_CANDIDATES
+        wide = len(config.WIDE_LOOPS) if default.strategy == "looped" and target == "cuda" else 0
+        assert cands[0] == default and len(cands) <= config.MAX_CANDIDATES + wide
         assert len(set(cands)) == len(cands)
         budget = config.INTERP_BUDGET if target != "cuda" else config.CUDA_BUDGET
         for c in cands:
@@ -59,6 +60,7 @@ def test_cuda_candidates_vary_what_the_brief_names():
     assert looped.strategy == "looped" and looped.rblock == 1024
     cands = candidates(looped, 256, 1 << 15, "cuda")
     assert {512, 1024, 2048} <= {c.rblock for c in cands} and len({c.xblock for c in cands}) > 1
+    assert {(1, r, w) for r, w in config.WIDE_LOOPS} <= {(c.xblock, c.rblock, c.num_warps) for c in cands}
     persistent = choose(8192, 512, True, "cuda")
     cands = candidates(persistent, 8192, 512, "cuda")
     assert {persistent.xblock // 2, persistent.xblock * 2} <= {c.xblock for c in cands}

@@ -136,11 +136,21 @@ MAX_CANDIDATES = 6
 TILE_CAP_FACTOR = 2
 MAX_WARPS = 32
 
+# a CUDA loop's candidates also hold these (RBLOCK, warps) with one row per program, beside the
+# MAX_CANDIDATES above. On an H100 (2026-11-27, bench/looped_softmax_variants.py) a looped online
+# softmax over 4096 x 50257 fp32 took 0.77 ms with one row per program, RBLOCK 8192 and 32 warps,
+# against 1.36 ms at the default (4 rows, 1024, 8 warps) and Inductor's 1.14: a program's row is
+# still in L2 when its second loop reads it again (more rows per program, or many programs each
+# walking a narrow block, spill it). Over 8192 x 32000 bf16 one row, 4096 and 16 warps took 0.43
+# ms against 0.59 at the default.
+WIDE_LOOPS = ((2048, 16), (4096, 16), (4096, 32), (8192, 16), (8192, 32))
+
 
 def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> list[KernelConfig]:
     """Launch configurations worth timing for a reduction kernel whose fixed rule gave `default`.
 
-    Returns `default` first, then at most MAX_CANDIDATES - 1 others, all with `default`'s
+    Returns `default` first, then at most MAX_CANDIDATES - 1 others (and, for a loop on CUDA,
+    the WIDE_LOOPS configurations with one row per program too), all with `default`'s
     strategy: a kernel's source depends on its strategy (a persistent block or a loop over r),
     never on its block sizes or warps, so every candidate launches the same source with other
     constexprs (the tests check that the text does not change). Pointwise kernels get `[default]`
@@ -149,7 +159,8 @@ def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> 
     - persistent: XBLOCK halved and doubled, warps halved and doubled, both doubled; RBLOCK stays
       `default.rblock` (the whole row, so it still covers it);
     - looped: RBLOCK halved and doubled (512 and 2048 around the CUDA default of 1024), XBLOCK
-      doubled and halved, warps doubled;
+      doubled and halved, warps doubled; on CUDA also one row per program with each WIDE_LOOPS
+      (RBLOCK, warps);
     - outer: RBLOCK doubled and halved, XBLOCK doubled (with RBLOCK halved) and halved (with RBLOCK
       doubled), warps doubled.
 
@@ -172,6 +183,10 @@ def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> 
         raw = [(x, r // 2, w), (x, 2 * r, w), (2 * x, r, w), (x // 2, r, w), (x, r, 2 * w)]
     else:
         raw = [(x, 2 * r, w), (x, r // 2, w), (2 * x, r // 2, w), (x // 2, 2 * r, w), (x, r, 2 * w)]
+    limit = MAX_CANDIDATES
+    if default.strategy == "looped" and not interp:
+        raw += [(1, wr, ww) for wr, ww in WIDE_LOOPS]
+        limit += len(WIDE_LOOPS)
     out = [default]
     for cx, cr, cw in raw:
         cfg = KernelConfig(default.strategy, cx, cr, cw)
@@ -181,7 +196,7 @@ def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> 
               and tile <= cap and cw <= MAX_WARPS and cw * 32 <= max(tile, 32))
         if ok and cfg not in out:
             out.append(cfg)
-    return out[:MAX_CANDIDATES]
+    return out[:limit]
 
 
 # autotuning across strategies (`looped_alternatives`): a persistent reduction over rows of at
