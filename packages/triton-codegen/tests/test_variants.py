@@ -177,9 +177,10 @@ def test_looped_alternatives_rules():
     persistent = KernelConfig("persistent", 1, 8192, 16)
     assert looped_alternatives(persistent, 16384, 8192, "cuda") == [
         KernelConfig("looped", 1, 2048, 16), KernelConfig("looped", 1, 4096, 16), KernelConfig("looped", 1, 2048, 8),
-        KernelConfig("looped", 1, 8192, 16)]  # the last: one block long, two passes over each row
+        KernelConfig("looped", 1, 8192, 16), KernelConfig("looped", 1, 4096, 32),
+        KernelConfig("looped", 1, 8192, 32)]  # 8192: one block long, two passes over each row
     rows_4096 = looped_alternatives(KernelConfig("persistent", 1, 4096, 16), 16384, 4096, "cuda")
-    assert [c.rblock for c in rows_4096] == [2048, 4096, 2048]  # no block longer than the row
+    assert [c.rblock for c in rows_4096] == [2048, 4096, 2048, 4096]  # no block longer than the row
     assert looped_alternatives(KernelConfig("persistent", 2, 2048, 16), 16384, 2048, "cuda") == []  # short rows
     assert looped_alternatives(persistent, 512, 8192, "cuda") == []  # few rows
     assert looped_alternatives(persistent, 16384, 8192, "interpret") == []
@@ -197,7 +198,7 @@ def test_other_strategy_gives_interchangeable_loops(tk):
     loop = generate(group, bufs, "cuda", "looped")
     vs = other_strategy(ks, lambda: loop, "cuda")
     assert [(v.constexprs["XBLOCK"], v.constexprs["RBLOCK"], v.num_warps) for v in vs] == [
-        (1, 2048, 16), (1, 4096, 16), (1, 2048, 8), (1, 8192, 16)]
+        (1, 2048, 16), (1, 4096, 16), (1, 2048, 8), (1, 8192, 16), (1, 4096, 32), (1, 8192, 32)]
     for v in vs:
         assert v.strategy == "looped" and v.source == loop.source and v.name == ks.name
         assert v.pointer_args == ks.pointer_args and v.size_args == ks.size_args

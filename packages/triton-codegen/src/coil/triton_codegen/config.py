@@ -206,10 +206,12 @@ def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> 
 # persistent 0.0976) and over 4096 (an fp32 layer norm: 0.3565 against 0.3590); for a bf16 RMS
 # norm over rows of 8192 it kept a loop one block long (8192, 16 warps: 0.1815 ms against the
 # persistent 0.1834; 2026-11-27): its second pass reads the row again, from L2, instead of
-# holding it in registers across the row's reduction.
+# holding it in registers across the row's reduction. With 32 warps (2026-11-27,
+# bench/gpu_session22d.sh) coil's fp32 layer norm over 16384 x 8192 took a loop over 8192 at
+# 0.3571 ms against 0.3600 with 16 (Inductor 0.3572).
 LOOPED_ALT_MIN_R = 4096
 LOOPED_ALT_MIN_X = 1024
-LOOPED_ALTERNATIVES = ((2048, 16), (4096, 16), (2048, 8), (8192, 16))
+LOOPED_ALTERNATIVES = ((2048, 16), (4096, 16), (2048, 8), (8192, 16), (4096, 32), (8192, 32))
 
 
 def looped_alternatives(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> list[KernelConfig]:
