@@ -157,3 +157,27 @@ def test_split_batch_norm_training_step(monkeypatch: pytest.MonkeyPatch, device:
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(bn.running_var, ref_bn.running_var)
     assert sum(s.kernels for s in COMPILED) >= 4
+
+
+def test_looped_softmax_and_cross_entropy_are_online(device: torch.device) -> None:
+    # rows longer than one loop step, forced looped: the online softmax (a row's sum of
+    # exp(x - max) accumulated in the max's own loop) makes softmax two loops over each row and
+    # cross-entropy one; rows with a NaN, a +inf, only -inf and a -inf prefix longer than a step
+    # give eager's values (NaN where eager has NaN)
+    torch.manual_seed(0)
+    x = torch.randn(6, 5000, device=device) * 3
+    x[0, 1234] = float("nan")
+    x[1, -1] = float("inf")
+    x[2] = float("-inf")
+    x[3, :4500] = float("-inf")
+    x[4, 0] = 1e4
+    t = torch.randint(0, 5000, (6,), device=device)
+    for fn, loops in ((lambda a, b: a.softmax(-1), 2), (lambda a, b: a.log_softmax(-1), 2),
+                      (lambda a, b: torch.nn.functional.cross_entropy(a, b, reduction="none"), 1)):
+        torch._dynamo.reset()
+        COMPILED.clear()
+        with knobs.override(fallback_on_error=False, reduction_strategy="looped"):
+            out = torch.compile(fn, backend="coil")(x, t)
+        torch.testing.assert_close(out, fn(x, t), equal_nan=True)
+        (src,) = [s for c in COMPILED for s in c.kernel_sources.values() if "for roffset" in s]
+        assert src.count("for roffset") == loops, src
