@@ -17,10 +17,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import coil.lowering_ir as L
+import coil.triton_codegen.kernel as kernel_mod
 import pytest
 import torch
 from coil.scheduler import KernelGroup, Schedule, schedule
-from coil.triton_codegen import KernelSource, generate
+from coil.triton_codegen import KernelConfig, KernelSource, generate
 from torch.fx.experimental.proxy_tensor import make_fx
 
 _count = itertools.count()
@@ -71,6 +72,20 @@ class Run:
 
     sources: list[KernelSource]
     launch = staticmethod(launch)
+
+    @staticmethod
+    def reshape_configs(monkeypatch: pytest.MonkeyPatch, kind: str,
+                        change: Callable[[KernelConfig], KernelConfig]) -> None:
+        """Kernels for which the fixed rule (`kernel.choose`) gives a `kind` configuration
+        ("persistent", "looped", ...) get `change(config)` instead, for the rest of the test."""
+        real = kernel_mod.choose
+
+        def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: str = "auto",
+                   x_contiguous: bool = False) -> KernelConfig:
+            cfg = real(xnumel, rnumel, is_reduction, target, strategy, x_contiguous)
+            return change(cfg) if cfg.strategy == kind else cfg
+
+        monkeypatch.setattr(kernel_mod, "choose", choose)
 
     @staticmethod
     def schedule(fn: Callable[..., Any], *inputs: Any, fusion: bool = True) -> Schedule:

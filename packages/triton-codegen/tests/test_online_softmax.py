@@ -4,7 +4,6 @@ included; run under Triton's interpreter against eager, over rows of several loo
 
 from __future__ import annotations
 
-import coil.triton_codegen.kernel as kernel_mod
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,15 +13,9 @@ INF, NAN = float("inf"), float("nan")
 
 
 @pytest.fixture(params=[8, 64], ids=["r8", "r64"])
-def steps(request, monkeypatch):
+def steps(request, monkeypatch, tk):
     """Looped kernels take RBLOCK = the param: rows of 37 take 5 loop steps, or one."""
-    real = kernel_mod.choose
-
-    def choose(xnumel, rnumel, is_reduction, target, strategy="auto", x_contiguous=False):
-        cfg = real(xnumel, rnumel, is_reduction, target, strategy, x_contiguous)
-        return KernelConfig("looped", cfg.xblock, request.param, cfg.num_warps) if cfg.strategy == "looped" else cfg
-
-    monkeypatch.setattr(kernel_mod, "choose", choose)
+    tk.reshape_configs(monkeypatch, "looped", lambda c: KernelConfig("looped", c.xblock, request.param, c.num_warps))
 
 
 def _loops(source: str) -> int:

@@ -3,7 +3,6 @@ cross-entropy's per-row loss in its row kernel, run under Triton's interpreter a
 
 from __future__ import annotations
 
-import coil.triton_codegen.kernel as kernel_mod
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,15 +10,10 @@ from coil.triton_codegen import KernelConfig
 
 
 @pytest.fixture(params=[1, 2], ids=["one_row", "two_rows"])
-def rows(request, monkeypatch):
+def rows(request, monkeypatch, tk):
     """Persistent kernels with 1 or 2 rows per program (XBLOCK); looped ones as chosen."""
-    real = kernel_mod.choose
-
-    def choose(xnumel, rnumel, is_reduction, target, strategy="auto", x_contiguous=False):
-        cfg = real(xnumel, rnumel, is_reduction, target, strategy, x_contiguous)
-        return KernelConfig("persistent", request.param, cfg.rblock, cfg.num_warps) if cfg.strategy == "persistent" else cfg
-
-    monkeypatch.setattr(kernel_mod, "choose", choose)
+    tk.reshape_configs(monkeypatch, "persistent",
+                       lambda c: KernelConfig("persistent", request.param, c.rblock, c.num_warps))
 
 
 # a float max reduction's call (KernelWriter.final): tl.reduce with the NaN-propagating combine
