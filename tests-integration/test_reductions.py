@@ -181,3 +181,13 @@ def test_looped_softmax_and_cross_entropy_are_online(device: torch.device) -> No
         torch.testing.assert_close(out, fn(x, t), equal_nan=True)
         (src,) = [s for c in COMPILED for s in c.kernel_sources.values() if "for roffset" in s]
         assert src.count("for roffset") == loops, src
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_softmax_over_any_dim_is_one_kernel(dim: int, device: torch.device) -> None:
+    # the reduction's x-then-r order is not the memory order of exp(x - max) and of the
+    # division when the reduced dim is not the innermost: the scheduler orders those pointwise
+    # members as the reductions visit memory (scheduler visit_order.py), so nothing is written
+    # out between kernels
+    _run(lambda x: (x.softmax(dim), x.log_softmax(dim)), torch.randn(4, 19, 33, device=device))
+    assert sum(s.kernels for s in COMPILED) == 1, [k for s in COMPILED for k in s.kernel_sources]

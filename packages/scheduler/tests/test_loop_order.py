@@ -145,6 +145,32 @@ def test_conversion_out_of_channels_last_fuses_with_its_producer(sch):
     sch.check_groups(s)
 
 
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_softmax_over_any_dim_fuses_in_the_reductions_visit_order(sch, dim):
+    """Over an outer dim, exp(x - max) and the division run in their own memory order unless
+    ordered as the reductions visit x (x loops, then the reduced dim): then all of softmax is
+    one kernel, its reductions' loops the x then r of the reduced dim (visit_order.py)."""
+    x = torch.randn(4, 5, 6)
+    s = sch.schedule(lambda x: (x.softmax(dim),), x)
+    (k,) = _kernels(s)
+    assert k.is_reduction and sympy.Mul(*k.r_dims) == x.shape[dim]
+    moved = [m for m in k.members if isinstance(m.op, L.Pointwise) and not isinstance(m.order, str)]
+    assert bool(moved) == (dim != 2)  # the last dim's softmax fuses in the default orders
+    sch.check_groups(s)
+    sch.check_topological(s)
+
+
+def test_visit_order_needs_a_reduction(sch):
+    from coil.scheduler.visit_order import visit_orders
+
+    ops = _ops(sch.lower(lambda x: (x.exp().sum(0),), torch.randn(4, 5)))
+    pw = [o for o in ops if isinstance(o, L.Pointwise)]
+    assert visit_orders(pw, {id(o): "store" for o in pw}) is None  # no reduction member
+    base = {id(o): "store" for o in ops}
+    got = visit_orders(ops, base)
+    assert got is not None and not isinstance(got[id(pw[0])], str)  # exp follows the sum over dim 0
+
+
 def test_memory_order_rules():
     a, b, c = sympy.symbols("a b c", integer=True, nonnegative=True)
     n = sympy.Integer

@@ -98,7 +98,7 @@ def index_exprs(body: Value) -> list[Expr]:
     return out
 
 
-def _linear_coeff(e: Expr, v: sympy.Symbol) -> Expr | None:
+def linear_coeff(e: Expr, v: sympy.Symbol) -> Expr | None:
     """Coefficient of `v` if `e` (expanded) is affine in `v` with no other occurrence, else None.
 
     Reads the terms of the sum directly: each term holding `v` must be `v` or a product with one
@@ -147,7 +147,7 @@ def simplify_loops(sizes: Sequence[Expr], syms_in: Sequence[sympy.Symbol], exprs
         a, b = keep_v[j - 1], keep_v[j]
         ok = True
         for e in cur:
-            ca, cb = _linear_coeff(e, a), _linear_coeff(e, b)
+            ca, cb = linear_coeff(e, a), linear_coeff(e, b)
             if ca is None or cb is None or (ca != cb * keep_s[j] and sympy.expand(ca - cb * keep_s[j]) != 0):
                 ok = False
                 break
@@ -191,7 +191,7 @@ def memory_order(sizes: Sequence[Expr], vars_: Sequence[sympy.Symbol], index: Ex
         if s == 1:
             strides.append(None)
             continue
-        c = _linear_coeff(ex, v)
+        c = linear_coeff(ex, v)
         if c is None or c == 0:
             return None
         strides.append(c)

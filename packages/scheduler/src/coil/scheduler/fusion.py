@@ -11,13 +11,16 @@ is recorded with its reason in `FusionLog`. A fusion that would raise the peak o
 peak is refused (`peak_slack`).
 
 Loop orders: each op's loops start in the memory order of what it writes (`canonicalize`). When
-the merged group does not plan with the orders its two halves already use, two other orders
+the merged group does not plan with the orders its two halves already use, three other orders
 are tried (`_order_candidates`), each only when it changes some member's nest:
   1. every pointwise member that reads the shared buffer runs in the memory order of that read
      (e.g. a consumer reading a channels-last buffer and writing a contiguous one: it then runs
      in the producer's order and the value stays in registers; its own store is strided);
   2. every member in its logical order (coil's nests before loop reordering: whatever fused
-     then fuses now, e.g. a channels-last producer of a reduction over trailing logical dims).
+     then fuses now, e.g. a channels-last producer of a reduction over trailing logical dims);
+  3. every pointwise member that accesses a buffer a reduction member reads runs in the order
+     that reduction visits it (`visit_order`: softmax over an outer dim, whose exp(x - max) and
+     division otherwise run in their own memory order, unlike the reductions' x-then-r order).
 `plan` checks legality for each candidate from the index expressions, as for the default.
 """
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 import heapq
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import sympy
@@ -36,6 +39,7 @@ from coil.scheduler.canonical import LoopOrder, loop_permutation
 from coil.scheduler.group import FusionIllegal, KernelGroup, plan
 from coil.scheduler.merge_dag import MergeDag
 from coil.scheduler.peak_bound import TOLERATED_BYTES, LiveProfile
+from coil.scheduler.visit_order import visit_orders
 
 # Two readers of a buffer this small are not fused for its sake (horizontal fusion): reading it
 # twice costs nothing, and every dropout mask of a training graph reads the same 8-byte RNG seed,
@@ -100,29 +104,42 @@ _READS: weakref.WeakKeyDictionary[Pointwise, dict[str, sympy.Expr]] = weakref.We
 
 
 def _order_candidates(merged: Sequence[Pointwise | Reduction], base: dict[int, LoopOrder], shared: str,
-                      shared_writer: Operation | None) -> list[dict[int, LoopOrder]]:
+                      shared_writer: Operation | None) -> Iterator[dict[int, LoopOrder]]:
     """The loop orders to try for a merged group, in turn (see the module docstring): `base`,
-    then pointwise readers of `shared` in the order of that read, then all logical; an
-    alternative is kept only when it puts some member's loops in a permutation no earlier
-    candidate gave (loop permutations are memoised and cheap; nests are built only by `plan`)."""
+    then pointwise readers of `shared` in the order of that read, then all logical, then
+    pointwise members in the order a reduction member visits what they access; an alternative
+    is given only when it puts some member's loops in a permutation no earlier candidate gave
+    (loop permutations are memoised and cheap; nests are built only by `plan`), and computed
+    only when the earlier ones did not plan."""
     def key(orders: dict[int, LoopOrder]) -> tuple[tuple[int, ...], ...]:
         return tuple(loop_permutation(o, orders[id(o)]) for o in merged)
 
-    read = dict(base)
-    for o in merged:
-        if isinstance(o, Pointwise) and o is not shared_writer:
-            idx = _first_read(o, shared)
-            if idx is not None:
-                read[id(o)] = idx
-    logical: dict[int, LoopOrder] = {id(o): "logical" for o in merged}
-    out = [base]
+    def read() -> dict[int, LoopOrder]:
+        out = dict(base)
+        for o in merged:
+            if isinstance(o, Pointwise) and o is not shared_writer:
+                idx = _first_read(o, shared)
+                if idx is not None:
+                    out[id(o)] = idx
+        return out
+
+    def logical() -> dict[int, LoopOrder]:
+        return {id(o): "logical" for o in merged}
+
+    def visiting() -> dict[int, LoopOrder] | None:
+        return visit_orders(merged, base)
+
+    makers: tuple[Callable[[], dict[int, LoopOrder] | None], ...] = (read, logical, visiting)
+    yield base
     seen = {key(base)}
-    for alt in (read, logical):
+    for make in makers:
+        alt = make()
+        if alt is None:
+            continue
         k = key(alt)
         if k not in seen:
             seen.add(k)
-            out.append(alt)
-    return out
+            yield alt
 
 
 def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool = True,
