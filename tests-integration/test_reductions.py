@@ -191,3 +191,9 @@ def test_softmax_over_any_dim_is_one_kernel(dim: int, device: torch.device) -> N
     # out between kernels
     _run(lambda x: (x.softmax(dim), x.log_softmax(dim)), torch.randn(4, 19, 33, device=device))
     assert sum(s.kernels for s in COMPILED) == 1, [k for s in COMPILED for k in s.kernel_sources]
+    if dim != 2:  # COIL_FUSION_VISIT_ORDER=0: the earlier fusion, exp(x - max) written out
+        torch._dynamo.reset()
+        COMPILED.clear()
+        with knobs.override(fusion_visit_order=False):
+            _run(lambda x: x.softmax(dim), torch.randn(4, 19, 33, device=device))
+        assert sum(s.kernels for s in COMPILED) > 1

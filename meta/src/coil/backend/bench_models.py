@@ -112,7 +112,7 @@ def _llama() -> Any:
 
 
 def _resnet50() -> Any:
-    import torchvision  # type: ignore[import-not-found, unused-ignore]
+    import torchvision  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
     return torchvision.models.resnet50()
 

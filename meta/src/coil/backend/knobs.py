@@ -39,6 +39,8 @@ KNOBS: dict[str, Knob] = {
     "fallback_on_error": Knob("COIL_FALLBACK_ON_ERROR", True, bool,
                               "on a compile error, run that graph eagerly with one warning (off: raise)"),
     "fusion": Knob("COIL_FUSION", True, bool, "fuse operations into shared kernels"),
+    "fusion_visit_order": Knob("COIL_FUSION_VISIT_ORDER", True, bool,
+                               "fusion may order pointwise ops as a reduction of their kernel visits memory"),
     "reuse": Knob("COIL_REUSE", True, bool, "reuse freed buffers (memory planner, reuse mode)"),
     "reduction_strategy": Knob("COIL_REDUCTION_STRATEGY", "auto", str,
                                "auto | persistent | looped | outer: how reductions are generated"),

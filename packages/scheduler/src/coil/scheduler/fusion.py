@@ -104,7 +104,7 @@ _READS: weakref.WeakKeyDictionary[Pointwise, dict[str, sympy.Expr]] = weakref.We
 
 
 def _order_candidates(merged: Sequence[Pointwise | Reduction], base: dict[int, LoopOrder], shared: str,
-                      shared_writer: Operation | None) -> Iterator[dict[int, LoopOrder]]:
+                      shared_writer: Operation | None, visit: bool = True) -> Iterator[dict[int, LoopOrder]]:
     """The loop orders to try for a merged group, in turn (see the module docstring): `base`,
     then pointwise readers of `shared` in the order of that read, then all logical, then
     pointwise members in the order a reduction member visits what they access; an alternative
@@ -129,7 +129,8 @@ def _order_candidates(merged: Sequence[Pointwise | Reduction], base: dict[int, L
     def visiting() -> dict[int, LoopOrder] | None:
         return visit_orders(merged, base)
 
-    makers: tuple[Callable[[], dict[int, LoopOrder] | None], ...] = (read, logical, visiting)
+    makers: tuple[Callable[[], dict[int, LoopOrder] | None], ...] = (read, logical, visiting) if visit else (
+        read, logical)
     yield base
     seen = {key(base)}
     for make in makers:
@@ -143,9 +144,13 @@ def _order_candidates(merged: Sequence[Pointwise | Reduction], base: dict[int, L
 
 
 def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool = True,
-         log: FusionLog | None = None, peak_slack: float | None = 0.0
+         log: FusionLog | None = None, peak_slack: float | None = 0.0, visit_order: bool = True
          ) -> list[KernelGroup | ExternKernel | Scatter]:
     """Partition `operations` into kernel groups and externs, in a valid execution order.
+
+    `visit_order`: whether the third alternative loop order (pointwise members ordered as a
+    reduction member visits memory, `visit_order.py`) is tried (coil.backend's knob
+    COIL_FUSION_VISIT_ORDER).
 
     With `peak_slack` (not None) a fusion is taken only when the peak of live bytes it leaves
     (`peak_bound.LiveProfile`, the planner's model over the operation order) is at most the
@@ -213,7 +218,7 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
         pw = [o for o in merged if isinstance(o, Pointwise | Reduction)]
         base: dict[int, LoopOrder] = {id(o): order_of.get(id(o), "store") for o in pw}
         first: FusionIllegal | None = None
-        for orders in _order_candidates(pw, base, shared, writer.get(shared)):
+        for orders in _order_candidates(pw, base, shared, writer.get(shared), visit_order):
             try:
                 return plan(names, pw, outside_readers(merged), graph_outputs, orders)
             except FusionIllegal as e:

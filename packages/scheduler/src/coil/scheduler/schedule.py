@@ -41,14 +41,16 @@ def output_buffers(outputs: list[Any]) -> set[str]:
     return out
 
 
-def schedule(graph: LoweredGraph, *, fusion: bool = True, order_time_limit: float = 0.0) -> Schedule:
-    """Fuse and order the graph's operations. With fusion=False each op is its own kernel.
+def schedule(graph: LoweredGraph, *, fusion: bool = True, visit_order: bool = True,
+             order_time_limit: float = 0.0) -> Schedule:
+    """Fuse and order the graph's operations. With fusion=False each op is its own kernel;
+    `visit_order` as in `fuse`.
 
     With `order_time_limit` > 0 the fused steps are reordered by the memory planner's search
     (that many seconds at most) when that lowers the peak of live bytes.
     """
     log = FusionLog()
     outs = output_buffers(graph.outputs)
-    steps = fuse(graph.operations, outs, enabled=fusion, log=log)
+    steps = fuse(graph.operations, outs, enabled=fusion, log=log, visit_order=visit_order)
     steps, report = order_steps(steps, graph, outs, order_time_limit)
     return Schedule(graph, steps, log, report)
