@@ -238,7 +238,7 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     lowered: LoweredGraph = _stage(stats, "lowering", lower, gm, name)
     out.ir(lowered)
     sched: Schedule = _stage(stats, "scheduling", schedule, lowered, fusion=knobs.fusion,
-                                     visit_order=knobs.fusion_visit_order, order_time_limit=knobs.order_time)
+                             visit_order=knobs.fusion_visit_order, order_time_limit=knobs.order_time)
     out.schedule(sched)
     device: torch.device = _stage(stats, "device", _device, lowered)
     target = "cuda" if device.type == "cuda" else "interpret"

@@ -53,6 +53,8 @@ def _accesses(op: Pointwise | Reduction) -> tuple[_Access, ...]:
 
 
 def _strides(index: sympy.Expr, loops: Sequence[sympy.Symbol]) -> tuple[int, ...] | None:
+    """`index`'s integer coefficient per loop (0 where unused); None if one is not an integer
+    (a symbolic stride) or `index` is not affine in a loop."""
     out: list[int] = []
     for v in loops:
         c = linear_coeff(index, v)
