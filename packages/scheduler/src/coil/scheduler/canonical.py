@@ -264,7 +264,7 @@ def _canonicalize(op: Pointwise | Reduction, perm: tuple[int, ...]) -> LoopNest:
     exprs = [*index_exprs(op.body), op.store_index]
     xs, xsub, xv = simplify_loops(ranges, p_in, exprs)
     if isinstance(op, Reduction):
-        r_in = [sympy.Symbol(f"r{i}", integer=True, nonnegative=True) for i in range(len(op.reduction_ranges))]
+        r_in = list(syms("r", len(op.reduction_ranges)))
         exprs = [sympy.expand(e.xreplace(xsub)) for e in exprs]
         rs, rsub, rv = simplify_loops(op.reduction_ranges, r_in, exprs)
         return _rename(op.body, op.store_index, {**xsub, **rsub}, xs, xv, rs, rv, reordered)

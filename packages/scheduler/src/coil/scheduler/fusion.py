@@ -129,8 +129,9 @@ def _order_candidates(merged: Sequence[Pointwise | Reduction], base: dict[int, L
     def visiting() -> dict[int, LoopOrder] | None:
         return visit_orders(merged, base)
 
-    makers: tuple[Callable[[], dict[int, LoopOrder] | None], ...] = (read, logical, visiting) if visit else (
-        read, logical)
+    makers: list[Callable[[], dict[int, LoopOrder] | None]] = [read, logical]
+    if visit:
+        makers.append(visiting)
     yield base
     seen = {key(base)}
     for make in makers:

@@ -45,7 +45,7 @@ def _accesses(op: Pointwise | Reduction) -> tuple[_Access, ...]:
     if got is None:
         loops = list(syms("p", len(op.ranges)))
         if isinstance(op, Reduction):  # lowering-ir's symbols for a reduction's r loops
-            loops += [sympy.Symbol(f"r{j}", integer=True, nonnegative=True) for j in range(len(op.reduction_ranges))]
+            loops += syms("r", len(op.reduction_ranges))
         items = [(op.output.name, op.store_index)] if isinstance(op, Pointwise) else []
         items += [(ld.buffer, ld.index) for ld in loads(op.body)]
         got = _ACCESSES[op] = tuple((b, _strides(sympy.expand(i), loops)) for b, i in items)

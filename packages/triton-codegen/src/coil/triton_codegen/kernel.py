@@ -102,9 +102,6 @@ class KernelWriter:
         self.n = 0
         self.symbols: set[sympy.Symbol] = set()
         self.writer: dict[str, Member] = {m.op.output.name: m for m in group.members}
-        # looped kernels: sums of exp(v - max) that accumulate in their max's loop (online.py)
-        self.online = online_pairs(group)
-        self.unread = unread_after(group, self.online)  # r members only those sums read
         self.xscope = _Scope("    ")
         # looped reductions: the buffers a later loop of this kernel reads again (eviction hints)
         self.reread: frozenset[str] | None = None
@@ -121,6 +118,11 @@ class KernelWriter:
             int(rh) if isinstance(rh, sympy.Integer) else 1 << 20,
             self.reduction, target, strategy, x_contiguous,
         )
+        # loops over r only (a persistent block reads each row once anyway): sums of exp(v - max)
+        # that accumulate in their max's loop (online.py), and the r members only those sums read
+        looped = self.reduction and self.cfg.strategy != "persistent"
+        self.online = online_pairs(group) if looped else {}
+        self.unread = unread_after(group, self.online)
         touched = {r for m in group.members for r in m.op.reads()} | {m.op.output.name for m in group.members}
         extents = [buffers[b].layout.storage_extent() for b in touched if b in buffers]
         big = any(not isinstance(e, sympy.Integer) or int(e) >= 2**31 for e in extents) or not isinstance(xn * rn, sympy.Integer) or int(xn * rn) >= 2**31
@@ -496,7 +498,7 @@ class KernelWriter:
             if m.kind == "reduce":
                 op = m.op
                 assert isinstance(op, Reduction)
-                if i in self.online and i in here:
+                if i in self.online:
                     continue  # accumulated with its max (below)
                 v = self.value(m.nest.body, m, rs)
                 a = accs[op.output.name]
@@ -518,7 +520,7 @@ class KernelWriter:
                 op = m.op
                 assert isinstance(op, Reduction)
                 out = self.tmp()
-                if i in self.online and i in here:
+                if i in self.online:
                     mx = self.g.members[self.online[i].max_index].op.output.name
                     self.emit(xs, f"{out} = tl.sum({accs[op.output.name]} * tl.exp({accs[mx]} - {xs.members[mx]}), 1)[:, None]")
                 elif op.reduction_type in ("argmax", "argmin"):
