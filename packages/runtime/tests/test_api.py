@@ -31,7 +31,7 @@ EXPECTED_SIGNATURES = {
     "Kernel.__call__": "(self, grid: 'tuple[int, ...]', *args: 'object') -> 'None'",
     "CudaGraphRunner.__init__": (
         "(self, call: 'BoxedCall', example_inputs: 'Sequence[Any]', "
-        "static_input_indices: 'Iterable[int] | None' = None, *, "
+        "static_input_indices: 'Iterable[int] | None' = None, *, also_static: 'Iterable[int]' = (), "
         "mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
         "pool: 'Any' = None, launches: 'int | None' = None, "
         "input_buffers: 'Mapping[int, torch.Tensor] | None' = None, static_outputs: 'Iterable[int] | str' = (), "
@@ -41,15 +41,15 @@ EXPECTED_SIGNATURES = {
     "CudaGraphRunner.__call__": "(self, inputs: 'list[Any]') -> 'tuple[Any, ...]'",
     "cudagraphify": (
         "(call: 'BoxedCall', static_input_indices: 'Iterable[int] | None' = None, *, "
-        "mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
+        "also_static: 'Iterable[int]' = (), mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
         "pool: 'Any' = None, launches: 'int | None' = None, static_outputs: 'Iterable[int] | str' = (), "
         "borrow_inputs: 'bool' = False, hold_outputs: 'bool' = True, indirect: 'Any' = None, "
         "device: 'torch.device | None' = None) -> 'Callable[[list[Any]], tuple[Any, ...]]'"
     ),
     "SegmentedRunner.__init__": (
         "(self, plan: 'Mapping[str, Any]', *, capture: 'bool', "
-        "static_input_indices: 'Iterable[int] | None' = None, clone_outputs: 'bool' = True, "
-        "report: 'list[str] | None' = None) -> 'None'"
+        "static_input_indices: 'Iterable[int] | None' = None, also_static: 'Iterable[int]' = (), "
+        "clone_outputs: 'bool' = True, report: 'list[str] | None' = None) -> 'None'"
     ),
     "SegmentedRunner.__call__": "(self, args: 'list[Any]') -> 'tuple[Any, ...]'",
 }

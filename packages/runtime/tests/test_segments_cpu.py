@@ -197,3 +197,45 @@ def test_captured_segments_borrow_in_place_and_clone_what_they_return(monkeypatc
             torch.testing.assert_close(g, e)
     static = {t.data_ptr() for r in _EmulatedGraph.made for t in r.graph_outputs}
     assert not any(t.data_ptr() in static for got in results for t in got)
+
+
+def test_also_static_inputs_are_used_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module buffer the graph updates in place (batch norm's running mean), listed in
+    `also_static`, is a static input of the segment's graph (the caller's tensor itself, so each
+    replay updates it there); without it the buffer is copied into the graph's own."""
+    import coil.runtime.segments as segments
+
+    monkeypatch.setattr(segments, "CudaGraphRunner", _EmulatedGraph)
+
+    def seg0(args: list[Any]) -> tuple[Any, ...]:
+        x, w, running = args
+        args.clear()
+        running.mul_(0.9).add_(0.1 * x)
+        return (x * w,)
+
+    def seg1(args: list[Any]) -> tuple[Any, ...]:
+        (a,) = args
+        args.clear()
+        return (a + 1,)
+
+    plan = {
+        "inputs": ("x", "w", "running"),
+        "segments": [
+            {"fn": seg0, "capture": True, "inputs": ("x", "w", "running"), "outputs": ("a",), "launches": 2,
+             "why": None},
+            {"fn": seg1, "capture": False, "inputs": ("a",), "outputs": ("out",), "launches": 1, "why": "sync"},
+        ],
+        "returns": (("ref", "out"),),
+    }
+    w = torch.nn.Parameter(torch.randn(4), requires_grad=False)
+    for also, static in (([2], {1, 2}), ([], {1})):
+        _EmulatedGraph.made = []
+        run = SegmentedRunner(plan, capture=True, also_static=also)
+        running = torch.zeros(4)
+        for _ in range(3):
+            x = torch.randn(4)
+            (got,) = run([x, w, running])
+            torch.testing.assert_close(got, x * w + 1)
+        (graph,) = _EmulatedGraph.made
+        assert graph.static == static
+        assert (graph._static_inputs[2] is running) == bool(also)

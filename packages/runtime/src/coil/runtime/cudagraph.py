@@ -14,7 +14,9 @@
    place: parameters and buffers) or *copied* (a static buffer with the same size, stride and dtype
    is allocated; every replay copies the caller's tensor into it, unless the caller passes that
    very buffer). Static inputs are the `static_input_indices`, or, when None, every input that is
-   an `nn.Parameter`. Non-tensor inputs (ints, floats, None) are baked into the graph.
+   an `nn.Parameter`; `also_static` adds more (a module's buffers, which Dynamo marks static:
+   batch norm's running statistics are then updated in place instead of being copied in and
+   back out each replay). Non-tensor inputs (ints, floats, None) are baked into the graph.
 3. **Capture.** If no static input was mutated by the warm-up, `call` runs once more on the static
    buffers (so kernels specialise on their alignment before capture); then it is captured into a
    `torch.cuda.CUDAGraph` (on torch's capture side stream, in a private memory pool or `pool`).
@@ -173,6 +175,8 @@ class CudaGraphRunner:
             `torch.arange(n, device="cuda")`); ignored when they do.
         static_input_indices: inputs used in place by the graph (parameters, buffers); None
             means every `nn.Parameter` among the inputs.
+        also_static: more inputs used in place, besides `static_input_indices` (a module's
+            buffers); like those, each must stay at its address (a moved one stops the replays).
         mutated_input_indices: inputs `call` writes into without moving `Tensor._version`.
         clone_outputs: return clones of the graph's outputs (True) or the graph's own tensors.
         pool: a memory pool handle (`torch.cuda.graph_pool_handle()`) to share with other graphs.
@@ -207,6 +211,7 @@ class CudaGraphRunner:
         example_inputs: Sequence[Any],
         static_input_indices: Iterable[int] | None = None,
         *,
+        also_static: Iterable[int] = (),
         mutated_input_indices: Iterable[int] = (),
         clone_outputs: bool = True,
         pool: Any = None,
@@ -252,9 +257,10 @@ class CudaGraphRunner:
             static = {i for i in tensor_idx if isinstance(inputs[i], torch.nn.Parameter)}
         else:
             static = set(static_input_indices)
-            bad = sorted(i for i in static if i not in tensor_idx)
-            if bad:
-                raise ValueError(f"static_input_indices {bad} are not tensor inputs")
+        static |= set(also_static)
+        bad = sorted(i for i in static if i not in tensor_idx)
+        if bad:
+            raise ValueError(f"static inputs {bad} are not tensor inputs")
         self.static_indices: tuple[int, ...] = tuple(sorted(static))
         self._indirect = indirect
         self.indirect_indices: tuple[int, ...] = tuple(indirect.indices) if indirect is not None else ()
@@ -625,6 +631,7 @@ def cudagraphify(
     call: BoxedCall,
     static_input_indices: Iterable[int] | None = None,
     *,
+    also_static: Iterable[int] = (),
     mutated_input_indices: Iterable[int] = (),
     clone_outputs: bool = True,
     pool: Any = None,
@@ -641,6 +648,7 @@ def cudagraphify(
     calls replay. Arguments as for `CudaGraphRunner`.
     """
     static = None if static_input_indices is None else tuple(static_input_indices)
+    also = tuple(also_static)
     mutated = tuple(mutated_input_indices)
     keep = static_outputs if isinstance(static_outputs, str) else tuple(static_outputs)
     runner: CudaGraphRunner | None = None
@@ -648,7 +656,7 @@ def cudagraphify(
     def run(args: list[Any]) -> tuple[Any, ...]:
         nonlocal runner
         if runner is None:
-            runner = CudaGraphRunner(call, args, static, mutated_input_indices=mutated,
+            runner = CudaGraphRunner(call, args, static, also_static=also, mutated_input_indices=mutated,
                                      clone_outputs=clone_outputs, pool=pool, launches=launches,
                                      static_outputs=keep, borrow_inputs=borrow_inputs,
                                      hold_outputs=hold_outputs, indirect=indirect, device=device)

@@ -19,7 +19,8 @@ until segment 3 has run, and not longer.
 With `capture=True` (CUDA), each capturable segment gets its own `CudaGraphRunner`, built at the
 first call (which runs eagerly as the runners' warm-ups and returns that result):
 
-- graph inputs that are `nn.Parameter`s (or listed in `static_input_indices`) are static inputs;
+- graph inputs that are `nn.Parameter`s (or listed in `static_input_indices`), and those in
+  `also_static` (a module's buffers), are static inputs;
 - a value made by an earlier captured segment is a *borrowed* input: the later graph reads the
   earlier graph's static output in place, no copy (`CudaGraphRunner(input_buffers=...)`); if the
   producer ran uncaptured for a call, the consumer does too for that call;
@@ -57,19 +58,21 @@ class SegmentedRunner:
         capture: replay capturable segments as CUDA graphs (True) or run every segment directly.
         static_input_indices: graph inputs used in place by the graphs; None means every
             `nn.Parameter` among the inputs.
+        also_static: more graph inputs used in place (a module's buffers).
         clone_outputs: clone returned tensors that live in a captured segment's memory.
         report: a list that receives one status line per segment after the first call.
     """
 
     def __init__(self, plan: Mapping[str, Any], *, capture: bool,
-                 static_input_indices: Iterable[int] | None = None, clone_outputs: bool = True,
-                 report: list[str] | None = None) -> None:
+                 static_input_indices: Iterable[int] | None = None, also_static: Iterable[int] = (),
+                 clone_outputs: bool = True, report: list[str] | None = None) -> None:
         self._inputs: tuple[str | None, ...] = tuple(plan["inputs"])
         self._segments: list[Mapping[str, Any]] = list(plan["segments"])
         self._returns: tuple[tuple[str, Any], ...] = tuple(plan["returns"])
         self.capture = capture
         self.clone_outputs = clone_outputs
         self._static_arg_idx = None if static_input_indices is None else set(static_input_indices)
+        self._also_static = set(also_static)
         self._report = report
         returned = {v for kind, v in self._returns if kind == "ref"}
         last: dict[str, int] = {}
@@ -102,6 +105,7 @@ class SegmentedRunner:
             idx = self._static_arg_idx
         else:
             idx = {i for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter)}
+        idx = idx | self._also_static
         return {n for i, n in enumerate(self._inputs) if n is not None and i in idx}
 
     def __call__(self, args: list[Any]) -> tuple[Any, ...]:
