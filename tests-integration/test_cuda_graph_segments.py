@@ -432,3 +432,98 @@ def test_gpu_a_loss_graph_after_a_graph_break_reads_the_logits_in_place(runners:
     assert len({r._pool for r in graphs}) == 1, "the four graphs share one memory pool"
     loss_forward = graphs[1]
     assert loss_forward.borrowed and not loss_forward.mutated_indices, "the logits are read in place"
+
+
+# -- module buffers as static inputs (coil.backend.static_inputs) ------------------------------
+
+
+class ConvBN(torch.nn.Module):
+    """conv -> batch norm -> ReLU -> conv -> batch norm: 8 parameters and 6 buffers (running
+    mean, running variance and step count per batch norm), which training mutates."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 8, 3), torch.nn.BatchNorm2d(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def _image(device: torch.device, step: int) -> torch.Tensor:
+    return torch.randn(2, 3, 10, 10, generator=torch.Generator().manual_seed(200 + step)).to(device)
+
+
+def _train_convbn(device: torch.device, runners: list[Any] | None = None
+                  ) -> tuple[ConvBN, ConvBN, list[tuple[Any, ...]]]:
+    """Three SGD steps of ConvBN, eager and coil from the same weights; per step the losses,
+    gradients and buffers of both checked equal. Returns both models and the recorded
+    (kind, input shapes, static indices) of every coil graph compiled."""
+    import coil.backend.compile as backend_compile
+
+    recorded: list[tuple[Any, ...]] = []
+    real = backend_compile.dynamo_static_inputs
+
+    def spy(example_inputs: Any, kind: str) -> tuple[int, ...]:
+        got = real(example_inputs, kind)
+        recorded.append((kind, [tuple(x.shape) if isinstance(x, torch.Tensor) else x for x in example_inputs], got))
+        return got
+
+    torch.manual_seed(0)
+    eager, mine = ConvBN().to(device), ConvBN().to(device)
+    mine.load_state_dict(eager.state_dict())
+    compiled = torch.compile(mine, backend="coil")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (eager, mine)]
+    mp = pytest.MonkeyPatch()
+    mp.setattr(backend_compile, "dynamo_static_inputs", spy)
+    try:
+        for step in range(3):
+            x = _image(device, step)
+            for fn, opt in ((eager, opts[0]), (compiled, opts[1])):
+                opt.zero_grad()
+                fn(x).pow(2).mean().backward()
+                opt.step()
+            for a, b in zip(mine.parameters(), eager.parameters(), strict=True):
+                torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4)
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+            for a, b in zip(mine.buffers(), eager.buffers(), strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    finally:
+        mp.undo()
+    return eager, mine, recorded
+
+
+def test_module_buffers_are_static_inputs_of_forward_graphs(device: torch.device) -> None:
+    """The forward graph's static inputs are every input but the image: Dynamo's parameters and
+    buffers (14); the backward's are none (its parameters are static as nn.Parameters)."""
+    _, mine, recorded = _train_convbn(device)
+    assert {r[0] for r in recorded} == {"forward", "backward"}, recorded  # one graph each, asked per use
+    for kind, shapes, static in recorded:
+        if kind == "backward":
+            assert static == ()
+            continue
+        image = [i for i, s in enumerate(shapes) if s == (2, 3, 10, 10)]
+        assert len(image) == 1 and len(shapes) == 15, shapes
+        assert static == tuple(i for i in range(15) if i not in image)
+        want = sorted(tuple(t.shape) for t in (*mine.parameters(), *mine.buffers()))
+        assert sorted(shapes[i] for i in static) == want
+    forward = [s.static_inputs for s in COMPILED if s.name.startswith("forward")]
+    assert len(forward) == 1 and forward[0] == next(r[2] for r in recorded if r[0] == "forward")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_batch_norm_buffers_update_in_place_under_training_cuda_graphs(runners: list[Any]) -> None:
+    """Under training CUDA graphs the running statistics are updated where they live (static
+    inputs: no copy in, no copy back) and match eager's after every step."""
+    device = torch.device("cuda")
+    with knobs.override(cuda_graphs_training=True):
+        _, mine, _ = _train_convbn(device)
+    graphs = [r for r in runners if r.graph is not None]
+    forward = next(r for r in graphs if not r.borrowed)
+    assert len(forward.static_indices) == 14, forward.static_indices
+    assert set(forward.mutated_indices) <= set(forward.static_indices)  # the 6 buffers, in place
+    assert len(forward.mutated_indices) == 6, forward.mutated_indices
+    assert forward._copy_back == ()
+    assert all(r.uncaptured_calls == 0 and r.capture_error is None for r in graphs)

@@ -49,7 +49,7 @@ from torch._inductor.output_code import OutputCode
 
 log = logging.getLogger("coil.backend")
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: static_inputs
 SALT_ATTRIBUTE = "_coil_aot_cache_salt"
 # the key an embedded graph-cache entry is rendered under (the AOT entry is keyed by torch)
 ENTRY_KEY = "aotentry"
@@ -195,9 +195,10 @@ class CoilOutputCode(OutputCode):
     """
 
     def __init__(self, kind: str, call: Callable[[list[Any]], Any], graph: PortableGraph | None,
-                 refusal: str = "") -> None:
+                 refusal: str = "", *, static_inputs: tuple[int, ...] = ()) -> None:
         super().__init__()
         self.kind = kind
+        self.static_inputs = static_inputs  # GraphStats.static_inputs of the compile
         self.graph = graph
         self.refusal = refusal
         self.checksum = graph.checksum() if graph is not None else ""
@@ -243,7 +244,7 @@ class CoilOutputCode(OutputCode):
         from coil.backend.compile import load_portable
 
         parsed = self._parsed or graph_cache.parse(self.graph.text, ENTRY_KEY)
-        self._call = load_portable(self.kind, parsed, self.graph.constants)
+        self._call = load_portable(self.kind, parsed, self.graph.constants, self.static_inputs)
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         """coil's kernels travel as source in the entry; torch's Triton bundle is not used."""

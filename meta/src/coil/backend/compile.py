@@ -39,6 +39,7 @@ from coil.backend.dump import spans
 from coil.backend.errors import CoilCompileError
 from coil.backend.knobs import knobs
 from coil.backend.progress import compile_with_progress
+from coil.backend.static_inputs import dynamo_static_inputs
 from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats, format_stage_times
 from coil.fx_passes import adopt_input_strides, run_post_grad_passes, run_pre_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
@@ -132,7 +133,9 @@ def _compile_for_aot_cache(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     AOTAutograd cache stores."""
     t0 = time.perf_counter_ns()
     call, graph = _compile_graph(gm, example_inputs, kind, False)
-    code = CoilOutputCode(kind, call, None, graph) if isinstance(graph, str) else CoilOutputCode(kind, call, graph)
+    static = dynamo_static_inputs(example_inputs, kind)
+    code = (CoilOutputCode(kind, call, None, graph, static_inputs=static) if isinstance(graph, str)
+            else CoilOutputCode(kind, call, graph, static_inputs=static))
     code._time_taken_ns = time.perf_counter_ns() - t0  # torch reports it as the time a hit saves
     return code
 
@@ -141,7 +144,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
                    check_inputs: bool) -> tuple[CompiledFn, PortableGraph | str]:
     """`compile_graph`, also returning the graph as the AOT cache would store it (or why not)."""
     name = f"{kind}_{next(_counter)}"
-    stats = GraphStats(name, fx_nodes=len(gm.graph.nodes))
+    stats = GraphStats(name, fx_nodes=len(gm.graph.nodes), static_inputs=dynamo_static_inputs(example_inputs, kind))
     COMPILED.append(stats)
     out = Artefacts.open(gm, name, kind)
     reporting = _layout_free_outputs(gm, kind)
@@ -313,7 +316,8 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
     none (the forward's saved activations, the backward's gradients) under the liveness rule, and
     a graph reads what an earlier one handed out (a backward its saved activations, a loss graph
     after a graph break its logits) in place, in that graph's pool, reusing the memory once read
-    (coil.runtime.cudagraph, "Handed-out outputs").
+    (coil.runtime.cudagraph, "Handed-out outputs"). Parameters and `stats.static_inputs` (module
+    buffers) are used in place.
     COIL_CUDA_GRAPH_SEGMENTS_UNCAPTURED runs the segment plan without capture on any device.
     """
     plan = getattr(call, "segments", None)
@@ -329,7 +333,8 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
     if plan is not None:
         from coil.runtime.segments import SegmentedRunner
 
-        return SegmentedRunner(plan, capture=True, report=stats.cuda_graph_segments)
+        return SegmentedRunner(plan, capture=True, also_static=stats.static_inputs,
+                               report=stats.cuda_graph_segments)
     from coil.runtime import cudagraphify
 
     if kind in ("forward", "backward"):
@@ -337,9 +342,9 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
         # training graph handed out (a backward's saved activations, a loss graph's logits after a
         # graph break) are read in place, in that graph's pool, and freed once read as in eager;
         # a backward's tangents read through the wrapper's pointer table are read where they are
-        return cudagraphify(call, launches=launches, borrow_inputs=True, hold_outputs=False,
-                            indirect=getattr(call, "indirect", None), device=device)
-    return cudagraphify(call, launches=launches, device=device)
+        return cudagraphify(call, also_static=stats.static_inputs, launches=launches, borrow_inputs=True,
+                            hold_outputs=False, indirect=getattr(call, "indirect", None), device=device)
+    return cudagraphify(call, also_static=stats.static_inputs, launches=launches, device=device)
 
 
 def _from_cache(name: str, stats: GraphStats, cached: graph_cache.CachedGraph,
@@ -369,13 +374,15 @@ def _from_cache(name: str, stats: GraphStats, cached: graph_cache.CachedGraph,
     return call
 
 
-def load_portable(kind: str, cached: graph_cache.CachedGraph, constants: dict[str, torch.Tensor]) -> CompiledFn:
+def load_portable(kind: str, cached: graph_cache.CachedGraph, constants: dict[str, torch.Tensor],
+                  static_inputs: tuple[int, ...] = ()) -> CompiledFn:
     """The callable of a graph loaded from torch's AOTAutograd cache (`CoilOutputCode.post_compile`):
     its kernels and wrapper, as on a graph-cache hit; recorded in COMPILED (graph_cache and
-    aot_cache "hit"). Raises LookupError when it does not load (torch then bypasses its cache
-    and compiles the Dynamo graph again)."""
+    aot_cache "hit"); `static_inputs` as the compile found them (GraphStats.static_inputs).
+    Raises LookupError when it does not load (torch then bypasses its cache and compiles the
+    Dynamo graph again)."""
     name = f"{kind}_{next(_counter)}"
-    stats = GraphStats(name, graph_cache="hit", aot_cache="hit")
+    stats = GraphStats(name, graph_cache="hit", aot_cache="hit", static_inputs=static_inputs)
     call = _from_cache(name, stats, cached, lambda: constants, origin="AOT cache")
     if call is None:
         raise LookupError(f"AOT cache: the entry for {name} did not load")

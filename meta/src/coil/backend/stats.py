@@ -36,6 +36,9 @@ class GraphStats:
     # CUDA-graph segments of a graph with uncapturable steps, one line each after its first call:
     # "segment k: captured (n launches)", "...: eager (why)", "...: uncaptured (why)"
     cuda_graph_segments: list[str] = field(default_factory=list)
+    # inputs a CUDA graph of this graph uses in place besides its nn.Parameters: the module
+    # buffers Dynamo marked static (coil.backend.static_inputs); forward and inference graphs
+    static_inputs: tuple[int, ...] = ()
     # autotuning (COIL_AUTOTUNE; coil.backend.autotune): kernels whose launch configuration was
     # chosen among candidates (timed now or found in the tuning cache), how many of them left
     # their default, how many choices came from the tuning cache (nothing timed), and each tuned
