@@ -1,7 +1,8 @@
 """Where the GPU time goes: Inductor vs coil on one model, kernel by kernel (torch.profiler).
 
-    python bench/profile_model.py OUT_DIR CASE [--top N]     (CASE: a `coil bench` model case,
-                                                               e.g. gpt2_infer_bf16, bert_base_train_amp)
+    python bench/profile_model.py OUT_DIR CASE [--top N] [--only MODE]
+        (CASE: a `coil bench` model case, e.g. gpt2_infer_bf16, bert_base_train_amp;
+         MODE: inductor or coil, one compiler only)
 
 For each compiler: compile, warm up, profile 5 iterations; prints per-iteration wall time, the
 number of kernel launches and their summed GPU time, and the top kernels by GPU time. With
@@ -64,7 +65,8 @@ def main() -> None:
     top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 30
     out.mkdir(parents=True, exist_ok=True)
     model, step = _model(kind)
-    for comp in ("inductor", "coil"):
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    for comp in ("inductor", "coil") if only is None else (only,):
         torch._dynamo.reset()
         if comp == "coil":
             if "--debug-dir" in sys.argv:

@@ -1,9 +1,10 @@
-"""coil's time for one `coil bench` training case, alone (no eager or Inductor run): compile,
-three warm-up steps, then the median of triton.testing.do_bench over the step.
+"""coil's time for one `coil bench` model case, alone (no eager or Inductor run): compile and
+first step (its seconds printed), three warm-up steps, then the median of triton.testing.do_bench
+over the step.
 
     python bench/train_step_time.py CASE [LABEL] [POINTWISE_WARPS]   (e.g. gpt2_train_amp)
 
-POINTWISE_WARPS forces the warps of 1024-wide pointwise kernels (as bench/pointwise_warps_probe.py).
+LABEL "inductor" times `torch.compile`'s default backend instead of coil. POINTWISE_WARPS forces the warps of 1024-wide pointwise kernels (as bench/pointwise_warps_probe.py).
 
 Used to compare coil builds (different wheels on PYTHONPATH) on one model cheaply.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import sys
 
-import torch
 import triton
 
 
@@ -33,20 +33,12 @@ def main(argv: list[str]) -> int:
 
         K.choose = choose
 
-    spec, kind = bm._split(argv[1])
-    assert kind == "train_amp", "training cases only"
-    model = bm._model(spec)
-    inputs = spec.inputs(model)
-    f = torch.compile(model, backend="coil")
-
-    def step() -> None:
-        bm._train_step(spec, f, inputs)
-
+    label = argv[2] if len(argv) > 2 else ""
+    first_s, step = bm.first_call(argv[1], "inductor" if label == "inductor" else "coil")
     for _ in range(3):
         step()
     ms = triton.testing.do_bench(step, warmup=10, rep=100, return_mode="median")
-    label = argv[2] if len(argv) > 2 else ""
-    print(f"{argv[1]} {label}: {ms:.3f} ms", flush=True)
+    print(f"{argv[1]} {label}: {ms:.3f} ms (first call {first_s:.1f} s)", flush=True)
     return 0
 
 
