@@ -159,14 +159,29 @@ def test_transposed_reader_pointwise_and_reduction(ir, monkeypatch, reader):
 
 
 def test_producer_read_in_full_by_several_readers_stays(ir):
-    """Each reader would recompute it over all its elements (and what it reads, after it)."""
+    """Each reader would recompute it over all its elements and load both its inputs (8 bytes
+    an element) where it loads the materialised 4."""
+
+    def fn(x, z):
+        y = x.sin() * z
+        return (y.t().contiguous(), y.sum(0), y.t().sum(1))
+
+    g = ir.lower(fn, torch.randn(5, 7), torch.randn(5, 7))
+    assert _writes(g, "mul")
+
+
+def test_tiny_producer_loading_its_own_width_is_recomputed_by_several_readers(ir):
+    """`sin(x) * 3` in fp32 loads 4 bytes an element, as many as its buffer holds: each reader
+    loads x instead of y, and y is never written (fp32 softmax over few long columns)."""
 
     def fn(x):
         y = x.sin() * 3
         return (y.t().contiguous(), y.sum(0), y.t().sum(1))
 
-    g = ir.lower(fn, torch.randn(5, 7))
-    assert _writes(g, "mul")
+    x = torch.randn(5, 7)
+    g = ir.lower(fn, x)
+    assert not _writes(g, "mul")
+    ir.assert_same(ir.evaluate(g, [x]), list(fn(x)))
 
 
 def test_producer_with_its_own_gather_gets_fresh_symbols(ir):
@@ -375,17 +390,31 @@ def test_narrowing_producer_is_recomputed_by_its_direct_readers(ir, monkeypatch)
     ir.assert_same(ir.evaluate(g, [x, mean, dy]), list(fn(x, mean, dy)))
 
 
-def test_producer_of_full_width_reads_stays_with_several_direct_readers(ir):
-    """The same with x already fp32: recomputing reads as many bytes as reloading (and costs
-    the arithmetic), so the scheduler's materialised buffer stays."""
+def test_producer_of_full_width_reads_stays_with_only_direct_readers(ir):
+    """The same with x already fp32 and every reader reading xc in its own order: the scheduler
+    fuses it into them, so it stays for the scheduler."""
+
+    def fn(x, mean, dy):
+        xc = x - mean
+        return (dy * xc, xc.exp() + 1)
+
+    g = ir.lower(fn, torch.randn(2, 3, 5), torch.randn(1, 3, 1), torch.randn(2, 3, 5))
+    assert _writes(g, "sub")
+
+
+def test_producer_of_full_width_reads_is_recomputed_when_a_reader_is_not_direct(ir):
+    """x fp32 and xc read per channel by the reduction: recomputing loads x where reloading
+    loads xc (as many bytes), and xc need not be written for the reduction's order."""
 
     def fn(x, mean, dy):
         xc = x - mean
         s = (dy * xc).sum((0, 2))
         return (s, dy - xc * s[None, :, None])
 
-    g = ir.lower(fn, torch.randn(2, 3, 5), torch.randn(1, 3, 1), torch.randn(2, 3, 5))
-    assert _writes(g, "sub")
+    args = (torch.randn(2, 3, 5), torch.randn(1, 3, 1), torch.randn(2, 3, 5))
+    g = ir.lower(fn, *args)
+    assert not _writes(g, "sub")
+    ir.assert_same(ir.evaluate(g, list(args)), list(fn(*args)))
 
 
 def _nll_backward_padded(labels, scale, logits, lse):
@@ -424,3 +453,19 @@ def test_a_gather_with_several_readers_is_not_broadcast_only(ir, monkeypatch):
     plain, g = _lower_both(ir, monkeypatch, fn, *args)
     assert [s for _, s in _shapes(g) if s == (2, 3, 6)] == [s for _, s in _shapes(plain) if s == (2, 3, 6)]
     ir.assert_same(ir.evaluate(g, list(args)), list(fn(*args)))
+
+
+def test_iota_comparison_follows_the_producer_it_fed_into_its_readers(ir):
+    """ViT's backward: `where(arange(17) == 0, g, 0)` is recomputed by the reductions reading it
+    across rows; the iota and the comparison, which read no buffer, follow it there instead of
+    staying a kernel of their own."""
+
+    def fn(g):
+        mask = torch.arange(17) == 0
+        y = torch.where(mask[None, :, None], g, 0.0)
+        return (y.sum(2), y.sum((0, 1)), y.transpose(0, 2).contiguous())
+
+    g_in = torch.randn(2, 17, 8)
+    g = ir.lower(fn, g_in)
+    assert not _writes(g, "where") and not _writes(g, "eq") and not _writes(g, "arange")
+    ir.assert_same(ir.evaluate(g, [g_in]), list(fn(g_in)))

@@ -4,6 +4,7 @@ bytes is refused and logged; the profile's arithmetic checked against a brute-fo
 from __future__ import annotations
 
 import coil.lowering_ir as L
+import pytest
 import torch
 from coil.scheduler import KernelGroup, fuse, output_buffers
 from coil.scheduler.fusion import FusionLog
@@ -13,9 +14,16 @@ from coil.scheduler.peak_bound import LiveProfile
 def _three_phases(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     y1 = x.sin()            # returned: live from here to the end
     m = x.cos()             # read by two reductions over different dims: materialised
+                            # (with lowering-ir's inlining off, `_no_inlining`: it would
+                            # recompute it in both reductions, as many bytes as reading m)
     s0, s1 = m.sum(0), m.sum(1)
     y2 = x.exp()            # returned; fusing it with y1 (both read x) would start it early
     return y1, s0, s1, y2
+
+
+@pytest.fixture(autouse=True)
+def _no_inlining(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COIL_INLINE", "0")
 
 
 def _group_of(steps: list[object], origin: str) -> int:

@@ -19,8 +19,11 @@ A Pointwise P is inlined when
   than a materialised copy would (a batch-norm backward under autocast stored two fp32
   [N, C, H, W] buffers, read twice each, for its reduction and its final pointwise); likewise
   when P is *broadcast-only* (`_broadcast_only`: it loads nothing at full size, only per-row or
-  per-channel values, within `MAX_NODES`). A P that reads no buffer (constants, iota) is also
-  inlined into broadcasting readers: recomputing it costs nothing;
+  per-channel values, within `MAX_NODES`). A P that reads no buffer (constants, iota) is
+  inlined into every reader, direct or broadcasting: recomputing it costs nothing, and a
+  comparison with an iota it feeds then reads no buffer either and follows it into its own
+  readers (a ViT backward's `arange(17) == 0` mask stayed a kernel of its own once the `where`
+  reading it was inlined into the reductions after it);
 - when P stays by these rules, it is tried once more with the Pointwise producers that only P
   reads, directly, substituted into it first (`_with_exclusive_producers`: the scheduler would
   fuse them into P anyway): a cross-entropy backward's bf16 one-hot gradient is a cast of an
@@ -29,7 +32,14 @@ A Pointwise P is inlined when
   goes (BERT's [2048, 30522] gradient buffer, read by its row sum and by the padded pointwise
   of the LM head's matmul, 119 MiB); otherwise everything stays as it was;
 - recomputing it is cheap: P reads no buffer, or P has one reader (its work moves there), or
-  P is narrowing, or
+  P is narrowing, or P is tiny, a read of it is not direct, no such read visits twice as many
+  elements as P has or more (a broadcast read would recompute each element many times: rotary
+  embeddings' sin and cos tables, read per head, measured 1.5-2 % slower on a Llama-style
+  training step; a read padded for a matmul visits a few more)
+  and its full-size loads add up to exactly the bytes of its own dtype (`_loaded_bytes`: each
+  reader then loads P's inputs instead of P, as many bytes, and P's buffer is never written:
+  fp32 softmax over few long columns, whose split sum reads `exp(x - max)` across rows while
+  the division reads it in place, stored that [8192, 4096] buffer and read it twice), or
   the reads that are not direct cover at most numel(P) / `FEW_READS` elements (a gather of one
   logit per row) and at most `MAX_DIRECT_READERS` readers read P directly (they are fused with
   P anyway). A P read in full by several readers stays: each would recompute it, and the
@@ -233,6 +243,7 @@ def _try_inline(p: Pointwise, at: int, rs: list[int], ops: Sequence[Operation | 
     name = p.output.name
     elsewhere: Expr = sympy.Integer(0)  # elements read by the reads that are not direct
     direct: set[str] = set()
+    repeated = False  # a read that is not direct visits each element of P twice or more (a broadcast)
     for r in readers:
         for ld in memo.loads(r.body):
             if ld.buffer != name:
@@ -241,11 +252,16 @@ def _try_inline(p: Pointwise, at: int, rs: list[int], ops: Sequence[Operation | 
                 direct.add(r.name)
             else:
                 elsewhere += _numel(r)
+                repeated = repeated or not index_ranges.le(_numel(r), 2 * _numel(p))
     narrowing = bool(direct) and (_narrowing(p, nodes) or _broadcast_only(p, nodes))
-    if elsewhere == 0 and not narrowing:
+    if elsewhere == 0 and not narrowing and not load_free:
         return None
     few = len(direct) <= MAX_DIRECT_READERS and index_ranges.le(FEW_READS * elsewhere, _numel(p))
-    if not (load_free or len(readers) == 1 or few or narrowing):
+    # read elsewhere, each element once a read, and no wider than what it loads: each reader
+    # loads P's inputs instead of P
+    same_bytes = (elsewhere != 0 and not repeated
+                  and _loaded_bytes(p, nodes) == p.output.layout.dtype.itemsize)
+    if not (load_free or len(readers) == 1 or few or narrowing or same_bytes):
         return None  # each reader would recompute P over as many elements as P has
     try:
         new = [_substitute(r, p) for r in readers]
@@ -312,14 +328,19 @@ def _narrowing(p: Pointwise, nodes: list[Value]) -> bool:
     than 1; broadcast loads of per-channel statistics are not counted) add up to fewer bytes
     than P's dtype holds, e.g. `float(x_bf16) - mean` or a plain widening cast. Each of P's
     direct readers then recomputes it instead of reading a wider materialised copy."""
+    return 0 < _loaded_bytes(p, nodes) < p.output.layout.dtype.itemsize
+
+
+def _loaded_bytes(p: Pointwise, nodes: list[Value]) -> int:
+    """The bytes per element P's full-size loads add up to (those whose index uses every loop
+    variable of P longer than 1; broadcast loads of per-row or per-channel values are not
+    counted); 0 when P is not tiny (more than `MAX_NARROW_NODES` nodes) or has no loops, so
+    only a tiny P is recomputed by several readers on the strength of this count."""
     if len(nodes) > MAX_NARROW_NODES or len(p.ranges) == 0:
-        return False
+        return 0
     loops = {sym for sym, n in _loop_vars(p) if n != 1}
-    loaded = 0
-    for v in nodes:
-        if isinstance(v, Load) and v.mask is None and loops <= v.index.free_symbols:
-            loaded += v.dtype.itemsize
-    return 0 < loaded < p.output.layout.dtype.itemsize
+    return sum(v.dtype.itemsize for v in nodes
+               if isinstance(v, Load) and v.mask is None and loops <= v.index.free_symbols)
 
 
 # -- direct reads ----------------------------------------------------------------------------------
