@@ -519,7 +519,7 @@ def test_gpu_batch_norm_buffers_update_in_place_under_training_cuda_graphs(runne
     inputs: no copy in, no copy back) and match eager's after every step."""
     device = torch.device("cuda")
     with knobs.override(cuda_graphs_training=True):
-        _, mine, _ = _train_convbn(device)
+        _train_convbn(device)
     graphs = [r for r in runners if r.graph is not None]
     forward = next(r for r in graphs if not r.borrowed)
     assert len(forward.static_indices) == 14, forward.static_indices
