@@ -132,8 +132,8 @@ def _compile_for_aot_cache(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     """`compile_graph` (inputs unchecked: Dynamo guards them) as the CoilOutputCode torch's
     AOTAutograd cache stores."""
     t0 = time.perf_counter_ns()
-    call, graph = _compile_graph(gm, example_inputs, kind, False)
-    static = dynamo_static_inputs(example_inputs, kind)
+    call, graph, stats = _compile_graph(gm, example_inputs, kind, False)
+    static = stats.static_inputs
     code = (CoilOutputCode(kind, call, None, graph, static_inputs=static) if isinstance(graph, str)
             else CoilOutputCode(kind, call, graph, static_inputs=static))
     code._time_taken_ns = time.perf_counter_ns() - t0  # torch reports it as the time a hit saves
@@ -141,8 +141,9 @@ def _compile_for_aot_cache(gm: torch.fx.GraphModule, example_inputs: Sequence[An
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str,
-                   check_inputs: bool) -> tuple[CompiledFn, PortableGraph | str]:
-    """`compile_graph`, also returning the graph as the AOT cache would store it (or why not)."""
+                   check_inputs: bool) -> tuple[CompiledFn, PortableGraph | str, GraphStats]:
+    """`compile_graph`, also returning the graph as the AOT cache would store it (or why not)
+    and the graph's GraphStats."""
     name = f"{kind}_{next(_counter)}"
     stats = GraphStats(name, fx_nodes=len(gm.graph.nodes), static_inputs=dynamo_static_inputs(example_inputs, kind))
     COMPILED.append(stats)
@@ -168,7 +169,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
         # comparison of saved-tensor strides misaligned placeholders on linalg.solve's graph)
         reporting.extend(tuple(s) if s is not None and (i >= len(traced) or s != traced[i]) else None
                          for i, s in enumerate(stats.output_strides or ()))
-    return call, graph
+    return call, graph, stats
 
 
 def _layout_free_outputs(gm: torch.fx.GraphModule, kind: str) -> list[Any] | None:
