@@ -36,7 +36,7 @@ EXPECTED_SIGNATURES = {
         "pool: 'Any' = None, launches: 'int | None' = None, "
         "input_buffers: 'Mapping[int, torch.Tensor] | None' = None, static_outputs: 'Iterable[int] | str' = (), "
         "borrow_inputs: 'bool' = False, hold_outputs: 'bool' = True, indirect: 'Any' = None, "
-        "device: 'torch.device | None' = None) -> 'None'"
+        "device: 'torch.device | None' = None, lazy_clones: 'bool' = False) -> 'None'"
     ),
     "CudaGraphRunner.__call__": "(self, inputs: 'list[Any]') -> 'tuple[Any, ...]'",
     "cudagraphify": (
@@ -44,7 +44,7 @@ EXPECTED_SIGNATURES = {
         "also_static: 'Iterable[int]' = (), mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
         "pool: 'Any' = None, launches: 'int | None' = None, static_outputs: 'Iterable[int] | str' = (), "
         "borrow_inputs: 'bool' = False, hold_outputs: 'bool' = True, indirect: 'Any' = None, "
-        "device: 'torch.device | None' = None) -> 'Callable[[list[Any]], tuple[Any, ...]]'"
+        "device: 'torch.device | None' = None, lazy_clones: 'bool' = False) -> 'Callable[[list[Any]], tuple[Any, ...]]'"
     ),
     "SegmentedRunner.__init__": (
         "(self, plan: 'Mapping[str, Any]', *, capture: 'bool', "

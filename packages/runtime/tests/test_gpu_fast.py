@@ -479,3 +479,71 @@ def test_the_graph_pool_is_expandable_and_the_ordinary_pool_is_not(cache_dir: Pa
     ordinary = [s for s in torch.cuda.memory_snapshot() if s["address"] <= after.data_ptr() < s["address"] + s["total_size"]]
     assert ordinary and not ordinary[0].get("is_expandable", False)
     assert reserved[True] <= 72 * MiB < 100 * MiB <= reserved[False], {k: v / MiB for k, v in reserved.items()}
+
+
+def _split_pair(args: list[Any]) -> tuple[Any, ...]:
+    """Three outputs: a buffer, a view of it, and a second buffer (the lazy-clone cases)."""
+    (x,) = args
+    args.clear()
+    y = x * 2 + 1
+    return (y, y[:, :3], x.sum(1))
+
+
+def _split_pair_ref(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x * 2 + 1
+    return (y, y[:, :3], x.sum(1))
+
+
+def test_lazy_clones_copy_only_what_the_caller_keeps(cache_dir: Path) -> None:
+    """lazy_clones=True: outputs are the graph's memory until the next replay; one the caller
+    keeps is copied away first (its values and aliasing stay), one it drops is not copied; a view
+    the caller made stops the handing out (one uncaptured call, then clones)."""
+    runner = CudaGraphRunner(_split_pair, [torch.randn(64, 8, device="cuda")], lazy_clones=True)
+    lazy = runner._lazy
+    assert lazy is not None and lazy.indices == (0, 1, 2) and runner.graph is not None
+    kept: list[tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = []
+    out = None
+    for step in range(4):
+        x = torch.randn(64, 8, device="cuda")
+        out = runner([x])
+        assert out[0].data_ptr() == runner.graph_outputs[0].data_ptr(), "handed out uncloned"
+        assert out[1].data_ptr() == out[0].data_ptr(), "a view of another output still aliases it"
+        if step % 2 == 0:
+            kept.append((x, out))  # `out = model(x)` keeps; odd steps drop theirs before the next call
+        else:
+            del out
+    assert runner.uncaptured_calls == 0
+    assert lazy.evacuated == 2 * 2, "steps 0 and 2 kept: their two storages were copied away once each"
+    for x, got in kept:
+        for g, w in zip(got, _split_pair_ref(x), strict=True):
+            torch.testing.assert_close(g, w)
+        assert got[1].untyped_storage().data_ptr() == got[0].untyped_storage().data_ptr()
+    out = runner([torch.randn(64, 8, device="cuda")])
+    row = out[0][0]  # a tensor the runner cannot move
+    del out
+    x = torch.randn(64, 8, device="cuda")
+    got = runner([x])
+    assert runner.uncaptured_calls == 1 and not lazy.enabled
+    torch.testing.assert_close(got[0], _split_pair_ref(x)[0])
+    del row
+    x = torch.randn(64, 8, device="cuda")
+    got = runner([x])  # replays again, with clones
+    assert runner.uncaptured_calls == 1 and got[0].data_ptr() != runner.graph_outputs[0].data_ptr()
+    for g, w in zip(got, _split_pair_ref(x), strict=True):
+        torch.testing.assert_close(g, w)
+
+
+def test_lazy_clones_leave_conjugate_and_input_outputs_cloned(cache_dir: Path) -> None:
+    def call(args: list[Any]) -> tuple[Any, ...]:
+        x, w = args
+        z = torch.complex(x, -x)
+        return (z.conj(), w, x * w)
+
+    w = torch.nn.Parameter(torch.randn(4, 6, device="cuda"), requires_grad=False)
+    runner = CudaGraphRunner(call, [torch.randn(4, 6, device="cuda"), w], lazy_clones=True)
+    assert runner._lazy is not None and runner._lazy.indices == (2,)
+    for _ in range(2):
+        x = torch.randn(4, 6, device="cuda")
+        got, want = runner([x, w]), call([x, w])
+        for g, e in zip(got, want, strict=True):
+            torch.testing.assert_close(g.resolve_conj(), e.resolve_conj())

@@ -40,6 +40,9 @@ alias each other (an output that was a view of an input or of another output is 
 the safe rule, at the cost of one copy of the outputs per call. With `clone_outputs=False` the
 graph's own output tensors are returned: they are overwritten by the next replay (consume or copy
 them first) and they may alias static inputs; use it only where the caller controls that.
+With `lazy_clones=True` (and `clone_outputs=True`) the returned tensors are the graph's memory
+until the next replay, which first copies away those the caller still holds
+(`coil.runtime.lazy_outputs`): the same guarantee, a copy only for what is kept.
 
 Mutated inputs: mutations of static inputs happen in place at replay; mutations of copied inputs
 are detected through `Tensor._version` during the warm-up (ATen in-place ops, coil's `copy_`
@@ -142,6 +145,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from coil.runtime.handouts import Handouts, Slot, _tensors_over
+from coil.runtime.lazy_outputs import LazyOutputs
 from coil.runtime.liveness import StorageLiveness
 from coil.runtime.pool_segments import expandable_capture
 
@@ -196,6 +200,9 @@ class CudaGraphRunner:
         indirect: the wrapper's pointer table (`call.indirect`: `indices`, the inputs it reads;
             `layouts`, index -> (size, stride, dtype); `prepare(inputs)`), or None (see "Inputs
             read through a pointer table").
+        lazy_clones: with `clone_outputs` and `hold_outputs`, hand the outputs out uncloned and
+            copy away before a replay only those the caller still holds (`coil.runtime.lazy_outputs`;
+            outputs over an input's memory, conjugate or negative views and subclasses are cloned).
 
     Attributes: `first_outputs` (the warm-up result), `static_indices`, `mutated_indices`,
     `borrowed` (the borrowed input indices), `consumed` (borrowed inputs whose memory the capture
@@ -222,6 +229,7 @@ class CudaGraphRunner:
         hold_outputs: bool = True,
         indirect: Any = None,
         device: torch.device | None = None,
+        lazy_clones: bool = False,
     ) -> None:
         import torch
 
@@ -230,6 +238,7 @@ class CudaGraphRunner:
         self._logged_uncaptured = False
         self._collected = False  # gc.collect() tried once against outputs in use (__call__)
         self._liveness: StorageLiveness | None = None
+        self._lazy: LazyOutputs | None = None
         self._alias_idx: tuple[int, ...] = ()
         self.clone_outputs = clone_outputs
         self.hold_outputs = hold_outputs
@@ -418,6 +427,8 @@ class CudaGraphRunner:
                 self._static_outputs = tuple(held)
             _OWNERS.add(self)
         del first
+        if lazy_clones and hold_outputs and clone_outputs:
+            self._lazy = _lazy_outputs(self._static_outputs, self._static_inputs, self._alias_idx)
         if not hold_outputs:
             self._after_capture()
 
@@ -595,6 +606,7 @@ class CudaGraphRunner:
             self.graph = None
             self._static_outputs = ()
             self._liveness = None
+            self._lazy = None  # what it handed out keeps its memory (its tensors own the storages)
             self.handouts = None
             self._alias_idx = ()
             _OWNERS.discard(self)
@@ -608,6 +620,11 @@ class CudaGraphRunner:
                     raise ValueError(f"CudaGraphRunner: input {i} is {_where(src)}, the graph was captured "
                                      f"for {list(size)} {dtype}")
             self._indirect.prepare(inputs)  # their addresses into the table the kernels read
+        lazy = self._lazy
+        if lazy is not None:  # the last call's outputs still in use: copied away, or no replay
+            why = lazy.free()
+            if why is not None:
+                return self._uncaptured(inputs, why)
         keep = [inputs[i] for i in self._copy_back]
         inputs.clear()
         graph = self.graph
@@ -623,7 +640,9 @@ class CudaGraphRunner:
                          for k, o in enumerate(self._static_outputs))
         if not self.clone_outputs:
             return tuple(o.detach() if k in alias else o for k, o in enumerate(self._static_outputs))
-        return tuple(o.detach() if k in alias else o.clone() if isinstance(o, torch.Tensor) else o
+        lazily = lazy.hand_out() if lazy is not None and lazy.enabled else {}
+        return tuple(lazily[k] if k in lazily else o.detach() if k in alias
+                     else o.clone() if isinstance(o, torch.Tensor) else o
                      for k, o in enumerate(self._static_outputs))
 
 
@@ -641,6 +660,7 @@ def cudagraphify(
     hold_outputs: bool = True,
     indirect: Any = None,
     device: torch.device | None = None,
+    lazy_clones: bool = False,
 ) -> Callable[[list[Any]], tuple[Any, ...]]:
     """A boxed callable running `call` through a `CudaGraphRunner` built at its first call.
 
@@ -659,7 +679,8 @@ def cudagraphify(
             runner = CudaGraphRunner(call, args, static, also_static=also, mutated_input_indices=mutated,
                                      clone_outputs=clone_outputs, pool=pool, launches=launches,
                                      static_outputs=keep, borrow_inputs=borrow_inputs,
-                                     hold_outputs=hold_outputs, indirect=indirect, device=device)
+                                     hold_outputs=hold_outputs, indirect=indirect, device=device,
+                                     lazy_clones=lazy_clones)
             first = runner.first_outputs
             runner.first_outputs = None
             args.clear()
@@ -668,6 +689,22 @@ def cudagraphify(
         return runner(args)
 
     return run
+
+
+def _lazy_outputs(outputs: Sequence[Any], static_inputs: Sequence[Any], held: Iterable[int]) -> LazyOutputs | None:
+    """`lazy_clones`: the outputs handed out uncloned (`coil.runtime.lazy_outputs`), or None when
+    there is none. Not: outputs handed out under `static_outputs` (`held`), outputs over an input's
+    memory (a parameter, a copied input's buffer: as before, cloned), and outputs a plain tensor
+    over their storage would misread (a lazy conjugate or negative bit, a subclass, a non-strided
+    layout)."""
+    import torch
+
+    inputs = {int(x.untyped_storage()._cdata) for x in static_inputs if isinstance(x, torch.Tensor)}
+    skip = set(held)
+    chosen = {k: o for k, o in enumerate(outputs)
+              if type(o) is torch.Tensor and k not in skip and o.layout == torch.strided and not o.is_conj()
+              and not o.is_neg() and int(o.untyped_storage()._cdata) not in inputs}
+    return LazyOutputs(chosen) if chosen else None
 
 
 def _owned_static_output(x: torch.Tensor, hold_outputs: bool = True
