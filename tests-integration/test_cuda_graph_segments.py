@@ -527,3 +527,52 @@ def test_gpu_batch_norm_buffers_update_in_place_under_training_cuda_graphs(runne
     assert len(forward.mutated_indices) == 6, forward.mutated_indices
     assert forward._copy_back == ()
     assert all(r.uncaptured_calls == 0 and r.capture_error is None for r in graphs)
+
+
+class Heads(torch.nn.Module):
+    """An inference graph whose outputs are a buffer, a view of it and a reduction, in a dict (as
+    HF models return theirs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(16, 32)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        y = torch.tanh(self.a(x))
+        return {"y": y, "head": y[:, :4], "total": y.sum(1)}
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("lazy", [True, False])
+def test_gpu_inference_outputs_kept_across_calls_keep_their_values(runners: list[Any], lazy: bool) -> None:
+    """`out = model(x)` in a loop, every output kept: each call's outputs equal eager's on its own
+    input after all calls ran. With lazy clones (the default) the replays hand the graph's memory
+    out and copy what the caller kept away before the next replay, never running uncaptured."""
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    model = Heads().to(device).eval()
+    compiled = torch.compile(model, backend="coil")
+    xs = [torch.randn(8, 16, device=device) for _ in range(5)]
+    with knobs.override(cuda_graph_lazy_clones=lazy), torch.no_grad():
+        kept = []
+        out = None
+        for x in xs:
+            out = compiled(x)
+            kept.append(out)
+        del out
+        dropped = [compiled(x)["total"].clone() for x in xs]  # each call's outputs dropped at once
+        for x, got, total in zip(xs, kept, dropped, strict=True):
+            want = model(x)
+            for key in ("y", "head", "total"):
+                torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(total, want["total"], rtol=1e-4, atol=1e-4)
+    (runner,) = [r for r in runners if r.graph is not None]
+    assert runner.uncaptured_calls == 0
+    if lazy:
+        assert runner._lazy is not None and runner._lazy.enabled
+        # the first call is the warm-up (eager tensors), the second the first replay; replays 3-6
+        # found the previous replay's outputs kept (y with its view, total): 2 storages each
+        assert runner._lazy.evacuated == 4 * 2
+    else:
+        assert runner._lazy is None

@@ -345,7 +345,9 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
         # a backward's tangents read through the wrapper's pointer table are read where they are
         return cudagraphify(call, also_static=stats.static_inputs, launches=launches, borrow_inputs=True,
                             hold_outputs=False, indirect=getattr(call, "indirect", None), device=device)
-    return cudagraphify(call, also_static=stats.static_inputs, launches=launches, device=device)
+    # inference: outputs handed out uncloned, copied away before the next replay only if still held
+    return cudagraphify(call, also_static=stats.static_inputs, launches=launches, device=device,
+                        lazy_clones=knobs.cuda_graph_lazy_clones)
 
 
 def _from_cache(name: str, stats: GraphStats, cached: graph_cache.CachedGraph,

@@ -68,7 +68,7 @@ NAMESPACE = "graphs"
 # knobs that do not change the compiled code (debugging aids, run-time switches read at load)
 IGNORED_KNOBS = frozenset({
     "logs", "debug_dir", "progress", "check_nan", "check_lifetimes", "fallback_on_error", "verify",
-    "graph_cache", "cuda_graphs", "aot_cache", "prehash",
+    "graph_cache", "cuda_graphs", "cuda_graph_lazy_clones", "aot_cache", "prehash",
 })
 # COIL_LOGS artefacts that only the full pipeline produces (their selection bypasses the lookup)
 PIPELINE_LOGS = frozenset({"graph", "fusion", "kernels", "wrapper", "memory_plan", "autotune"})

@@ -56,13 +56,17 @@ KNOBS: dict[str, Knob] = {
     "order_time": Knob("COIL_ORDER_TIME", 0.5, float,
                        "seconds the memory planner may search for a lower-peak order of the fused steps (0: off)"),
     "cuda_graphs": Knob("COIL_CUDA_GRAPHS", True, bool,
-                        "replay inference graphs as CUDA graphs (CUDA, static shapes; outputs are fresh clones, "
+                        "replay inference graphs as CUDA graphs (CUDA, static shapes; outputs are the caller's to keep, "
                         "non-parameter inputs are copied in; steps a graph cannot capture run eagerly between "
                         "captured segments)"),
     "cuda_graphs_training": Knob("COIL_CUDA_GRAPHS_TRAINING", True, bool,
                                  "also replay forward/backward graphs as CUDA graphs (outputs handed out uncloned "
                                  "and not held, saved activations reused by the backward once read, guarded by "
                                  "storage liveness; needs COIL_CUDA_GRAPHS)"),
+    "cuda_graph_lazy_clones": Knob("COIL_CUDA_GRAPH_LAZY_CLONES", True, bool,
+                                   "inference CUDA graphs hand their outputs out uncloned and copy one away "
+                                   "before the next replay only if the caller still holds it "
+                                   "(coil.runtime.lazy_outputs); 0: clone every output after every replay"),
     "recompute_param_casts": Knob("COIL_RECOMPUTE_PARAM_CASTS", True, bool,
                                   "training graphs save a parameter instead of its dtype cast (autocast's bf16 "
                                   "weights, 1 MiB or more) and the backward recomputes the cast just before "
