@@ -125,3 +125,20 @@ probe_ab() {
       python3 "$@" 2>&1 | grep -v -i warn
   done 2>&1 | tee $OUT/$tag.txt
 }
+
+# `knob_ab VAR CASE...`: coil's step time and warm peak of each CASE (bench/train_step_time.py)
+# with the environment variable VAR at 0 and at 1, alternating, ROUNDS rounds (default 2), this
+# tree's wheels, one cache folder per case (a run-time knob: both settings share compiled code);
+# prints one line a run
+knob_ab() {
+  local var=$1 case round v
+  shift
+  for case in "$@"; do
+    for round in $(seq ${ROUNDS:-2}); do
+      for v in 0 1; do
+        env $var=$v COIL_CACHE_DIR=/tmp/coil-cache-$case timeout ${TIME_S:-150} \
+          python3 bench/train_step_time.py $case "$var=$v" 2>&1 | tail -1
+      done
+    done
+  done
+}

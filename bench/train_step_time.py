@@ -1,6 +1,6 @@
 """coil's time for one `coil bench` model case, alone (no eager or Inductor run): compile and
 first step (its seconds printed), three warm-up steps, then the median of triton.testing.do_bench
-over the step.
+over the step, and the peak memory of one warm step (`coil bench`'s rule, `_warm_peak`).
 
     python bench/train_step_time.py CASE [LABEL] [POINTWISE_WARPS]   (e.g. gpt2_train_amp)
 
@@ -38,7 +38,11 @@ def main(argv: list[str]) -> int:
     for _ in range(3):
         step()
     ms = triton.testing.do_bench(step, warmup=10, rep=100, return_mode="median")
-    print(f"{argv[1]} {label}: {ms:.3f} ms (first call {first_s:.1f} s)", flush=True)
+    from coil.backend.bench import _warm_peak
+
+    peak = _warm_peak(step)
+    print(f"{argv[1]} {label}: {ms:.3f} ms (first call {first_s:.1f} s; warm peak reserved "
+          f"{peak['peak_mib']:.0f} MiB, allocated {peak['peak_allocated_mib']:.0f})", flush=True)
     return 0
 
 
