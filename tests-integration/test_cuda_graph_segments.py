@@ -310,18 +310,17 @@ def _by_pool() -> dict[str, str]:
     return {k: f"{r:.0f}/{a:.0f}" for k, (r, a) in pools.items()}
 
 
-@pytest.mark.gpu
-@needs_cuda
-def test_gpu_training_graphs_hold_no_more_memory_than_uncaptured_steps(runners: list[Any]) -> None:
-    """The backward reuses the saved activations' memory once read, as the uncaptured wrapper
-    does: a warm step's reserved peak with training graphs stays within 10 % (+16 MiB) of the
-    peak without them (when the forward held its saved activations it was ~30 % above). Both
-    peaks count from what was allocated before the model was built (earlier tests' leftovers).
+def _deep_peaks() -> dict[str, Any]:
+    """The measurement of `test_gpu_training_graphs_hold_no_more_memory_than_uncaptured_steps`, run
+    in a process of its own: warm reserved peaks (MiB above what was allocated before the model was
+    built) without and with training graphs, memory by pool, what the runners did, and whether
+    both settings computed the same loss and gradients."""
+    import coil.runtime.segments as segments
 
-    Failed from session 11 to 15 (H100, torch 2.11: 326 vs 270 MiB, docs/perf.md session 14) and
-    was marked xfail; it passed (XPASS) with this file and test_models.py on an H100 on
-    2026-11-27 (session 17, bench/gpu_session17e.sh's wheels), so the mark is gone. Probably
-    session 16's cuBLAS workspace made apart from the warm-ups' blocks (513543e); not verified."""
+    Recording.made = []
+    # as the `runners` fixture does, for good: this process measures and ends
+    pytest.MonkeyPatch().setattr(cudagraph, "CudaGraphRunner", Recording)
+    pytest.MonkeyPatch().setattr(segments, "CudaGraphRunner", Recording)
     device = torch.device("cuda")
     torch.manual_seed(0)
     base = Deep().to(device)
@@ -331,25 +330,54 @@ def test_gpu_training_graphs_hold_no_more_memory_than_uncaptured_steps(runners: 
         torch._dynamo.reset()
         gc.collect()
         torch.cuda.empty_cache()
-        held = torch.cuda.memory_allocated()  # what earlier tests and configs left allocated
+        held = torch.cuda.memory_allocated()
         model = Deep().to(device)
         model.load_state_dict(base.state_dict())
         compiled = torch.compile(model, backend="coil")
         with knobs.override(cuda_graphs_training=on):
             for _ in range(3):
                 _deep_step(compiled, model, x)
-            peaks[on] = _warm_reserved(lambda m=model, c=compiled: _deep_step(c, m, x)) - held
+            peaks[on] = (_warm_reserved(lambda m=model, c=compiled: _deep_step(c, m, x)) - held) / 2**20
             pools[on] = _by_pool()
             results[on] = (_deep_step(compiled, model, x)[0], [p.grad.clone() for p in model.parameters()])
         del model, compiled
-    graphs = [r for r in runners if r.graph is not None]
-    assert len(graphs) == 2 and all(r.uncaptured_calls == 0 for r in graphs)
-    backward = next(r for r in graphs if r.borrowed)
-    assert backward.consumed, "the backward's capture reused the saved activations it read"
-    assert peaks[True] <= 1.10 * peaks[False] + 16 * 2**20, ({k: v / 2**20 for k, v in peaks.items()}, pools)
-    torch.testing.assert_close(results[True][0], results[False][0], rtol=1e-5, atol=1e-5)
-    for a, b in zip(results[True][1], results[False][1], strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    graphs = [r for r in Recording.made if r.graph is not None]
+    same = torch.allclose(results[True][0], results[False][0], rtol=1e-5, atol=1e-5) and all(
+        torch.allclose(a, b, rtol=1e-4, atol=1e-4) for a, b in zip(results[True][1], results[False][1], strict=True))
+    return {"peaks": {str(k): v for k, v in peaks.items()}, "pools": {str(k): v for k, v in pools.items()},
+            "graphs": len(graphs), "uncaptured": sum(r.uncaptured_calls for r in graphs),
+            "consumed": [list(r.consumed) for r in graphs if r.borrowed], "same": same}
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_training_graphs_hold_no_more_memory_than_uncaptured_steps() -> None:
+    """The backward reuses the saved activations' memory once read, as the uncaptured wrapper
+    does: a warm step's reserved peak with training graphs stays within 10 % (+16 MiB) of the
+    peak without them (when the forward held its saved activations it was ~30 % above).
+
+    Measured in a new process (`_deep_peaks`): after other GPU tests in the same process (the
+    runtime's `test_gpu_fast.py`) the ordinary pool kept segments that earlier tests' live
+    blocks pin; the uncaptured steps reused their free space and the graphs' pool could not, so
+    the test failed there with the code of before and after session 24 alike (525 vs 359 MiB,
+    H100, docs/perf.md session 24) and passed alone. History: failed from session 11 to 15 (326
+    vs 270 MiB), passes since session 16's cuBLAS workspace made apart from the warm-ups' blocks."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = str(Path(__file__).parent)
+    code = (f"import json, sys; sys.path.insert(0, {here!r}); import test_cuda_graph_segments as t; "
+            "print('RESULT ' + json.dumps(t._deep_peaks()))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert p.returncode == 0 and lines, p.stderr[-3000:]
+    r = json.loads(lines[-1][len("RESULT "):])
+    assert r["graphs"] == 2 and r["uncaptured"] == 0, r
+    assert r["consumed"] and r["consumed"][0], "the backward's capture reused the saved activations it read"
+    assert r["same"], "training graphs changed the loss or the gradients"
+    assert r["peaks"]["True"] <= 1.10 * r["peaks"]["False"] + 16, r
 
 
 @pytest.mark.gpu
