@@ -24,6 +24,10 @@ A caller that keeps the previous call's outputs (`out = model(x)` in a loop keep
 during the call that replaces it) pays one copy of what it keeps, as cloning did; a caller that
 drops them pays nothing. The rule is the liveness rule of `coil.runtime.cudagraph` with a remedy
 instead of an uncaptured call.
+
+Streams: the copy and the replay run on the calling stream. Work a caller queued on another
+stream that reads an output must be ordered before the next call (`wait_stream`, an event), as
+for memory the caching allocator may hand out again; cloning did not need that.
 """
 
 from __future__ import annotations
