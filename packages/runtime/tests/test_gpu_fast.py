@@ -547,3 +547,19 @@ def test_lazy_clones_leave_conjugate_and_input_outputs_cloned(cache_dir: Path) -
         got, want = runner([x, w]), call([x, w])
         for g, e in zip(got, want, strict=True):
             torch.testing.assert_close(g.resolve_conj(), e.resolve_conj())
+
+
+def test_lazy_clones_stop_replaying_when_a_caller_resizes_an_output(cache_dir: Path) -> None:
+    """Growing a handed-out output reallocates the storage it shares with the graph's static
+    output; the runner must notice and stop replaying (a replay would write the graph's old memory
+    and hand out the caller's new one)."""
+    runner = CudaGraphRunner(_split_pair, [torch.randn(64, 8, device="cuda")], lazy_clones=True)
+    out = runner([torch.randn(64, 8, device="cuda")])
+    with pytest.warns(UserWarning, match="resized"):
+        torch.add(torch.ones(100, device="cuda"), 1.0, out=out[2])
+    x = torch.randn(64, 8, device="cuda")
+    got = runner([x])
+    assert runner.capture_error is not None and runner.graph is None
+    for g, w in zip(got, _split_pair_ref(x), strict=True):
+        torch.testing.assert_close(g, w)
+    assert torch.equal(out[2], torch.full((100,), 2.0, device="cuda")), "the caller's tensor is its own"

@@ -94,3 +94,13 @@ def test_handed_out_under_one_grad_mode_and_moved_under_another(mode: str) -> No
     for o in g.outputs:
         o.fill_(-1.0)
     assert torch.equal(out[0], torch.full((3, 4), 4.0)) and torch.equal(out[2], torch.full((5,), 4.0))
+
+
+def test_a_handout_grown_by_its_holder_is_seen_as_resized() -> None:
+    g = FakeGraph()
+    out = g.replay(1.0)
+    assert not g.lazy.resized()
+    with pytest.warns(UserWarning, match="resized"):
+        torch.add(torch.ones(7), 1.0, out=out[2])  # `out=` of another shape grows the shared storage
+    assert g.lazy.resized(), "the runner's static output no longer holds the graph's memory"
+    assert g.outputs[2].untyped_storage().data_ptr() == out[2].untyped_storage().data_ptr()

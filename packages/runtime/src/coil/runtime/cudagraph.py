@@ -457,6 +457,19 @@ class CudaGraphRunner:
         handed out without being held)."""
         return self._static_outputs
 
+    def _stop_replays(self, why: str) -> None:
+        """No more replays: every later call runs `call` directly (`capture_error` says why; one
+        warning). What was handed out keeps its memory (tensors own their storages)."""
+        self.capture_error = RuntimeError(why)
+        log.warning("CudaGraphRunner: %s; running without a CUDA graph", why)
+        self.graph = None
+        self._static_outputs = ()
+        self._liveness = None
+        self._lazy = None
+        self.handouts = None
+        self._alias_idx = ()
+        _OWNERS.discard(self)
+
     def _uncaptured(self, inputs: list[Any], why: str) -> tuple[Any, ...]:
         """Run `call` directly for this one call (its outputs are fresh); log the first time."""
         self.uncaptured_calls += 1
@@ -601,15 +614,7 @@ class CudaGraphRunner:
         if moved:
             # a parameter was replaced (model.to(), a new tensor): re-capturing measured wrong
             # results on an H200 (torch 2.11), so the runner stops replaying and runs `call`
-            self.capture_error = RuntimeError(f"static inputs {moved} moved after capture")
-            log.warning("CudaGraphRunner: static inputs %s moved; running without a CUDA graph", moved)
-            self.graph = None
-            self._static_outputs = ()
-            self._liveness = None
-            self._lazy = None  # what it handed out keeps its memory (its tensors own the storages)
-            self.handouts = None
-            self._alias_idx = ()
-            _OWNERS.discard(self)
+            self._stop_replays(f"static inputs {moved} moved after capture")
             return tuple(self._call(inputs))
         if self._indirect is not None:
             layouts = self._indirect.layouts
@@ -621,6 +626,9 @@ class CudaGraphRunner:
                                      f"for {list(size)} {dtype}")
             self._indirect.prepare(inputs)  # their addresses into the table the kernels read
         lazy = self._lazy
+        if lazy is not None and lazy.resized():
+            self._stop_replays("a caller resized an output it was handed, and with it the graph's static output")
+            return tuple(self._call(inputs))
         if lazy is not None:  # the last call's outputs still in use: copied away, or no replay
             why = lazy.free()
             if why is not None:

@@ -19,6 +19,9 @@ wasted. `LazyOutputs` pays it only when needed:
   object), the tensors holding it cannot be found and moved: `free()` moves nothing, returns
   why, and turns itself off (`enabled` False); the runner then runs that call uncaptured and
   clones from then on.
+* `resized()`: a holder that grew a handed-out tensor (`resize_`, `out=`) reallocated the storage
+  it shares with the runner's static output, which then no longer holds the graph's memory; the
+  runner stops replaying (as when a static input moves).
 
 A caller that keeps the previous call's outputs (`out = model(x)` in a loop keeps the old `out`
 during the call that replaces it) pays one copy of what it keeps, as cloning did; a caller that
@@ -60,6 +63,7 @@ class LazyOutputs:
             self._views[k] = (cdata, int(t.storage_offset()), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
             del st
         self._baseline = {c: use_count(c) for c in self._storages}
+        self._addresses = {c: st.data_ptr() for c, st in self._storages.items()}
         self._handed: dict[int, list[weakref.ref[torch.Tensor]]] = {}  # per storage, the last call's tensors
         self.enabled = True
         self.evacuated = 0  # storages copied away so far (tests, logs)
@@ -83,6 +87,12 @@ class LazyOutputs:
                 out[k] = t
         self._handed = handed
         return out
+
+    def resized(self) -> bool:
+        """Whether a holder resized a handed-out tensor past its storage (`resize_`, an `out=`
+        argument of another shape): the storage, shared with the runner's static output, then
+        holds new memory, no longer the graph's, and the runner must stop replaying."""
+        return any(st.data_ptr() != self._addresses[c] for c, st in self._storages.items())
 
     def free(self) -> str | None:
         """Make the static outputs free to overwrite: None when they are (copying away, first,
