@@ -390,7 +390,7 @@ class CudaGraphRunner:
         if static_outputs == FRESH:  # every tensor output over memory that is not an input's,
             # but one-element outputs (a loss) are held and cloned: a caller keeping the last
             # step's loss then does not stop the next replay (the liveness rule)
-            taken = {int(x.untyped_storage()._cdata) for x in self._static_inputs if isinstance(x, torch.Tensor)}
+            taken = _storage_ids(self._static_inputs)
             outs: tuple[Any, ...] = self._static_outputs
             static_outputs = [k for k, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.numel() > 1
                               and int(o.untyped_storage()._cdata) not in taken]
@@ -400,8 +400,7 @@ class CudaGraphRunner:
         self._alias_idx = tuple(k for k in sorted(set(static_outputs))
                                 if isinstance(self._static_outputs[k], torch.Tensor))
         _POOL_MEMBERS.setdefault(self._pool, []).append(weakref.ref(self))
-        params = {int(x.untyped_storage()._cdata) for i, x in enumerate(self._static_inputs)
-                  if i in static and isinstance(x, torch.Tensor)}
+        params = _storage_ids(x for i, x in enumerate(self._static_inputs) if i in static)
         outputs: tuple[Any, ...] = self._static_outputs
         self._param_outputs = frozenset(k for k, t in enumerate(outputs)
                                         if isinstance(t, torch.Tensor) and int(t.untyped_storage()._cdata) in params)
@@ -699,6 +698,13 @@ def cudagraphify(
     return run
 
 
+def _storage_ids(xs: Iterable[Any]) -> set[int]:
+    """The storages (`untyped_storage()._cdata`) of the tensors among `xs`."""
+    import torch
+
+    return {int(x.untyped_storage()._cdata) for x in xs if isinstance(x, torch.Tensor)}
+
+
 def _lazy_outputs(outputs: Sequence[Any], static_inputs: Sequence[Any], held: Iterable[int]) -> LazyOutputs | None:
     """`lazy_clones`: the outputs handed out uncloned (`coil.runtime.lazy_outputs`), or None when
     there is none. Not: outputs handed out under `static_outputs` (`held`), outputs over an input's
@@ -707,7 +713,7 @@ def _lazy_outputs(outputs: Sequence[Any], static_inputs: Sequence[Any], held: It
     layout)."""
     import torch
 
-    inputs = {int(x.untyped_storage()._cdata) for x in static_inputs if isinstance(x, torch.Tensor)}
+    inputs = _storage_ids(static_inputs)
     skip = set(held)
     chosen = {k: o for k, o in enumerate(outputs)
               if type(o) is torch.Tensor and k not in skip and o.layout == torch.strided and not o.is_conj()

@@ -39,7 +39,7 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from coil.runtime.liveness import use_count
+from coil.runtime.liveness import StorageLiveness
 
 if TYPE_CHECKING:
     import torch
@@ -62,7 +62,7 @@ class LazyOutputs:
             self._storages.setdefault(cdata, st)
             self._views[k] = (cdata, int(t.storage_offset()), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
             del st
-        self._baseline = {c: use_count(c) for c in self._storages}
+        self._liveness = StorageLiveness(outputs.values())  # after the storage objects above: counted
         self._addresses = {c: st.data_ptr() for c, st in self._storages.items()}
         self._handed: dict[int, list[weakref.ref[torch.Tensor]]] = {}  # per storage, the last call's tensors
         self.enabled = True
@@ -100,8 +100,8 @@ class LazyOutputs:
         with nothing moved. The first refusal turns handing out off (`enabled` False: the runner
         clones from then on); later calls are refused only while those references last."""
         moves: list[tuple[int, list[torch.Tensor]]] = []
-        for cdata, base in self._baseline.items():
-            extra = use_count(cdata) - base
+        for cdata in self._storages:
+            extra = self._liveness.extra(cdata)
             if extra <= 0:
                 continue
             if not self.enabled:

@@ -53,6 +53,10 @@ class StorageLiveness:
     def __len__(self) -> int:
         return len(self._baseline)
 
+    def extra(self, cdata: int) -> int:
+        """References to the recorded storage `cdata` beyond its baseline (0 or less: none)."""
+        return use_count(cdata) - self._baseline[cdata]
+
     def live(self) -> list[int]:
         """The storages (by `_cdata`) referenced beyond the baseline, in recorded order."""
-        return [c for c, base in self._baseline.items() if use_count(c) > base]
+        return [c for c in self._baseline if self.extra(c) > 0]
