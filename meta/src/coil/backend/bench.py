@@ -11,8 +11,10 @@ then the median of `triton.testing.do_bench` (CUDA events), the peak memory of o
 (`torch.cuda.max_memory_reserved` over the call after `empty_cache`: `_warm_peak`; CUDA-graph pools
 are memory reserved too; for a model case measured in the mode's warm-start process, which runs
 that mode alone: `bench_models.own_process_peak`), and accuracy with the PyTorch benchmark harness's rule against an fp64 reference:
-RMSE(mode) <= 3 * RMSE(eager) + tol / 10 (tol 1e-2 for bf16, 1e-4 for fp32). Micro cases also
-report achieved GB/s (bytes of the inputs read + output written / median time) against a
+RMSE(mode) <= 3 * RMSE(eager) + tol / 10 (tol 1e-2 for bf16, 1e-4 for fp32). Micro cases are timed after all
+modes have compiled, in interleaved rounds (`--rounds`, default 5; coil.backend.bench_rounds): a
+mode's time is the median of its rounds, and coil is compared with Inductor round by round. They
+also report achieved GB/s (bytes of the inputs read + output written / median time) against a
 device-to-device copy of a same-size tensor measured in the same run.
 
 Writes bench.json and bench.md to --out after every case (a run cut short keeps what it measured).
@@ -26,6 +28,7 @@ import functools
 import json
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -50,6 +53,8 @@ if TYPE_CHECKING:
 ROWS, COLS = 16384, 8192
 MODES = ("eager", "inductor", "coil")
 MULTIPLIER = 3.0
+# interleaved timing rounds of a micro case (coil.backend.bench_rounds; `coil bench --rounds`)
+ROUNDS = 5
 
 
 def _tol(dtype: torch.dtype) -> float:
@@ -287,7 +292,11 @@ class Ctx:
         return self.copy_gbs[dtype_name]
 
 
-def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES) -> dict[str, Any]:
+def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES, rounds: int = ROUNDS) -> dict[str, Any]:
+    """One micro case in every mode: each mode's cold compile and first call, accuracy and warm
+    peak in turn; then the modes' times in `rounds` interleaved rounds (coil.backend.bench_rounds),
+    each round one `do_bench` median per mode. A mode's `ms` is the median of its rounds
+    (`ms_rounds` has them all); `coil_vs_inductor` compares the two round by round."""
     import torch
 
     base, dname = name.rsplit("_", 1)
@@ -304,7 +313,8 @@ def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES) -> dict[str, An
     e_rmse = _rmse(eager_out, ref)
     del eager_out
     res: dict[str, Any] = {"kind": "micro", "dtype": dname, "shape": [ROWS, COLS], "bytes": nbytes,
-                           "copy_gbs": copy_gbs, "rmse_eager": e_rmse, "tol": tol}
+                           "copy_gbs": copy_gbs, "rmse_eager": e_rmse, "tol": tol, "rounds": rounds}
+    calls: dict[str, Callable[[], object]] = {}
     for mode in modes:
         r: dict[str, Any] = {}
         try:
@@ -324,19 +334,47 @@ def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES) -> dict[str, An
                 del out
                 r["rmse"] = rm
                 r["accuracy_ok"] = rm <= MULTIPLIER * e_rmse + tol / 10
-                r["ms"] = _bench(functools.partial(f, *inputs), 25, 100)
                 r.update(_warm_peak(functools.partial(f, *inputs)))
-            r["gbs"] = nbytes / (r["ms"] * 1e-3) / 1e9
-            r["pct_copy"] = 100 * r["gbs"] / copy_gbs
             if mode == "coil":
                 r["graphs"] = _coil_graphs()
+            calls[mode] = functools.partial(f, *inputs)
         except Exception as exc:
             r["error"] = f"{type(exc).__name__}: {exc}"[:800]
             traceback.print_exc()
             torch.cuda.empty_cache()
         res[mode] = r
+    _time_in_rounds(res, calls, rounds, nbytes, copy_gbs)
     torch.cuda.empty_cache()
     return res
+
+
+def _time_in_rounds(res: dict[str, Any], calls: dict[str, Callable[[], object]], rounds: int,
+                    nbytes: int, copy_gbs: float) -> None:
+    """Each compiled mode's `ms` (median of `rounds` interleaved rounds), GB/s and % of copy into
+    `res`, and the round-by-round comparison of coil with Inductor. The cold compiles reset
+    Dynamo, so every mode but the last compiles again on its first call here (into the last
+    mode's cache folders), outside the timing."""
+    import torch
+    from coil.backend.bench_rounds import interleaved, paired
+
+    with torch.no_grad():
+        for mode, call in list(calls.items()):
+            try:
+                call()
+                torch.cuda.synchronize()
+            except Exception as exc:
+                res[mode]["error"] = f"timing-phase call: {type(exc).__name__}: {exc}"[:800]
+                traceback.print_exc()
+                del calls[mode]
+        times = interleaved(calls, rounds, lambda call: _bench(call, 25, 100))
+    for mode, ms_rounds in times.items():
+        r = res[mode]
+        r["ms_rounds"] = ms_rounds
+        r["ms"] = statistics.median(ms_rounds)
+        r["gbs"] = nbytes / (r["ms"] * 1e-3) / 1e9
+        r["pct_copy"] = 100 * r["gbs"] / copy_gbs
+    if "coil" in times and "inductor" in times:
+        res["coil_vs_inductor"] = paired(times["coil"], times["inductor"])
 
 
 # -------------------------------------------------------------------------------- reporting
@@ -410,6 +448,10 @@ def targets(report: dict[str, Any]) -> list[str]:
         beat = [n for n, r in micro.items() if (a := ms(r, "coil")) is not None and (b := ms(r, "inductor")) is not None and a <= b]
         out.append(f"coil >= Inductor on micro cases: {len(beat)}/{len(micro)}"
                    + (f" (met: {', '.join(beat)})" if beat and len(beat) < len(micro) else ""))
+        behind = [f"{n} {p['median_ratio']:.3f}, not slower in {p['a_not_slower']}/{p['rounds']} rounds"
+                  for n, r in micro.items() if n not in beat and (p := r.get("coil_vs_inductor"))]
+        if behind:
+            out.append("micro cases behind, coil / Inductor time (median of the rounds' ratios): " + "; ".join(behind))
         bw = [n for n, r in micro.items() if r.get("coil", {}).get("pct_copy", 0) >= 85]
         out.append(f"coil >= 85 % of copy bandwidth: {len(bw)}/{len(micro)}"
                    + (f" (met: {', '.join(bw)})" if bw and len(bw) < len(micro) else ""))
@@ -451,9 +493,10 @@ def targets(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequence[str] = MODES) -> int:
-    """Run the selected cases in `modes` (a subset of MODES, in MODES's order); write bench.json
-    and bench.md to out_dir after each. Exit code."""
+def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequence[str] = MODES,
+        rounds: int = ROUNDS) -> int:
+    """Run the selected cases in `modes` (a subset of MODES, in MODES's order), micro cases timed
+    in `rounds` interleaved rounds; write bench.json and bench.md to out_dir after each. Exit code."""
     import torch
 
     if not torch.cuda.is_available():
@@ -462,6 +505,8 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
         return 2
     try:
         cases = select(names)
+        if rounds < 1:
+            raise ValueError(f"--rounds must be at least 1, got {rounds}")
         bad = [m for m in modes if m not in MODES]
         if bad or not modes:
             raise ValueError(f"unknown modes {bad} (known: {', '.join(MODES)})" if bad else "no modes")
@@ -482,7 +527,7 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
     report: dict[str, Any] = {
         "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "triton": triton.__version__, "transformers": tv, "budget_s": budget_s, "copy_gbs": {},
-        "precompile": precompile_requested(),
+        "precompile": precompile_requested(), "rounds": rounds,
         "rule": "RMSE(mode vs fp64) <= 3 * RMSE(eager vs fp64) + tol/10; tol 1e-2 bf16, 1e-4 fp32",
         "cases": {},
     }
@@ -501,7 +546,7 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
         if name in MODELS:
             res = run_model_in_process(name, ctx.root, tuple(modes))
         else:
-            res = run_micro(name, ctx, modes)
+            res = run_micro(name, ctx, modes, rounds)
         res["case_s"] = time.perf_counter() - t0
         report["cases"][name] = res
         report["copy_gbs"] = ctx.copy_gbs

@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--list", action="store_true", help="print the case names and exit")
     bench.add_argument("--modes", default="eager,inductor,coil",
                        help="comma list of the modes to run (default: eager,inductor,coil)")
+    bench.add_argument("--rounds", type=int, default=None,
+                       help="micro cases: time the modes in this many interleaved rounds and report each "
+                            "mode's median (default: 5)")
     bench.add_argument("--precompile", action="store_true",
                        help="model cases: the cold and the warm first-call processes of every mode run under "
                             "torch's caching precompile (TORCH_CACHING_PRECOMPILE=1; the cold one saves Dynamo's "
@@ -41,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.list:
             print("\n".join(names))
             return 0
-        from coil.backend.bench import run
+        from coil.backend.bench import ROUNDS, run
 
         if args.precompile:
             import os
@@ -49,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             from coil.backend.bench_models import PRECOMPILE_ENV
 
             os.environ[PRECOMPILE_ENV] = "1"  # read by each model case's process
-        return run(args.names, args.out, args.budget_s, [m for m in args.modes.split(",") if m])
+        return run(args.names, args.out, args.budget_s, [m for m in args.modes.split(",") if m],
+                   ROUNDS if args.rounds is None else args.rounds)
     return 2
 
 

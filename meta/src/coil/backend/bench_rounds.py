@@ -1,0 +1,46 @@
+"""Interleaved timing rounds for `coil bench`'s micro cases.
+
+Contract: `interleaved(calls, rounds, time_one)` times every call `rounds` times and returns each
+name's times in round order. Within a round every call is timed once, one after the other; the
+round's order is the names' order rotated by the round number, so over the rounds each call
+runs first, in the middle and last alike. `paired(a, b)` compares two calls' rounds round by
+round: the ratio a / b of each round, their median, and in how many rounds a took no longer.
+
+Why: a micro case runs near the memory bandwidth, where Inductor's and coil's kernels differ by
+fractions of a percent. Timed one after the other once each, the order, the GPU's clocks and
+whatever ran just before move such a case by as much (docs/perf.md, sessions 22-24: the same
+kernels moved by 0.5 % between runs). Alternating rounds put both under the same conditions; a
+round's ratio compares two timings taken seconds apart.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["interleaved", "paired"]
+
+
+def interleaved(calls: Mapping[str, Callable[[], object]], rounds: int,
+                time_one: Callable[[Callable[[], object]], float]) -> dict[str, list[float]]:
+    """`time_one(call)` of every call, `rounds` times, in rotating order (module docstring)."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    names = list(calls)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        k = r % len(names) if names else 0
+        for n in names[k:] + names[:k]:
+            out[n].append(time_one(calls[n]))
+    return out
+
+
+def paired(a: list[float], b: list[float]) -> dict[str, Any]:
+    """Round-by-round comparison of two calls' times from one `interleaved` run: `ratios` (a / b
+    per round), `median_ratio`, and `a_not_slower` (rounds where a <= b) of `rounds`."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"need the same, non-zero number of rounds, got {len(a)} and {len(b)}")
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    return {"ratios": ratios, "median_ratio": statistics.median(ratios),
+            "a_not_slower": sum(x <= y for x, y in zip(a, b, strict=True)), "rounds": len(a)}
