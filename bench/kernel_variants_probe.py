@@ -1,0 +1,255 @@
+"""What separates coil's big micro-case kernels from Inductor's: variants of coil's own kernel,
+timed in interleaved rounds beside Inductor and coil (CUDA).
+
+    python bench/kernel_variants_probe.py [CASE ...] [--rounds N]
+
+CASE is a pointwise or row-norm micro case of `coil bench` (default: pointwise_chain_bf16,
+pointwise_chain_fp32, bias_gelu_bf16, bias_gelu_fp32, layernorm_bf16). For each: the case
+compiled by Inductor (`torch.compile`) and by coil (with COIL_DEBUG_DIR, to read back the one
+Triton kernel coil generated for the GPU), then that kernel's source launched directly by Triton
+as it is (`coil_text`, at coil's default configuration: 1024-wide blocks with 2 warps for a
+pointwise kernel, one 8192-wide row with 16 warps for a persistent one) and changed one way at a
+time. Pointwise kernels:
+
+- `no_mask`: loads and stores without the `xmask` predicate (the size is a multiple of the block,
+  as Inductor proves and coil does not);
+- `warps4`: 4 warps instead of coil's 2 (Inductor's choice for 1024-wide blocks);
+- `no_mask_warps4`: both;
+- `no_zero_bcast`: the store's value without coil's `- xindex * 0` broadcast.
+
+Persistent (row) kernels:
+
+- `no_mask`: no `xmask & rmask` on loads, stores and the reductions' `tl.where`;
+- `reload`: the normalisation reads the row again (evict_first; the first read evict_last)
+  instead of keeping the centred row in registers across the variance's reduction, as
+  Inductor's two-loop layer norm does;
+- `reload_no_mask`: both; `warps8`: 8 warps.
+
+Also timed: `inductor_text`, Inductor's own kernel (its source and the configuration its runtime
+kept) launched the same direct way, and for pointwise kernels `loads_first` (every load issued
+before the arithmetic, as Inductor orders them) and `loads_first_warps4`.
+
+Every variant's output is checked equal to coil's compiled output (bitwise; `inductor_text`
+within 1e-6 relative, its math differs) before timing. Times are `triton.testing.do_bench`
+medians in `--rounds` interleaved rounds (coil.backend.bench_rounds); printed per variant: the
+median ms, and the median over rounds of its time / `coil_text`'s time. Then, under
+`torch.profiler`, the GPU kernels each of `inductor`, `coil` (the compiled functions) and
+`coil_text` runs per call and their device time: whether a gap between a compiled function and
+its kernel is the kernel's or the call's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+
+DEFAULT = ("pointwise_chain_bf16", "pointwise_chain_fp32", "bias_gelu_bf16", "bias_gelu_fp32", "layernorm_bf16")
+
+
+def _coil_kernel(fn: Callable[..., Any], args: tuple[torch.Tensor, ...]) -> tuple[str, torch.Tensor]:
+    """coil's compiled output of fn(*args) and the source of the one kernel it generated."""
+    import coil.backend
+
+    debug = tempfile.mkdtemp(prefix="pv-debug-")
+    os.environ["COIL_DEBUG_DIR"] = debug
+    try:
+        torch._dynamo.reset()
+        coil.backend.reset()
+        with torch.no_grad():
+            out = torch.compile(fn, backend="coil")(*args)
+        torch.cuda.synchronize()
+    finally:
+        del os.environ["COIL_DEBUG_DIR"]
+    kernels = sorted(Path(debug).glob("*/kernels/*.py"))
+    if len(kernels) != 1:
+        raise RuntimeError(f"expected one coil kernel, found {[str(k) for k in kernels]}")
+    return kernels[0].read_text(), out
+
+
+def _variants(src: str) -> dict[str, tuple[str, int]]:
+    """name -> (kernel source, warps)."""
+    if "RBLOCK" not in src:  # pointwise
+        no_mask = re.sub(r", xmask, other=0\)", ")", src)
+        no_mask = re.sub(r", xmask\)", ")", no_mask)
+        first = _loads_first(src)
+        return {"coil_text": (src, 2), "no_mask": (no_mask, 2), "warps4": (src, 4), "no_mask_warps4": (no_mask, 4),
+                "no_zero_bcast": (src.replace(" - xindex * 0", ""), 2), "loads_first": (first, 2),
+                "loads_first_warps4": (first, 4)}
+    no_mask = src.replace(", xmask & rmask, other=0", "").replace(", xmask & rmask)", ")")
+    no_mask = re.sub(r"tl\.where\(xmask & rmask, (\w+), 0\)", r"\1", no_mask)
+    return {"coil_text": (src, 16), "no_mask": (no_mask, 16), "reload": (_reload(src), 16),
+            "reload_no_mask": (_reload(no_mask), 16), "warps8": (src, 8)}
+
+
+def _loads_first(src: str) -> str:
+    """A pointwise kernel with its `tmpN = tl.load(...)` lines moved, in their order, to just
+    before the first other `tmp` line (their addresses depend on the index lines only)."""
+    lines = src.split("\n")
+    loads = [ln for ln in lines if re.match(r"    tmp\d+ = tl\.load\(", ln)]
+    rest = [ln for ln in lines if ln not in loads]
+    at = next(i for i, ln in enumerate(rest) if ln.startswith("    tmp"))
+    return "\n".join(rest[:at] + loads + rest[at:])
+
+
+def _inductor_kernels() -> list[Any]:
+    import gc
+
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    return [o for o in gc.get_objects() if issubclass(type(o), CachingAutotuner)]
+
+
+def _inductor_kernel(before: set[int]) -> tuple[str, dict[str, int], int] | None:
+    """The one Inductor kernel not in `before` (ids): a runnable module source, its kept block
+    sizes and warps; None unless there is exactly one such kernel with one launcher."""
+    found = [k for k in _inductor_kernels() if id(k) not in before and getattr(k, "launchers", None)]
+    if len(found) != 1 or len(found[0].launchers) != 1:
+        return None
+    k = found[0]
+    cfg = k.launchers[0].config
+    head = ("import triton\nimport triton.language as tl\n"
+            "from torch._inductor.runtime import triton_helpers\n"
+            "from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math\n\n@triton.jit\n")
+    return head + str(k.fn.src), dict(cfg.kwargs), int(cfg.num_warps)
+
+
+def _reload(src: str) -> str:
+    """The persistent norm kernel with its normalisation reading the row again (see the module
+    docstring); unchanged when its shape is not the one expected (first load `tmp1` of ptr0,
+    centred row `tmp7 = (tmp2 - tmp6)` scaled by `tmp15 = (tmp7 * tmp14)`)."""
+    head = "    tmp1 = tl.load(ptr0 + "
+    if head not in src or "tmp7 = (tmp2 - tmp6)" not in src or "    tmp15 = (tmp7 * tmp14)\n" not in src:
+        return src
+    start = src.index(head) + len("    tmp1 = ")
+    depth, end = 0, start
+    for end in range(start, len(src)):  # the load call's closing parenthesis
+        depth += {"(": 1, ")": -1}.get(src[end], 0)
+        if depth == 0 and src[end] == ")":
+            break
+    call = src[start:end]  # "tl.load(ptr0 + ..." without its ")"
+    out = src[:end] + ", eviction_policy='evict_last'" + src[end:]
+    again = (f"    tmp1r = {call}, eviction_policy='evict_first').to(tl.float32)\n"
+             "    tmp15 = ((tmp1r - tmp6) * tmp14)\n")
+    return out.replace("    tmp15 = (tmp7 * tmp14)\n", again, 1)
+
+
+def _load(src: str, tag: str) -> Any:
+    path = Path(tempfile.mkdtemp(prefix="pv-src-")) / f"pv_{tag}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    name = re.findall(r"^def (\w+)\(", src, re.M)[-1]  # the kernel follows any helpers
+    return getattr(mod, name)
+
+
+def probe(case: str, rounds: int) -> None:
+    from coil.backend import bench
+    from coil.backend.bench_rounds import interleaved
+
+    base, _, dt = case.rpartition("_")
+    micro = next(m for m in bench.MICRO if m.base == base)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dt]
+    torch.manual_seed(0)
+    args = micro.make(dtype)
+    src, want = _coil_kernel(micro.fn, args)
+    torch._dynamo.reset()
+    before = {id(k) for k in _inductor_kernels()}
+    ind = torch.compile(micro.fn)
+    coil_fn = torch.compile(micro.fn, backend="coil")
+    with torch.no_grad():
+        ind(*args)
+        coil_fn(*args)
+    n = want.numel()
+    calls: dict[str, Callable[[], object]] = {"inductor": lambda: ind(*args), "coil": lambda: coil_fn(*args)}
+    reduction = want.dim() == 2 and "RBLOCK" in src
+    entries = [(tag, text, warps, {"XBLOCK": 1, "RBLOCK": want.shape[1]} if reduction else {"XBLOCK": 1024}, True)
+               for tag, (text, warps) in _variants(src).items()]
+    ind_kernel = _inductor_kernel(before)
+    if ind_kernel is None:
+        print("  inductor_text: not one kernel with one launcher, skipped")
+    else:
+        entries.append(("inductor_text", ind_kernel[0], ind_kernel[2], ind_kernel[1], False))
+    base_text = entries[0][1:3]
+    for tag, text, warps, consts, exact in entries:
+        if tag != "coil_text" and (text, warps) == base_text:
+            print(f"  {tag}: same kernel as coil_text (its shape was not recognised), skipped")
+            continue
+        kernel = _load(text, tag)
+        out = torch.empty_like(want)
+        sizes = list(want.shape) if reduction else [n]
+        grid = (triton.cdiv(sizes[0], consts.get("XBLOCK", 1)),)
+
+        def launch(kernel: Any = kernel, out: torch.Tensor = out, warps: int = warps, consts: Any = consts,
+                   sizes: Any = sizes, grid: Any = grid) -> None:
+            kernel[grid](*args, out, *sizes, num_warps=warps, **consts)
+
+        try:
+            launch()
+            torch.cuda.synchronize()
+        except Exception as exc:  # a variant that does not compile or launch is reported, not fatal
+            print(f"  {tag}: {type(exc).__name__}: {str(exc)[:300]}")
+            continue
+        same = torch.equal(out, want) if exact else torch.allclose(out.float(), want.float(), rtol=1e-6, atol=1e-6)
+        if not same:
+            print(f"  {tag}: output differs from coil's compiled output; not timed")
+            continue
+        calls[tag] = launch
+    with torch.no_grad():
+        times = interleaved(calls, rounds, lambda c: float(triton.testing.do_bench(c, warmup=25, rep=100,
+                                                                                     return_mode="median")))
+    print(f"\n== {case} ({torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {triton.__version__}), "
+          f"{rounds} rounds")
+    ref = times["coil_text"]
+    for tag, ms in times.items():
+        ratio = statistics.median(a / b for a, b in zip(ms, ref, strict=True))
+        print(f"  {tag:20s} {statistics.median(ms):.4f} ms  / coil_text {ratio:.4f}  rounds {' '.join(f'{x:.4f}' for x in ms)}")
+    with torch.no_grad():
+        for tag in ("inductor", "coil", "coil_text"):
+            per_call, names = _kernel_time(calls[tag])
+            print(f"  profiler {tag:10s} {per_call:8.2f} us of GPU kernels a call: "
+                  + ", ".join(f"{k[:50]} x{v:g}" for k, v in names.items()))
+
+
+def _kernel_time(call: Callable[[], object], n: int = 20) -> tuple[float, dict[str, float]]:
+    """Device microseconds of GPU kernels per call, and each kernel's launches per call, over n
+    calls under torch.profiler."""
+    from collections import Counter
+
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            call()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    total = sum(getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) for e in events)
+    return total / n, {k: v / n for k, v in Counter(e.name for e in events).items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cases", nargs="*", default=list(DEFAULT))
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args(argv)
+    for case in a.cases:
+        probe(case, a.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
