@@ -146,6 +146,28 @@ def test_a_persistent_kernel_can_be_tuned_into_a_loop(tuning: Timer, device: tor
         assert re.search(rf"k_{name}\(\(9, 1, 1, \)", stats.wrapper_source), name  # one row per program
 
 
+def test_a_persistent_kernel_can_be_tuned_to_read_its_rows_again(tuning: Timer, device: torch.device,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A persistent kernel's group generated to read its rows again after its last reduction
+    (`triton_codegen.reread_alternative`; on CUDA only, here under the interpreter too) is among
+    the candidates at the default configuration; when it is the fastest, the compiled graph runs
+    it and matches eager."""
+    real = backend_autotune.reread_alternative
+    monkeypatch.setattr(backend_autotune, "reread_alternative", lambda ks, make, target: real(ks, make, "cuda"))
+    timed: list[str] = []
+
+    def score(spec: Any) -> float:
+        timed.append(spec.source)
+        return 0.5 if "evict_first" in spec.source else 1.0
+
+    tuning.score = score
+    x, w = torch.randn(9, 300, device=device), torch.randn(300, device=device)
+    stats = _compile_and_check(lambda t, g: torch.nn.functional.layer_norm(t, (300,), g), x, w)
+    assert stats.autotune_switched >= 1, _choices(stats)
+    again = [src for src in timed if "evict_first" in src]
+    assert again and all(src.count("tl.load(ptr0 + ") == 2 for src in again), again
+
+
 def _tuning_blobs(cache: Path) -> list[Path]:
     return sorted((cache / autotune.NAMESPACE).rglob("*.blob"))
 

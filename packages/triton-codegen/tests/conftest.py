@@ -95,7 +95,7 @@ class Run:
     @staticmethod
     def execute(s: Schedule, inputs: Sequence[torch.Tensor], strategy: str = "auto",
                 sources: list[KernelSource] | None = None,
-                pick: Callable[[KernelSource], KernelSource] | None = None) -> list[Any]:
+                pick: Callable[[KernelSource], KernelSource] | None = None, reread: bool = False) -> list[Any]:
         """Run the schedule's steps in order; `pick` (if given) replaces each generated kernel
         before it launches (a variant under another launch configuration)."""
         g = s.graph
@@ -109,7 +109,7 @@ class Run:
             env[c.name] = c.value
         for st in s.steps:
             if isinstance(st, KernelGroup):
-                ks = generate(st, bufs, "interpret", strategy)
+                ks = generate(st, bufs, "interpret", strategy, reread=reread)
                 if pick is not None:
                     ks = pick(ks)
                 if sources is not None:
@@ -147,8 +147,8 @@ class Run:
     @staticmethod
     def run(fn: Callable[..., Any], *inputs: Any, strategy: str = "auto", fusion: bool = True,
             sources: list[KernelSource] | None = None,
-            pick: Callable[[KernelSource], KernelSource] | None = None) -> list[Any]:
-        return Run.execute(Run.schedule(fn, *inputs, fusion=fusion), inputs, strategy, sources, pick)
+            pick: Callable[[KernelSource], KernelSource] | None = None, reread: bool = False) -> list[Any]:
+        return Run.execute(Run.schedule(fn, *inputs, fusion=fusion), inputs, strategy, sources, pick, reread)
 
     @staticmethod
     def check(fn: Callable[..., Any], *inputs: Any, strategy: str = "auto", fusion: bool = True,

@@ -6,6 +6,7 @@ eager PyTorch does (float64 reference), under the Triton interpreter."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import coil.triton_codegen.kernel as kernel_mod
 import pytest
@@ -230,3 +231,80 @@ def test_a_loop_over_long_rows_one_row_per_program_matches_eager(tk, no_split, c
             torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-5 * max(1.0, float(w.abs().max())))
         else:
             torch.testing.assert_close(g, w.to(g.dtype))
+
+
+def _ln(x, w, b):
+    return (torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, 1e-5),)
+
+
+def _residual_ln(x, y, w):
+    s = x + y
+    return s, torch.nn.functional.layer_norm(s, (s.shape[-1],), w, None, 1e-5)
+
+
+def _rms(x, w):
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,)
+
+
+def _xent(x, t):
+    return (torch.nn.functional.cross_entropy(x, t, reduction="none"),)
+
+
+REREAD_CASES = {
+    "layer_norm": (_ln, lambda: (torch.randn(6, 300), torch.randn(300), torch.randn(300))),
+    "layer_norm_bf16": (_ln, lambda: (torch.randn(6, 300).bfloat16(), torch.randn(300).bfloat16(),
+                                      torch.randn(300).bfloat16())),
+    "residual_layer_norm": (_residual_ln, lambda: (torch.randn(5, 200), torch.randn(5, 200), torch.randn(200))),
+    "rms_norm": (_rms, lambda: (torch.randn(7, 256), torch.randn(256))),
+    "softmax": (lambda x: (x.softmax(-1),), lambda: (torch.randn(6, 300),)),
+    "cross_entropy": (_xent, lambda: (torch.randn(6, 300), torch.randint(0, 300, (6,)))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REREAD_CASES))
+def test_reading_rows_again_gives_the_same_bits(tk, no_split, case):
+    """`generate(..., reread=True)`: a persistent kernel's part after its last reduction reads
+    the row again instead of holding it in registers. Under the interpreter its outputs are the
+    default kernel's, bit for bit, and match eager."""
+    fn, make = REREAD_CASES[case]
+    torch.manual_seed(0)
+    args = make()
+    srcs: list[KernelSource] = []
+    sched = tk.schedule(fn, *args)
+    groups = [st for st in sched.steps if isinstance(st, KernelGroup)]
+    default = tk.run(fn, *args)
+    again = tk.run(fn, *args, reread=True, sources=srcs)
+    assert any(s.strategy == "persistent" for s in srcs)
+    # every case but the cross-entropy (its last reduction's result is the output) reads again
+    plain = [generate(g, sched.graph.buffers(), "interpret").source for g in groups]
+    assert ([a.source for a in srcs] != plain) == (case != "cross_entropy"), case
+    for d, a, w in zip(default, again, fn(*args), strict=True):
+        assert torch.equal(d, a), case
+        torch.testing.assert_close(a, w, rtol=2e-2 if w.dtype == torch.bfloat16 else 1e-5,
+                                   atol=2e-2 if w.dtype == torch.bfloat16 else 1e-5)
+
+
+def test_reread_text_and_alternative(tk):
+    """The layer norm read again loads its input twice (evict_last first, evict_first after the
+    reductions); a kernel with nothing after its reduction has no such variant
+    (`reread_alternative` is empty: same text), nor has any kernel off CUDA."""
+    from coil.triton_codegen import reread_alternative
+
+    s = tk.schedule(_ln, *REREAD_CASES["layer_norm"][1]())
+    bufs = s.graph.buffers()
+    (group,) = [st for st in s.steps if isinstance(st, KernelGroup)]
+    ks = generate(group, bufs, "cuda")
+    again = generate(group, bufs, "cuda", reread=True)
+    x = 0  # the input is the first pointer the kernel reads
+    loads_x = re.findall(rf"tl\.load\(ptr{x} \+ [^\n]*", again.source)
+    assert len(loads_x) == 2, again.source
+    assert "evict_last" in loads_x[0] and "evict_first" in loads_x[1]
+    assert len(re.findall(rf"tl\.load\(ptr{x} \+ ", ks.source)) == 1
+    (alt,) = reread_alternative(ks, lambda: again, "cuda")
+    assert alt.source == again.source and default_config(alt) == default_config(ks)
+    assert reread_alternative(ks, lambda: again, "interpret") == []
+    assert reread_alternative(ks, lambda: ks, "cuda") == []  # the same text: nothing to gain
+    plain = tk.schedule(lambda t: (t.sum(1),), torch.randn(6, 300))
+    (pg,) = [st for st in plain.steps if isinstance(st, KernelGroup)]
+    pbufs = plain.graph.buffers()
+    assert generate(pg, pbufs, "cuda", reread=True).source == generate(pg, pbufs, "cuda").source

@@ -37,7 +37,7 @@ from coil.backend.stats import GraphStats
 from coil.lowering_ir import LoweredGraph
 from coil.runtime import KernelSpec, interpreter_enabled
 from coil.runtime.autotune import Candidate, TuningProblem, TuningResult, tune
-from coil.triton_codegen import KernelSource, other_strategy, variants
+from coil.triton_codegen import KernelSource, other_strategy, reread_alternative, variants
 
 log = logging.getLogger("coil.backend")
 _ON = frozenset({"auto", "1", "on", "true", "yes"})
@@ -66,12 +66,15 @@ def enabled(device: torch.device) -> bool:
 
 def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: torch.device, target: str,
                  stats: GraphStats, to_specs: SpecsFn,
-                 as_loop: Callable[[KernelSource], KernelSource | None] | None = None) -> list[KernelSource]:
+                 as_loop: Callable[[KernelSource], KernelSource | None] | None = None,
+                 as_reread: Callable[[KernelSource], KernelSource | None] | None = None) -> list[KernelSource]:
     """`sources` with each tunable kernel replaced by its fastest correct variant (see the module
     docstring); `to_specs` turns sources into the KernelSpecs the runtime compiles (the backend's
     own, so a chosen candidate's spec equals the one compiled afterwards). `as_loop(ks)`, when
     given, generates a persistent kernel's group again as a loop over r (None: it cannot be):
-    `triton_codegen.other_strategy` adds that loop's configurations to the candidates. Unchanged
+    `triton_codegen.other_strategy` adds that loop's configurations to the candidates;
+    `as_reread(ks)` likewise generates it reading its rows again after its last reduction
+    (`triton_codegen.reread_alternative`: one more candidate at the default configuration). Unchanged
     when autotuning is off for `device`, and when tuning itself fails (one WARNING on
     coil.backend): tuning never fails a compile."""
     if not sources or not enabled(device):
@@ -82,7 +85,7 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
     tuned: list[tuple[int, list[KernelSource]]] = []
     problems: list[TuningProblem] = []
     for i, ks in enumerate(sources):
-        vs = variants(ks, target, hints) + _loops(ks, as_loop, target, hints)
+        vs = variants(ks, target, hints) + _loops(ks, as_loop, target, hints) + _rereads(ks, as_reread, target)
         if len(vs) < 2:
             continue
         grids = _ints([v.grid for v in vs], hints)
@@ -134,6 +137,20 @@ def _loops(ks: KernelSource, as_loop: Callable[[KernelSource], KernelSource | No
         return other_strategy(ks, lambda: as_loop(ks), target, hints)
     except Exception as e:
         log.debug("coil: %s has no loop-over-r candidates (%s: %s)", ks.name, type(e).__name__, e)
+        return []
+
+
+def _rereads(ks: KernelSource, as_reread: Callable[[KernelSource], KernelSource | None] | None,
+             target: str) -> list[KernelSource]:
+    """The read-again candidate of a persistent kernel (`triton_codegen.reread_alternative`);
+    none when there is no `as_reread`, the kernel has none, or generating it fails (logged at
+    DEBUG)."""
+    if as_reread is None:
+        return []
+    try:
+        return reread_alternative(ks, lambda: as_reread(ks), target)
+    except Exception as e:
+        log.debug("coil: %s has no read-again candidate (%s: %s)", ks.name, type(e).__name__, e)
         return []
 
 

@@ -260,8 +260,13 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
             group = groups.get(ks.name)
             return None if group is None else generate(group, bufs, target, "looped", lowered.symbol_hints, options)
 
+        def as_reread(ks: KernelSource) -> KernelSource | None:
+            group = groups.get(ks.name)
+            return None if group is None else generate(group, bufs, target, "persistent", lowered.symbol_hints,
+                                                       options, reread=True)
+
         sources = _stage(stats, "autotune", autotune.tune_sources, sources, lowered, device, target, stats, _specs,
-                         as_loop)
+                         as_loop, as_reread)
     launches = {s.name: KernelLaunch(s.name, s.pointer_args, s.size_args, s.grid) for s in sources}
     program: WrapperProgram = _stage(stats, "wrapper codegen", build, sched, launches, reuse=knobs.reuse,
                                      check_inputs=check_inputs)

@@ -3,7 +3,8 @@
 Public API (see README.md): `generate`, `generate_scatter`, `generate_schedule`, `KernelSource`,
 `CodegenOptions`, `KernelConfig`, `choose`, `STRATEGIES`, `texpr`; for autotuning `candidates`
 (launch configurations worth timing) and `variants` (a kernel under each of them), and
-`looped_alternatives` / `other_strategy` (a persistent kernel's loop over r as candidates too);
+`looped_alternatives` / `other_strategy` (a persistent kernel's loop over r as candidates too),
+`reread_alternative` (a persistent kernel reading its rows again after its reductions);
 `indirect` (a kernel reading some inputs through a table of addresses).
 """
 
@@ -19,7 +20,8 @@ from coil.triton_codegen.config import (
 from coil.triton_codegen.indirect import indirect
 from coil.triton_codegen.kernel import KernelSource, generate
 from coil.triton_codegen.scatter import generate_scatter, generate_schedule
-from coil.triton_codegen.variants import other_strategy, variants
+from coil.triton_codegen.variants import other_strategy, reread_alternative, variants
 
 __all__ = ["STRATEGIES", "CodegenOptions", "KernelConfig", "KernelSource", "candidates", "choose", "generate",
-           "generate_scatter", "generate_schedule", "indirect", "looped_alternatives", "other_strategy", "texpr", "variants"]
+           "generate_scatter", "generate_schedule", "indirect", "looped_alternatives", "other_strategy", "reread_alternative",
+           "texpr", "variants"]

@@ -91,8 +91,10 @@ class KernelWriter:
     """Writes one kernel's source. Use `generate(group, buffers, target)`."""
 
     def __init__(self, group: KernelGroup, buffers: dict[str, Buffer], target: str, strategy: str,
-                 hints: dict[sympy.Symbol, int] | None = None, options: CodegenOptions | None = None) -> None:
+                 hints: dict[sympy.Symbol, int] | None = None, options: CodegenOptions | None = None,
+                 reread: bool = False) -> None:
         self.g = group
+        self.reread_rows = reread  # persistent: the part after the last reduction reads the row again
         self.options = options or CodegenOptions()
         self.asserts = 0
         self.buffers = buffers
@@ -398,8 +400,13 @@ class KernelWriter:
             self.emit(rs, "rmask = rindex < rnumel")
             self._dims(rs, "rd", "rindex", g.r_dims)
             prefetched = False
-            for m in g.members:
-                if m.kind == "reduce":
+            last = max((i for i, m in enumerate(g.members) if m.kind == "reduce"), default=-1)
+            post = self.reread_scope(last) if self.reread_rows else None
+            for i, m in enumerate(g.members):
+                if post is not None and i > last and m.kind == "r":
+                    self.reread = frozenset()  # read for the last time: evict_first
+                    self.store(m, self.compute_member(m, post), post)
+                elif m.kind == "reduce":
                     v = self.value(m.nest.body, m, rs)
                     if not prefetched:  # after the first row's loads: they and the per-row ones wait together
                         self.prefetch(xs)
@@ -410,6 +417,7 @@ class KernelWriter:
                 else:
                     scope = rs if m.kind == "r" else _Scope("    ", xs.values, xs.members)
                     self.store(m, self.compute_member(m, scope), scope)
+            self.reread = None
         else:
             seg, after = self.segments()
             nseg = max(seg.values(), default=-1) + 1
@@ -443,6 +451,41 @@ class KernelWriter:
             g.name, source, tuple(self.ptrs), size_args, consts, grid, cfg.num_warps, cfg.strategy,
             tuple(g.origins()), tuple(g.stores), self.asserts > 0,
         )
+
+    def reread_scope(self, last: int) -> _Scope | None:
+        """`generate(..., reread=True)` for a persistent kernel: the scope in which its r members
+        after the last reduction (`last`, a member index) are computed, or None when there are
+        none that load anything along r.
+
+        The scope starts with no cached values and no r members' results (x members' and
+        reductions' come from the x scope, `load`), so those r members load the row again and recompute what they need from it, instead of
+        holding the row (and values computed from it) in registers across the reductions; the
+        same operations on the same values, so the results are the same bits. The buffers they
+        read again get 'evict_last' where they are first read (`self.reread`) and 'evict_first'
+        where they are read again. What Inductor's layer norm does with its second loop over a
+        row that was read whole in its first (bench/kernel_variants_probe.py, docs/perf.md)."""
+        g = self.g
+        again = self.memory_reads([m for i, m in enumerate(g.members) if i > last and m.kind == "r"])
+        again &= self.memory_reads([m for i, m in enumerate(g.members) if i <= last and m.kind != "x"])
+        if last < 0 or not again:
+            return None
+        self.reread = frozenset(again)
+        return _Scope("    ", {}, {}, is_r=True)  # x members and reductions: read from xscope.members
+
+    def memory_reads(self, ms: list[Member]) -> set[str]:
+        """The buffers in memory that computing `ms` loads (through the r members they read)."""
+        out: set[str] = set()
+        seen: set[str] = set()
+        todo = list(ms)
+        while todo:
+            for ld in _loads(todo.pop()):
+                w = self.writer.get(ld.buffer)
+                if w is None:
+                    out.add(ld.buffer)
+                elif w.kind == "r" and ld.buffer not in seen:
+                    seen.add(ld.buffer)
+                    todo.append(w)
+        return out
 
     def prefetch(self, xs: _Scope) -> None:
         """Issue a reduction kernel's per-row loads before its reductions.
@@ -738,14 +781,18 @@ def _helpers(source: str, target: str) -> str:
 
 
 def generate(group: KernelGroup, buffers: dict[str, Buffer], target: str, strategy: str = "auto",
-             hints: dict[sympy.Symbol, int] | None = None, options: CodegenOptions | None = None) -> KernelSource:
+             hints: dict[sympy.Symbol, int] | None = None, options: CodegenOptions | None = None,
+             *, reread: bool = False) -> KernelSource:
     """Triton source (a whole module) for `group`. target: "cuda" or "interpret".
 
     Size symbols the kernel needs become integer arguments after xnumel/rnumel (listed in
     `size_args`); `hints` (example values) only pick block sizes. `options` (default: all off)
     adds checks, e.g. bounds asserts on data-dependent accesses (then `KernelSource.debug`).
+    `reread`: a persistent reduction kernel reads its rows again after its last reduction
+    instead of holding them in registers (`KernelWriter.reread_scope`; the same results, another
+    text; an autotuning alternative, `variants.reread_alternative`); no effect on other kernels.
     """
-    ks = KernelWriter(group, buffers, target, strategy, hints, options).generate()
+    ks = KernelWriter(group, buffers, target, strategy, hints, options, reread).generate()
     module = PRELUDE["cuda" if target == "cuda" else "interpret"] + _helpers(ks.source, target) + ks.source
     return KernelSource(ks.name, module, ks.pointer_args, ks.size_args, ks.constexprs, ks.grid,
                         ks.num_warps, ks.strategy, ks.origins, ks.stores, ks.debug)

@@ -82,3 +82,21 @@ def other_strategy(ks: KernelSource, make_loop: Callable[[], KernelSource | None
             or loop.size_args != ks.size_args or "RBLOCK" not in loop.constexprs):
         return []
     return [with_config(loop, cfg) for cfg in configs]
+
+
+def reread_alternative(ks: KernelSource, make_reread: Callable[[], KernelSource | None], target: str
+                       ) -> list[KernelSource]:
+    """A persistent kernel's alternative that reads its rows again after its last reduction:
+    `make_reread()` generates the same group with `generate(..., reread=True)` (None: it cannot),
+    launched with `ks`'s configuration. Empty unless `ks` is a persistent reduction on CUDA and
+    the other text differs (a kernel with nothing to read again after its reductions generates
+    the same text) with the same name, pointer and size arguments (interchangeable in the
+    wrapper). The same results bit for bit; only which is faster differs (on an H100 a bf16
+    layer norm over 16384 x 8192: 0.5-1 % faster reading again, bench/kernel_variants_probe.py)."""
+    if ks.strategy != "persistent" or "RBLOCK" not in ks.constexprs or len(ks.size_args) < 2 or target != "cuda":
+        return []
+    other = make_reread()
+    if (other is None or other.source == ks.source or other.strategy != "persistent" or other.name != ks.name
+            or other.pointer_args != ks.pointer_args or other.size_args != ks.size_args):
+        return []
+    return [with_config(other, default_config(ks))]
