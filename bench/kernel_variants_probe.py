@@ -15,7 +15,8 @@ time. Pointwise kernels:
   as Inductor proves and coil does not);
 - `warps4`: 4 warps instead of coil's 2 (Inductor's choice for 1024-wide blocks);
 - `no_mask_warps4`: both;
-- `no_zero_bcast`: the store's value without coil's `- xindex * 0` broadcast.
+- `no_zero_bcast`: the store's value without coil's `- xindex * 0` broadcast;
+- `x512_w8`, `x512_w4`, `x2048_w8`, `x256_w4`: coil's text with other block sizes and warps.
 
 Persistent (row) kernels:
 
@@ -177,6 +178,8 @@ def probe(case: str, rounds: int) -> None:
     reduction = want.dim() == 2 and "RBLOCK" in src
     entries = [(tag, text, warps, {"XBLOCK": 1, "RBLOCK": want.shape[1]} if reduction else {"XBLOCK": 1024}, True)
                for tag, (text, warps) in _variants(src).items()]
+    if not reduction:  # other block sizes of coil's own text (Inductor's 512 / 8 for the pointwise chain)
+        entries += [(f"x{x}_w{w}", src, w, {"XBLOCK": x}, True) for x, w in ((512, 8), (512, 4), (2048, 8), (256, 4))]
     ind_kernel = _inductor_kernel(before)
     if ind_kernel is None:
         print("  inductor_text: not one kernel with one launcher, skipped")

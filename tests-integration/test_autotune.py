@@ -17,7 +17,7 @@ import pytest
 import torch
 from coil.backend import COMPILED, GraphStats, knobs
 from coil.runtime import autotune, timing
-from coil.triton_codegen import KernelSource
+from coil.triton_codegen import KernelConfig, KernelSource
 
 
 class Timer:
@@ -132,8 +132,6 @@ def test_a_persistent_kernel_can_be_tuned_into_a_loop(tuning: Timer, device: tor
     the result matches eager."""
     import sys
 
-    from coil.triton_codegen import KernelConfig
-
     variants_mod = sys.modules["coil.triton_codegen.variants"]  # the package attribute is the function
     monkeypatch.setattr(variants_mod, "looped_alternatives",
                         lambda default, xnumel, rnumel, target: [KernelConfig("looped", 1, 64, 2)])
@@ -166,6 +164,24 @@ def test_a_persistent_kernel_can_be_tuned_to_read_its_rows_again(tuning: Timer, 
     assert stats.autotune_switched >= 1, _choices(stats)
     again = [src for src in timed if "evict_first" in src]
     assert again and all(src.count("tl.load(ptr0 + ") == 2 for src in again), again
+
+
+def test_a_big_pointwise_kernel_is_tuned(tuning: Timer, device: torch.device,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA a pointwise kernel's 1024-wide default is timed beside config.POINTWISE_CANDIDATES
+    (here under the interpreter too); the faster one is launched over its own grid and the
+    result matches eager."""
+    import sys
+
+    variants_mod = sys.modules["coil.triton_codegen.variants"]
+    real = variants_mod.candidates
+    monkeypatch.setattr(variants_mod, "candidates", lambda default, x, r, target: real(
+        KernelConfig("pointwise", 1024, 1, 2) if default.strategy == "pointwise" else default, x, r, "cuda"))
+    x, y = torch.randn(3, 1001, device=device), torch.randn(3, 1001, device=device)
+    stats = _compile_and_check(lambda a, b: torch.sigmoid(a) * b - (a * b).abs(), x, y)
+    (name, cfg), = _choices(stats).items()
+    assert stats.autotune_switched == 1 and cfg.startswith("XBLOCK=512 warps=4"), cfg  # the timer favours small blocks
+    assert re.search(rf"k_{name}\(\(6, 1, 1, \)", stats.wrapper_source), stats.wrapper_source
 
 
 def _tuning_blobs(cache: Path) -> list[Path]:

@@ -50,10 +50,20 @@ def test_candidate_sets_follow_the_rules(target):
                 assert c.rblock <= max(config.next_pow2(rnumel), default.rblock)
 
 
-def test_pointwise_kernels_have_no_candidates():
-    for n in (1, 100, 1024, 1 << 20):
+def test_pointwise_candidates():
+    """A CUDA pointwise kernel with the 1024-wide default is also timed at 512 / 4 and 512 / 8
+    warps (config.POINTWISE_CANDIDATES); never at 1024 / 4 or with 8 elements per thread (the
+    Triton 3.6 miscompile's shape); smaller kernels, and any under the interpreter, have none."""
+    for n in (1, 100, 512):
         default = choose(n, 1, False, "cuda")
         assert candidates(default, n, 1, "cuda") == [default]
+    for n in (1024, 5000, 1 << 27):
+        default = choose(n, 1, False, "cuda")
+        got = candidates(default, n, 1, "cuda")
+        assert got == [default, KernelConfig("pointwise", 512, 1, 4), KernelConfig("pointwise", 512, 1, 8)]
+        assert all(c.xblock // (32 * c.num_warps) != 8 for c in got)
+        interp = choose(n, 1, False, "interpret")
+        assert candidates(interp, n, 1, "interpret") == [interp]
 
 
 def test_cuda_candidates_vary_what_the_brief_names():
@@ -112,6 +122,25 @@ def test_scans_and_pointwise_variants(tk):
             ks = generate(st, bufs, "interpret")
             kinds[ks.strategy] = len(variants(ks, "interpret"))
     assert kinds["pointwise"] == 1 and kinds["persistent"] > 1
+
+
+def test_pointwise_variants_on_cuda_match_eager(tk):
+    """On CUDA a big pointwise kernel's variants are its source under POINTWISE_CANDIDATES
+    (same text, other XBLOCK, warps and grid); each computes what eager does (here under the
+    interpreter, over a size no block divides)."""
+    fn = lambda x, y: (torch.sigmoid(x) * y - (x * y).abs(),)  # noqa: E731
+    x, y = torch.randn(3, 1001), torch.randn(3, 1001)
+    s = tk.schedule(fn, x, y)
+    (g,) = [st for st in s.steps if isinstance(st, KernelGroup)]
+    ks = generate(g, s.graph.buffers(), "cuda")
+    vs = variants(ks, "cuda")
+    assert [(v.constexprs["XBLOCK"], v.num_warps) for v in vs] == [(1024, 2), (512, 4), (512, 8)]
+    assert all(v.source == ks.source for v in vs)
+    assert [int(sympy.sympify(v.grid)) for v in vs] == [3, 6, 6]
+    for xblock, warps in ((512, 4), (512, 8)):
+        cfg = KernelConfig("pointwise", xblock, 1, warps)
+        (got,) = tk.run(fn, x, y, pick=lambda k, cfg=cfg: with_config(k, cfg))
+        torch.testing.assert_close(got, fn(x, y)[0])
 
 
 # -- every variant against eager -------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Autotuning of the reduction kernels' launch configurations, once per graph at compile time.
 
 `tune_sources` runs between Triton codegen and the wrapper build (COIL_AUTOTUNE, `enabled`). For
-each kernel with candidates (`coil.triton_codegen.variants`: the reduction kernels; the same
-source under other block sizes and warps; for a persistent kernel over long rows on CUDA also its
-group generated as a loop over r, `coil.triton_codegen.other_strategy`), it describes one `coil.runtime.autotune.TuningProblem`
+each kernel with candidates (`coil.triton_codegen.variants`: the reduction kernels and, on CUDA,
+the pointwise ones; the same source under other block sizes and warps; for a persistent kernel
+over long rows on CUDA also its group generated as a loop over r,
+`coil.triton_codegen.other_strategy`, and, on CUDA, generated to read its rows again after its
+last reduction, `coil.triton_codegen.reread_alternative`), it describes one `coil.runtime.autotune.TuningProblem`
 (each candidate's KernelSpec and grid at the graph's size hints, the elements of every buffer
 the kernel touches, which of them it writes, the reduction length) and lets `coil.runtime.autotune.tune`
 compile them in parallel, check each against the default on synthetic inputs, time them and
@@ -90,7 +92,7 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
             continue
         grids = _ints([v.grid for v in vs], hints)
         extents = _ints([bufs[b].layout.storage_extent() for b in ks.pointer_args], hints)
-        rnumel = _ints([ks.size_args[1]], hints)
+        rnumel = _ints([ks.size_args[1]], hints) if "RBLOCK" in ks.constexprs else [1]
         if grids is None or extents is None or rnumel is None:
             continue  # a size without a hint: keep the default
         nbytes = sum(n * bufs[b].layout.dtype.itemsize for n, b in zip(extents, ks.pointer_args, strict=True))

@@ -146,15 +146,28 @@ MAX_WARPS = 32
 WIDE_LOOPS = ((2048, 16), (4096, 16), (4096, 32), (8192, 16), (8192, 32))
 
 
+# a CUDA pointwise kernel's candidates beside its 1024-wide, 2-warp default (`candidates`). On an
+# H100 (2026-11-27, bench/kernel_variants_probe.py, bench/gpu_session25f.sh; 16384 x 8192, ms):
+# the bench's pointwise chain in fp32 0.6968 at the default, 0.6934 at 512 / 8 (Inductor 0.6933),
+# in bf16 0.3536, 0.3519 at 512 / 4 (Inductor 0.3529); bias+GELU in fp32 0.3612, 0.3604 at 512 / 4
+# (Inductor 0.3607), in bf16 0.2049 at the default against 0.2331 at 512 / 4 and 0.2931 at
+# 512 / 8. Neither holds 8 elements per thread, the shape of the Triton 3.6 miscompile at 1024 / 4
+# (`choose`); 1024 / 4 and 2048 / 8 are not offered for that reason (and the tuner checks every
+# candidate's outputs against the default's).
+POINTWISE_CANDIDATES = ((512, 4), (512, 8))
+
+
 def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> list[KernelConfig]:
-    """Launch configurations worth timing for a reduction kernel whose fixed rule gave `default`.
+    """Launch configurations worth timing for a kernel whose fixed rule gave `default`.
 
     Returns `default` first, then at most MAX_CANDIDATES - 1 others (and, for a loop on CUDA,
     the WIDE_LOOPS configurations with one row per program too), all with `default`'s
     strategy: a kernel's source depends on its strategy (a persistent block or a loop over r),
     never on its block sizes or warps, so every candidate launches the same source with other
-    constexprs (the tests check that the text does not change). Pointwise kernels get `[default]`
-    only (see `choose`: a Triton 3.6 miscompile at 1024 elements and 4 warps).
+    constexprs (the tests check that the text does not change).
+
+    - pointwise, on CUDA with the 1024-wide default: POINTWISE_CANDIDATES (those whose block is at
+      most next_pow2(xnumel)); on the interpreter `[default]` only;
 
     - persistent: XBLOCK halved and doubled, warps halved and doubled, both doubled; RBLOCK stays
       `default.rblock` (the whole row, so it still covers it);
@@ -170,9 +183,14 @@ def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> 
     most one per 32 tile elements (each thread holds at least one element). `xnumel`/`rnumel`
     are the sizes (hints for symbolic ones) the default was chosen for.
     """
+    interp = target != "cuda"
+    if default.strategy == "pointwise":
+        if interp or default.xblock != 1024:
+            return [default]
+        return [default] + [KernelConfig("pointwise", x, 1, w) for x, w in POINTWISE_CANDIDATES
+                            if x <= next_pow2(max(xnumel, 1)) and 32 * w <= x]
     if default.strategy not in ("persistent", "looped", "outer"):
         return [default]
-    interp = target != "cuda"
     xp, rp = next_pow2(max(xnumel, 1)), next_pow2(max(rnumel, 1))
     x, r, w = default.xblock, default.rblock, default.num_warps
     cap = max(TILE_CAP_FACTOR * (INTERP_BUDGET if interp else CUDA_BUDGET), x * r)

@@ -52,11 +52,15 @@ def _sizes(ks: KernelSource, hints: dict[sympy.Symbol, int] | None) -> tuple[int
 def variants(ks: KernelSource, target: str, hints: dict[sympy.Symbol, int] | None = None) -> list[KernelSource]:
     """`ks` first, then one `KernelSource` per other candidate configuration (`config.candidates`).
 
-    Only reduction kernels (persistent, looped or outer, scans included) have candidates; any
-    other kernel gives `[ks]`. `hints` (the graph's size hints) stand in for symbolic xnumel and
+    Reduction kernels (persistent, looped or outer, scans included) and, on CUDA, big pointwise
+    kernels have candidates; any other kernel gives `[ks]`. `hints` (the graph's size hints) stand in for symbolic xnumel and
     rnumel when candidates are filtered; a variant is valid wherever `ks` is (a persistent one keeps
     `ks`'s RBLOCK, so it covers the same rows; a loop covers any row).
     """
+    if ks.strategy == "pointwise" and "RBLOCK" not in ks.constexprs and ks.size_args:
+        x = sympy.sympify(sympy.sympify(ks.size_args[0]).xreplace(hints or {}))
+        configs = candidates(default_config(ks), int(x) if isinstance(x, sympy.Integer) else 1 << 20, 1, target)
+        return [ks] + [with_config(ks, cfg) for cfg in configs[1:]]
     if ks.strategy not in TUNED_STRATEGIES or "RBLOCK" not in ks.constexprs or len(ks.size_args) < 2:
         return [ks]
     xnumel, rnumel = _sizes(ks, hints)
