@@ -91,6 +91,25 @@ print(f"  coil <= inductor on {n} of {len(d['cases'])}; copy GB/s {d['copy_gbs']
 PY
 }
 
+# `micro_rounds DIR`: `coil bench micro --rounds ROUNDS` (default 5; all 16 cases beside Inductor,
+# interleaved timing rounds) written to DIR; prints how many cases finished, per case Inductor's
+# and coil's median ms, their ratio, coil / Inductor in each round and in how many coil was not
+# slower, coil's % of the copy bandwidth and both accuracy verdicts, then the issue-5 lines
+micro_rounds() {
+  timeout ${MICRO_BENCH_S:-300} python3 -m coil.backend.cli bench micro --rounds ${ROUNDS:-5} --out $1 --budget-s 2000 2>&1 | grep -c "done in"
+  python3 - $1/bench.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for name, r in d["cases"].items():
+    i, c, p = r["inductor"], r["coil"], r.get("coil_vs_inductor", {})
+    print(f"  {name:22s} ind {i['ms']:.4f} coil {c['ms']:.4f} ratio {c['ms'] / i['ms']:.3f} "
+          f"round ratios {' '.join(f'{x:.3f}' for x in p.get('ratios', []))} not slower {p.get('a_not_slower')}/{p.get('rounds')} "
+          f"copy% {c['pct_copy']:.0f} acc {c['accuracy_ok']}/{i['accuracy_ok']}")
+print(f"  copy GB/s {d['copy_gbs']}")
+PY
+  grep -A3 "Issue-5 targets" $1/bench.md
+}
+
 # `warm_ab CASE...`: coil's warm first call of each CASE (bench/compile_profile.py --case) with
 # the old wheels (old_wheels, called here) and this tree's: one cold run per wheel set into its
 # own cache folders, then ROUNDS (default 3) alternating warm runs; prints the first-call,

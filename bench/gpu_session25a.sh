@@ -5,18 +5,7 @@
 # pulls in costs on this host (a process that has imported torch, Dynamo, transformers and coil)
 set -u
 source bench/device_env.sh
-timeout ${MICRO_BENCH_S:-420} python3 -m coil.backend.cli bench micro --rounds ${ROUNDS:-5} --out $OUT/micro --budget-s 2000 2>&1 | grep -c "done in"
-python3 - $OUT/micro/bench.json <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-for name, r in d["cases"].items():
-    i, c, p = r["inductor"], r["coil"], r.get("coil_vs_inductor", {})
-    print(f"  {name:22s} ind {i['ms']:.4f} coil {c['ms']:.4f} ratio {c['ms'] / i['ms']:.3f} "
-          f"round ratios {' '.join(f'{x:.3f}' for x in p.get('ratios', []))} not slower {p.get('a_not_slower')}/{p.get('rounds')} "
-          f"copy% {c['pct_copy']:.0f} acc {c['accuracy_ok']}/{i['accuracy_ok']}")
-print(f"  copy GB/s {d['copy_gbs']}")
-PY
-grep -A3 "Issue-5 targets" $OUT/micro/bench.md
+MICRO_BENCH_S=${MICRO_BENCH_S:-420} micro_rounds $OUT/micro
 python3 - <<'PY'
 import time
 t = time.perf_counter(); import torch, torch._dynamo, transformers, coil.backend; t1 = time.perf_counter()

@@ -54,6 +54,7 @@ from typing import Any
 
 import torch
 import triton
+from micro_probe import _inductor_kernels, micro_case  # beside this script
 
 DEFAULT = ("pointwise_chain_bf16", "pointwise_chain_fp32", "bias_gelu_bf16", "bias_gelu_fp32", "layernorm_bf16")
 
@@ -103,14 +104,6 @@ def _loads_first(src: str) -> str:
     return "\n".join(rest[:at] + loads + rest[at:])
 
 
-def _inductor_kernels() -> list[Any]:
-    import gc
-
-    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-
-    return [o for o in gc.get_objects() if issubclass(type(o), CachingAutotuner)]
-
-
 def _inductor_kernel(before: set[int]) -> tuple[str, dict[str, int], int] | None:
     """The one Inductor kernel not in `before` (ids): a runnable module source, its kept block
     sizes and warps; None unless there is exactly one such kernel with one launcher."""
@@ -157,14 +150,9 @@ def _load(src: str, tag: str) -> Any:
 
 
 def probe(case: str, rounds: int) -> None:
-    from coil.backend import bench
     from coil.backend.bench_rounds import interleaved
 
-    base, _, dt = case.rpartition("_")
-    micro = next(m for m in bench.MICRO if m.base == base)
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dt]
-    torch.manual_seed(0)
-    args = micro.make(dtype)
+    micro, _, args = micro_case(case)
     src, want = _coil_kernel(micro.fn, args)
     torch._dynamo.reset()
     before = {id(k) for k in _inductor_kernels()}

@@ -29,15 +29,21 @@ def _inductor_kernels() -> list[Any]:
     return [o for o in gc.get_objects() if issubclass(type(o), CachingAutotuner)]  # weak proxies too
 
 
-def probe(case: str, out: Path) -> None:
-    import triton
+def micro_case(case: str) -> tuple[Any, torch.dtype, tuple[torch.Tensor, ...]]:
+    """A `coil bench` micro case by name (e.g. rmsnorm_bf16): its Micro, dtype and inputs (seed 0)."""
     from coil.backend import bench
 
     name, _, dt = case.rpartition("_")
     micro = next(m for m in bench.MICRO if m.base == name)
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dt]
     torch.manual_seed(0)
-    args = micro.make(dtype)
+    return micro, dtype, micro.make(dtype)
+
+
+def probe(case: str, out: Path) -> None:
+    import triton
+
+    micro, dtype, args = micro_case(case)
     print(f"\n== {case}: inputs {[tuple(a.shape) for a in args]} {dtype}, {torch.cuda.get_device_name()}")
 
     torch._dynamo.reset()
