@@ -1,4 +1,4 @@
-"""Autotuning of the reduction kernels' launch configurations, once per graph at compile time.
+"""Autotuning of kernels' launch configurations, once per graph at compile time.
 
 `tune_sources` runs between Triton codegen and the wrapper build (COIL_AUTOTUNE, `enabled`). For
 each kernel with candidates (`coil.triton_codegen.variants`: the reduction kernels and, on CUDA,
@@ -87,17 +87,20 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
     tuned: list[tuple[int, list[KernelSource]]] = []
     problems: list[TuningProblem] = []
     for i, ks in enumerate(sources):
-        vs = variants(ks, target, hints) + _loops(ks, as_loop, target, hints) + _rereads(ks, as_reread, target)
-        if len(vs) < 2:
-            continue
-        grids = _ints([v.grid for v in vs], hints)
         extents = _ints([bufs[b].layout.storage_extent() for b in ks.pointer_args], hints)
         rnumel = _ints([ks.size_args[1]], hints) if "RBLOCK" in ks.constexprs else [1]
-        if grids is None or extents is None or rnumel is None:
+        if extents is None or rnumel is None:
             continue  # a size without a hint: keep the default
         nbytes = sum(n * bufs[b].layout.dtype.itemsize for n, b in zip(extents, ks.pointer_args, strict=True))
         if nbytes < min_bytes:
             continue  # a small kernel: timing its candidates costs more compile time than it can save
+        # (the alternatives of another text are generated only for kernels that are tuned)
+        vs = variants(ks, target, hints) + _loops(ks, as_loop, target, hints) + _rereads(ks, as_reread, target)
+        if len(vs) < 2:
+            continue
+        grids = _ints([v.grid for v in vs], hints)
+        if grids is None:
+            continue
         specs = to_specs(vs, lowered)
         problems.append(TuningProblem(
             tuple(Candidate(s, (g, 1, 1)) for s, g in zip(specs, grids, strict=True)),

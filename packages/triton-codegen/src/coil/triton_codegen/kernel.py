@@ -458,9 +458,10 @@ class KernelWriter:
         none that load anything along r.
 
         The scope starts with no cached values and no r members' results (x members' and
-        reductions' come from the x scope, `load`), so those r members load the row again and recompute what they need from it, instead of
-        holding the row (and values computed from it) in registers across the reductions; the
-        same operations on the same values, so the results are the same bits. The buffers they
+        reductions' come from the x scope, `load`), so those r members load the row again and
+        recompute what they need from it, instead of holding the row (and values computed from
+        it) in registers across the reductions; the same operations on the same values, so the
+        results are the same bits. The buffers they
         read again get 'evict_last' where they are first read (`self.reread`) and 'evict_first'
         where they are read again. What Inductor's layer norm does with its second loop over a
         row that was read whole in its first (bench/kernel_variants_probe.py, docs/perf.md)."""

@@ -52,10 +52,11 @@ def _sizes(ks: KernelSource, hints: dict[sympy.Symbol, int] | None) -> tuple[int
 def variants(ks: KernelSource, target: str, hints: dict[sympy.Symbol, int] | None = None) -> list[KernelSource]:
     """`ks` first, then one `KernelSource` per other candidate configuration (`config.candidates`).
 
-    Reduction kernels (persistent, looped or outer, scans included) and, on CUDA, big pointwise
-    kernels have candidates; any other kernel gives `[ks]`. `hints` (the graph's size hints) stand in for symbolic xnumel and
-    rnumel when candidates are filtered; a variant is valid wherever `ks` is (a persistent one keeps
-    `ks`'s RBLOCK, so it covers the same rows; a loop covers any row).
+    Reduction kernels (persistent, looped or outer, scans included) and, on CUDA, pointwise
+    kernels with the 1024-wide default have candidates; any other kernel gives `[ks]`. `hints`
+    (the graph's size hints) stand in for symbolic xnumel and rnumel when candidates are
+    filtered; a variant is valid wherever `ks` is (a persistent one keeps `ks`'s RBLOCK, so it
+    covers the same rows; a loop covers any row; a pointwise one masks its last block).
     """
     if ks.strategy == "pointwise" and "RBLOCK" not in ks.constexprs and ks.size_args:
         x = sympy.sympify(sympy.sympify(ks.size_args[0]).xreplace(hints or {}))
