@@ -56,7 +56,7 @@ def tuning(monkeypatch: pytest.MonkeyPatch) -> Iterator[Timer]:
     timer = Timer(small_blocks_fast)
     monkeypatch.setattr(timing, "measure", timer)
     autotune.clear_memo()
-    with knobs.override(autotune="always", autotune_min_bytes=0, fallback_on_error=False):
+    with knobs.override(autotune="always", autotune_min_bytes=0, autotune_extra_min_bytes=0, fallback_on_error=False):
         yield timer
     autotune.clear_memo()
 
@@ -182,6 +182,36 @@ def test_a_big_pointwise_kernel_is_tuned(tuning: Timer, device: torch.device,
     (name, cfg), = _choices(stats).items()
     assert stats.autotune_switched == 1 and cfg.startswith("XBLOCK=512 warps=4"), cfg  # the timer favours small blocks
     assert re.search(rf"k_{name}\(\(6, 1, 1, \)", stats.wrapper_source), stats.wrapper_source
+
+
+def test_the_extra_candidates_wait_for_their_own_threshold(tuning: Timer, device: torch.device,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below COIL_AUTOTUNE_EXTRA_MIN_BYTES a pointwise kernel is not tuned and a persistent one is
+    timed without its read-again variant (its other candidates still are)."""
+    import sys
+
+    variants_mod = sys.modules["coil.triton_codegen.variants"]
+    real_candidates, real_reread = variants_mod.candidates, backend_autotune.reread_alternative
+    monkeypatch.setattr(variants_mod, "candidates", lambda default, x, r, target: real_candidates(
+        KernelConfig("pointwise", 1024, 1, 2) if default.strategy == "pointwise" else default, x, r, "cuda"))
+    monkeypatch.setattr(backend_autotune, "reread_alternative", lambda ks, make, target: real_reread(ks, make, "cuda"))
+    timed: list[str] = []
+    tuning.score = lambda spec: timed.append(spec.source) or 1.0
+    x, w, y = torch.randn(9, 300, device=device), torch.randn(300, device=device), torch.randn(3, 1001, device=device)
+
+    def fn(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.sigmoid(c) * c, torch.nn.functional.layer_norm(a, (300,), b)
+
+    for extra_min, reread, pointwise in ((1 << 40, False, False), (0, True, True)):
+        timed.clear()
+        COMPILED.clear()
+        torch._dynamo.reset()
+        autotune.clear_memo()
+        with knobs.override(autotune_extra_min_bytes=extra_min):
+            stats = _compile_and_check(fn, x, w, y)
+        assert stats.autotuned >= 1 and timed  # the layer norm's own candidates at least
+        assert any("evict_first" in src for src in timed) == reread, extra_min
+        assert any("RBLOCK" not in src for src in timed) == pointwise, extra_min
 
 
 def _tuning_blobs(cache: Path) -> list[Path]:

@@ -82,7 +82,8 @@ def test_a_mode_turns_training_graphs_off_for_that_compile(device: torch.device,
 def test_modes_map_to_knobs() -> None:
     assert resolve("reduce-overhead") == {"cuda_graphs": True, "cuda_graphs_training": True}
     assert resolve("max-autotune", {"autotune_min_bytes": 1 << 20}) == {"autotune": "auto",
-                                                                         "autotune_min_bytes": 1 << 20}
+                                                                         "autotune_min_bytes": 1 << 20,
+                                                                         "autotune_extra_min_bytes": 0}
     assert resolve(None, {"order_time": 2}) == {"order_time": 2.0}
     for overrides in MODES.values():  # every mode names real knobs with values of their type
         assert resolve(None, overrides) == overrides

@@ -18,7 +18,10 @@ GPU, never under Triton's interpreter (timings meaningless there); `always` tune
 interpreter too (tests); 0/off/false/no never tunes. Either way only kernels whose buffers hold
 at least COIL_AUTOTUNE_MIN_BYTES are tuned (32 MiB by default: on the H200, tuning every
 reduction kernel of ResNet-50's and GPT-2's training graphs added ~80 s to each cold compile,
-while the gains measured were on kernels of hundreds of MiB).
+while the gains measured were on kernels of hundreds of MiB). Pointwise kernels and the
+read-again alternative need COIL_AUTOTUNE_EXTRA_MIN_BYTES (256 MiB by default): their gains are
+0.2-1 % (docs/perf.md, session 25), worth their compiles only on the biggest kernels, and a
+model has dozens of pointwise kernels of 32-256 MiB (e.g. each layer's GELU).
 
 `GraphStats` gets `autotuned` (kernels with candidates whose choice was made or found),
 `autotune_switched` (those that left their default), `autotune_cached` (choices found in the
@@ -84,6 +87,7 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
     hints = lowered.symbol_hints
     bufs = lowered.buffers()
     min_bytes = int(knobs.autotune_min_bytes)
+    extra_min_bytes = int(knobs.autotune_extra_min_bytes)
     tuned: list[tuple[int, list[KernelSource]]] = []
     problems: list[TuningProblem] = []
     for i, ks in enumerate(sources):
@@ -94,8 +98,12 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
         nbytes = sum(n * bufs[b].layout.dtype.itemsize for n, b in zip(extents, ks.pointer_args, strict=True))
         if nbytes < min_bytes:
             continue  # a small kernel: timing its candidates costs more compile time than it can save
+        extra = nbytes >= extra_min_bytes  # pointwise candidates, the read-again alternative
+        if ks.strategy == "pointwise" and not extra:
+            continue
         # (the alternatives of another text are generated only for kernels that are tuned)
-        vs = variants(ks, target, hints) + _loops(ks, as_loop, target, hints) + _rereads(ks, as_reread, target)
+        vs = variants(ks, target, hints) + _loops(ks, as_loop, target, hints) + (
+            _rereads(ks, as_reread, target) if extra else [])
         if len(vs) < 2:
             continue
         grids = _ints([v.grid for v in vs], hints)

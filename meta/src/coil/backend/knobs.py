@@ -52,6 +52,11 @@ KNOBS: dict[str, Knob] = {
                                "autotune only kernels whose buffers hold at least this many "
                                "bytes (smaller kernels run for microseconds: tuning them costs compile time, "
                                "measured ~80 s per model on the H200, and gains nothing measurable)"),
+    "autotune_extra_min_bytes": Knob("COIL_AUTOTUNE_EXTRA_MIN_BYTES", 256 << 20, int,
+                                     "pointwise kernels' candidates and persistent kernels' read-again "
+                                     "alternative only for kernels whose buffers hold at least this many bytes "
+                                     "(their gains, 0.2-1 % on the micro suite's 512 MiB-1 GiB kernels, pay for "
+                                     "their compiles only on such kernels)"),
     "verify": Knob("COIL_VERIFY", False, bool, "check graph and IR invariants after every stage"),
     "order_time": Knob("COIL_ORDER_TIME", 0.5, float,
                        "seconds the memory planner may search for a lower-peak order of the fused steps (0: off)"),

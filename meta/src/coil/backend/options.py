@@ -5,7 +5,8 @@ torch hands a custom backend `mode` (when not "default") and `options` as keywor
 
 - `mode` (applied first): "default" (nothing), "reduce-overhead" (CUDA graphs for inference and
   training graphs: `cuda_graphs`, `cuda_graphs_training`), "max-autotune" (autotuning of every
-  reduction kernel on the GPU, whatever its size: `autotune="auto"`, `autotune_min_bytes=0`),
+  kernel on the GPU, whatever its size: `autotune="auto"`, `autotune_min_bytes=0`,
+  `autotune_extra_min_bytes=0`),
   "max-autotune-no-cudagraphs" (the same, CUDA graphs off).
 - `options`: a mapping from knob names to values, each of the knob's type (an int is accepted
   for a float knob, never a bool for a number): `options={"cuda_graphs_training": False}` keeps
@@ -32,8 +33,9 @@ from coil.backend.knobs import KNOBS, knobs
 MODES: dict[str, dict[str, Any]] = {
     "default": {},
     "reduce-overhead": {"cuda_graphs": True, "cuda_graphs_training": True},
-    "max-autotune": {"autotune": "auto", "autotune_min_bytes": 0},
-    "max-autotune-no-cudagraphs": {"autotune": "auto", "autotune_min_bytes": 0, "cuda_graphs": False,
+    "max-autotune": {"autotune": "auto", "autotune_min_bytes": 0, "autotune_extra_min_bytes": 0},
+    "max-autotune-no-cudagraphs": {"autotune": "auto", "autotune_min_bytes": 0, "autotune_extra_min_bytes": 0,
+                                   "cuda_graphs": False,
                                    "cuda_graphs_training": False},
 }
 
