@@ -112,8 +112,8 @@ PY
 
 # `warm_ab CASE...`: coil's warm first call of each CASE (bench/compile_profile.py --case) with
 # the old wheels (old_wheels, called here) and this tree's: one cold run per wheel set into its
-# own cache folders, then ROUNDS (default 3) alternating warm runs; prints the first-call,
-# Dynamo, AOTAutograd and coil-stage lines of each
+# own cache folders, then ROUNDS (default 3; 0: the cold runs only) alternating warm runs; prints
+# the first-call, Dynamo, AOTAutograd, autotune and coil-stage lines of each
 warm_ab() {
   local case round site s d
   old_wheels || echo "no .whl_old"
@@ -125,7 +125,7 @@ warm_ab() {
         echo "== $case $s $round"
         PYTHONPATH=$site COIL_CACHE_DIR=$d/coil TRITON_CACHE_DIR=$d/triton TORCHINDUCTOR_CACHE_DIR=$d/inductor \
           timeout ${WARM_S:-120} python3 bench/compile_profile.py --case $case 2>&1 \
-          | grep "first call\|Dynamo capture\|AOTAutograd\|runtime compile\|coil stages" | cut -c1-120
+          | grep "first call\|Dynamo capture\|AOTAutograd\|autotune\|runtime compile\|coil stages" | cut -c1-120
       done
     done
   done
