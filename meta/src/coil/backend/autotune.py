@@ -31,6 +31,7 @@ COIL_LOGS=autotune logs each kernel's candidates, their times and the choice.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 
@@ -102,8 +103,10 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
         if ks.strategy == "pointwise" and not extra:
             continue
         # (the alternatives of another text are generated only for kernels that are tuned)
-        vs = variants(ks, target, hints) + _loops(ks, as_loop, target, hints) + (
-            _rereads(ks, as_reread, target) if extra else [])
+        vs = variants(ks, target, hints) + _generated(
+            ks, "loop-over-r", as_loop, functools.partial(other_strategy, target=target, hints=hints))
+        if extra:
+            vs += _generated(ks, "read-again", as_reread, functools.partial(reread_alternative, target=target))
         if len(vs) < 2:
             continue
         grids = _ints([v.grid for v in vs], hints)
@@ -139,31 +142,19 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
     return out
 
 
-def _loops(ks: KernelSource, as_loop: Callable[[KernelSource], KernelSource | None] | None, target: str,
-           hints: dict[sympy.Symbol, int]) -> list[KernelSource]:
-    """The loop-over-r candidates of a persistent kernel (`triton_codegen.other_strategy`); none
-    when there is no `as_loop`, the kernel has none, or generating the loop fails (logged at
-    DEBUG: the persistent candidates are tuned as before)."""
-    if as_loop is None:
+def _generated(ks: KernelSource, what: str, regenerate: Callable[[KernelSource], KernelSource | None] | None,
+               alternatives: Callable[[KernelSource, Callable[[], KernelSource | None]], list[KernelSource]]
+               ) -> list[KernelSource]:
+    """`alternatives(ks, make)` (`triton_codegen.other_strategy`, `reread_alternative`), with `make()`
+    generating `ks`'s group again by `regenerate`; none when there is no `regenerate`, the kernel
+    has none, or generating fails (logged at DEBUG, naming `what`: its other candidates are
+    tuned as before)."""
+    if regenerate is None:
         return []
     try:
-        return other_strategy(ks, lambda: as_loop(ks), target, hints)
+        return alternatives(ks, lambda: regenerate(ks))
     except Exception as e:
-        log.debug("coil: %s has no loop-over-r candidates (%s: %s)", ks.name, type(e).__name__, e)
-        return []
-
-
-def _rereads(ks: KernelSource, as_reread: Callable[[KernelSource], KernelSource | None] | None,
-             target: str) -> list[KernelSource]:
-    """The read-again candidate of a persistent kernel (`triton_codegen.reread_alternative`);
-    none when there is no `as_reread`, the kernel has none, or generating it fails (logged at
-    DEBUG)."""
-    if as_reread is None:
-        return []
-    try:
-        return reread_alternative(ks, lambda: as_reread(ks), target)
-    except Exception as e:
-        log.debug("coil: %s has no read-again candidate (%s: %s)", ks.name, type(e).__name__, e)
+        log.debug("coil: %s has no %s candidates (%s: %s)", ks.name, what, type(e).__name__, e)
         return []
 
 

@@ -256,17 +256,14 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
         prefetch_kernels(_specs(sources, lowered), device)  # they compile while the candidates are timed
         groups = {st.name: st for st in sched.steps if isinstance(st, KernelGroup)}
 
-        def as_loop(ks: KernelSource) -> KernelSource | None:
+        def regenerate(ks: KernelSource, strategy: str, reread: bool = False) -> KernelSource | None:
             group = groups.get(ks.name)
-            return None if group is None else generate(group, bufs, target, "looped", lowered.symbol_hints, options)
-
-        def as_reread(ks: KernelSource) -> KernelSource | None:
-            group = groups.get(ks.name)
-            return None if group is None else generate(group, bufs, target, "persistent", lowered.symbol_hints,
-                                                       options, reread=True)
+            return None if group is None else generate(group, bufs, target, strategy, lowered.symbol_hints, options,
+                                                       reread=reread)
 
         sources = _stage(stats, "autotune", autotune.tune_sources, sources, lowered, device, target, stats, _specs,
-                         as_loop, as_reread)
+                         functools.partial(regenerate, strategy="looped"),
+                         functools.partial(regenerate, strategy="persistent", reread=True))
     launches = {s.name: KernelLaunch(s.name, s.pointer_args, s.size_args, s.grid) for s in sources}
     program: WrapperProgram = _stage(stats, "wrapper codegen", build, sched, launches, reuse=knobs.reuse,
                                      check_inputs=check_inputs)

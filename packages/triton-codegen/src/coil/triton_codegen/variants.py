@@ -42,11 +42,23 @@ def with_config(ks: KernelSource, cfg: KernelConfig) -> KernelSource:
                                grid=sympy.ceiling(xnumel / cfg.xblock))
 
 
+def _size(e: object, hints: dict[sympy.Symbol, int] | None) -> int:
+    """A size argument at `hints` (a size without a hint counts as 2**20)."""
+    s = sympy.sympify(sympy.sympify(e).xreplace(hints or {}))  # a bare symbol -> int
+    return int(s) if isinstance(s, sympy.Integer) else 1 << 20
+
+
 def _sizes(ks: KernelSource, hints: dict[sympy.Symbol, int] | None) -> tuple[int, int]:
-    """`ks`'s xnumel and rnumel at `hints` (a size without a hint counts as 2**20)."""
-    sizes = [sympy.sympify(sympy.sympify(e).xreplace(hints or {})) for e in ks.size_args[:2]]  # a bare symbol -> int
-    xnumel, rnumel = (int(s) if isinstance(s, sympy.Integer) else 1 << 20 for s in sizes)
-    return xnumel, rnumel
+    """`ks`'s xnumel and rnumel at `hints` (`_size`)."""
+    return _size(ks.size_args[0], hints), _size(ks.size_args[1], hints)
+
+
+def _interchangeable(other: KernelSource | None, ks: KernelSource, strategy: str) -> bool:
+    """Whether `other`, generated again for `ks`'s group, is a `strategy` kernel the wrapper can
+    launch in `ks`'s place: the same name, pointer arguments and size arguments, and an RBLOCK."""
+    return (other is not None and other.strategy == strategy and other.name == ks.name
+            and other.pointer_args == ks.pointer_args and other.size_args == ks.size_args
+            and "RBLOCK" in other.constexprs)
 
 
 def variants(ks: KernelSource, target: str, hints: dict[sympy.Symbol, int] | None = None) -> list[KernelSource]:
@@ -59,8 +71,7 @@ def variants(ks: KernelSource, target: str, hints: dict[sympy.Symbol, int] | Non
     covers the same rows; a loop covers any row; a pointwise one masks its last block).
     """
     if ks.strategy == "pointwise" and "RBLOCK" not in ks.constexprs and ks.size_args:
-        x = sympy.sympify(sympy.sympify(ks.size_args[0]).xreplace(hints or {}))
-        configs = candidates(default_config(ks), int(x) if isinstance(x, sympy.Integer) else 1 << 20, 1, target)
+        configs = candidates(default_config(ks), _size(ks.size_args[0], hints), 1, target)
         return [ks] + [with_config(ks, cfg) for cfg in configs[1:]]
     if ks.strategy not in TUNED_STRATEGIES or "RBLOCK" not in ks.constexprs or len(ks.size_args) < 2:
         return [ks]
@@ -83,8 +94,7 @@ def other_strategy(ks: KernelSource, make_loop: Callable[[], KernelSource | None
     if not configs:
         return []
     loop = make_loop()
-    if (loop is None or loop.strategy != "looped" or loop.name != ks.name or loop.pointer_args != ks.pointer_args
-            or loop.size_args != ks.size_args or "RBLOCK" not in loop.constexprs):
+    if loop is None or not _interchangeable(loop, ks, "looped"):
         return []
     return [with_config(loop, cfg) for cfg in configs]
 
@@ -101,7 +111,6 @@ def reread_alternative(ks: KernelSource, make_reread: Callable[[], KernelSource 
     if ks.strategy != "persistent" or "RBLOCK" not in ks.constexprs or len(ks.size_args) < 2 or target != "cuda":
         return []
     other = make_reread()
-    if (other is None or other.source == ks.source or other.strategy != "persistent" or other.name != ks.name
-            or other.pointer_args != ks.pointer_args or other.size_args != ks.size_args):
+    if other is None or other.source == ks.source or not _interchangeable(other, ks, "persistent"):
         return []
     return [with_config(other, default_config(ks))]
