@@ -5,7 +5,8 @@ For each case, on the same inputs, each mode in turn (in a model case, each mode
 the one before left: its model, gradients and Dynamo code): `torch._dynamo.reset()`, fresh cache
 folders (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, COIL_CACHE_DIR set to new temp folders before
 the compile, in-memory kernel memos cleared), the first call timed from `torch.compile` on (cold
-compile + first run; a model case measures it, and the warm one, in a new process each:
+compile + first run; a model case measures it, and the warm one (the median of `--warm-runs`
+processes, default 3), in new processes:
 `bench_models.new_process_first_call`),
 then the median of `triton.testing.do_bench` (CUDA events), the peak memory of one warm iteration
 (`torch.cuda.max_memory_reserved` over the call after `empty_cache`: `_warm_peak`; CUDA-graph pools
@@ -45,6 +46,7 @@ from coil.backend.bench_models import (
     compile_mode,
     precompile_requested,
     run_model_in_process,
+    warm_runs,
 )
 
 if TYPE_CHECKING:
@@ -470,11 +472,16 @@ def targets(report: dict[str, Any]) -> list[str]:
             and isinstance(b := r.get("inductor", {}).get("first_call_s"), float) and a <= b]
     out.append(f"cold first call (compile) coil <= Inductor: {len(comp)}/{len(done)} cases"
                + (f"; models: {', '.join(n for n in models if n in comp) or 'none'}" if models else ""))
-    warm = [f"{n} {m} {w:.1f}/{c:.1f} s" for n, r in models.items() for m in ("inductor", "coil")
+    warm = [f"{n} {m} {w:.1f}/{c:.1f} s ({w / c:.2f})" for n, r in models.items() for m in ("inductor", "coil")
             if isinstance(w := r.get(m, {}).get("warm_first_call_s"), float)
             and isinstance(c := r.get(m, {}).get("first_call_s"), float)]
     if warm:
-        out.append("warm-cache / cold first call (new process): " + "; ".join(warm))
+        out.append("warm-cache / cold first call (new processes; warm: the median of "
+                   f"{_warm_runs_of(models)}): " + "; ".join(warm))
+        quarter = [n for n, r in models.items() if isinstance(w := r.get("coil", {}).get("warm_first_call_s"), float)
+                   and isinstance(c := r.get("coil", {}).get("first_call_s"), float) and w <= 0.25 * c]
+        out.append(f"coil's warm start <= 25 % of its cold one: {len(quarter)}/{len(models)}"
+                   + (f" (met: {', '.join(quarter)})" if quarter and len(quarter) < len(models) else ""))
     verdicts = [f"{n} " + ",".join(g["aot_cache"] for g in caches) for n, r in models.items()
                 if (caches := r.get("coil", {}).get("warm_graph_caches"))]
     if verdicts:
@@ -491,6 +498,14 @@ def targets(report: dict[str, Any]) -> list[str]:
     acc = [f"{n} {m}" for n, r in done.items() for m in ("inductor", "coil") if r.get(m, {}).get("accuracy_ok") is not True]
     out.append("accuracy: all pass" if not acc else f"accuracy failures or errors: {', '.join(acc)}")
     return out
+
+
+def _warm_runs_of(models: dict[str, dict[str, Any]]) -> str:
+    """How many warm-start processes the models' figures are the median of ("3", or "1-3" when
+    cases differ)."""
+    counts = sorted({len(runs) for r in models.values() for m in ("inductor", "coil")
+                     if isinstance(runs := r.get(m, {}).get("warm_first_call_runs_s"), list)} or {1})
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
 
 
 def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequence[str] = MODES,
@@ -527,7 +542,7 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
     report: dict[str, Any] = {
         "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "triton": triton.__version__, "transformers": tv, "budget_s": budget_s, "copy_gbs": {},
-        "precompile": precompile_requested(), "rounds": rounds,
+        "precompile": precompile_requested(), "rounds": rounds, "warm_runs": warm_runs(),
         "rule": "RMSE(mode vs fp64) <= 3 * RMSE(eager vs fp64) + tol/10; tol 1e-2 bf16, 1e-4 fp32",
         "cases": {},
     }

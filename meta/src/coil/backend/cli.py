@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--rounds", type=int, default=None,
                        help="micro cases: time the modes in this many interleaved rounds and report each "
                             "mode's median (default: 5)")
+    bench.add_argument("--warm-runs", type=int, default=None, metavar="N",
+                       help="model cases: run each compiled mode's warm start in N new processes and report "
+                            "their median (default: 3)")
     bench.add_argument("--precompile", action="store_true",
                        help="model cases: the cold and the warm first-call processes of every mode run under "
                             "torch's caching precompile (TORCH_CACHING_PRECOMPILE=1; the cold one saves Dynamo's "
@@ -44,13 +47,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.list:
             print("\n".join(names))
             return 0
+        import os
+
         from coil.backend.bench import ROUNDS, run
+        from coil.backend.bench_models import PRECOMPILE_ENV, WARM_RUNS_ENV
 
+        if args.warm_runs is not None:
+            if args.warm_runs < 1:
+                bench.error(f"--warm-runs {args.warm_runs}: expected a positive integer")
+            os.environ[WARM_RUNS_ENV] = str(args.warm_runs)  # read by each model case's process
         if args.precompile:
-            import os
-
-            from coil.backend.bench_models import PRECOMPILE_ENV
-
             os.environ[PRECOMPILE_ENV] = "1"  # read by each model case's process
         return run(args.names, args.out, args.budget_s, [m for m in args.modes.split(",") if m],
                    ROUNDS if args.rounds is None else args.rounds)

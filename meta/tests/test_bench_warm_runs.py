@@ -1,0 +1,89 @@
+"""`coil bench --warm-runs`: a model case's warm start is the median of several new processes."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from coil.backend import bench_models
+from coil.backend.bench import targets
+from coil.backend.bench_models import WARM_RUNS, WARM_RUNS_ENV, warm_median, warm_runs, warm_starts
+from coil.backend.cli import main
+
+
+def test_the_median_of_the_processes_is_reported() -> None:
+    runs: list[float | str] = [3.2, 5.8, 4.1]
+    assert warm_median(runs) == sorted(x for x in runs if isinstance(x, float))[1] == 4.1
+    assert warm_median([2.0, 4.0]) == 3.0
+    assert warm_median([7.5]) == 7.5
+
+
+def test_a_failed_warm_process_is_reported_not_averaged_away() -> None:
+    assert warm_median([3.0, "timeout", 3.1, "failed (exit 1): boom"]) == "timeout"
+    with pytest.raises(ValueError, match="no warm-start process"):
+        warm_median([])
+
+
+def test_the_number_of_runs_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(WARM_RUNS_ENV, raising=False)
+    assert warm_runs() == WARM_RUNS == 3
+    monkeypatch.setenv(WARM_RUNS_ENV, "5")
+    assert warm_runs() == 5
+    for bad in ("0", "-2", "three"):
+        monkeypatch.setenv(WARM_RUNS_ENV, bad)
+        with pytest.raises(ValueError, match=f"{WARM_RUNS_ENV}={bad!r}: expected a positive integer"):
+            warm_runs()
+
+
+def test_each_compiled_mode_runs_that_many_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every process gets the same cache folders; the verdicts, peak and Dynamo report are the
+    first process's; eager runs one process whatever the setting."""
+    calls: list[tuple[str, str, dict[str, str]]] = []
+    seconds = iter([4.0, 3.0, 3.5, 9.0])
+
+    def fake(case: str, mode: str, env: dict[str, str]) -> tuple[float, list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+        calls.append((case, mode, env))
+        n = len(calls)
+        return next(seconds), [{"name": f"g{n}"}], {"peak_mib": float(n)}, {"traced": n}
+
+    monkeypatch.setattr(bench_models, "new_process_first_call", fake)
+    monkeypatch.setenv(WARM_RUNS_ENV, "3")
+    env = {"COIL_CACHE_DIR": "/somewhere"}
+    runs, caches, peak, dynamo = warm_starts("gpt2_infer_bf16", "coil", env)
+    assert runs == [4.0, 3.0, 3.5] and warm_median(runs) == 3.5
+    assert calls == [("gpt2_infer_bf16", "coil", env)] * 3
+    assert (caches, peak, dynamo) == ([{"name": "g1"}], {"peak_mib": 1.0}, {"traced": 1})
+    assert warm_starts("gpt2_infer_bf16", "eager", env)[0] == [9.0] and len(calls) == 4
+
+
+def test_the_cli_passes_warm_runs_to_the_case_processes(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
+    import torch
+
+    monkeypatch.setenv(WARM_RUNS_ENV, "")  # restored after the test: main() sets it
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit):
+        main(["bench", "gpt2_infer_bf16", "--warm-runs", "0", "--out", str(tmp_path)])
+    assert "--warm-runs 0: expected a positive integer" in capsys.readouterr().err
+    assert main(["bench", "gpt2_infer_bf16", "--warm-runs", "2", "--out", str(tmp_path)]) == 2  # no CUDA
+    assert os.environ[WARM_RUNS_ENV] == "2" and warm_runs() == 2
+
+
+def _model(cold: float, warm: list[float]) -> dict[str, Any]:
+    return {"kind": "model", "warm_first_call_runs_s": warm, "warm_first_call_s": warm_median(list(warm)),
+            "first_call_s": cold, "ms": 1.0, "accuracy_ok": True}
+
+
+def test_the_report_gives_each_warm_ratio_and_counts_the_quarter_target() -> None:
+    report = {"cases": {
+        "gpt2_infer_bf16": {"kind": "model", "eager": {"ms": 9.0}, "inductor": _model(18.0, [4.0, 4.2, 3.9]),
+                            "coil": _model(13.0, [3.2, 5.8, 3.1])},
+        "bert_base_infer_bf16": {"kind": "model", "eager": {"ms": 9.0}, "inductor": _model(16.0, [4.7, 4.6, 4.8]),
+                                 "coil": _model(10.0, [3.4, 3.3, 5.2])},
+    }}
+    lines = targets(report)
+    warm = next(x for x in lines if x.startswith("warm-cache / cold first call"))
+    assert "(new processes; warm: the median of 3)" in warm
+    assert "gpt2_infer_bf16 coil 3.2/13.0 s (0.25)" in warm and "bert_base_infer_bf16 coil 3.4/10.0 s (0.34)" in warm
+    assert "coil's warm start <= 25 % of its cold one: 1/2 (met: gpt2_infer_bf16)" in lines
