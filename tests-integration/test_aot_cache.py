@@ -23,10 +23,12 @@ from models import MLP
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 # what the fresh process reports: the worst error against eager, each backend call's AOT-cache
-# verdict, torch's cache counters, and what each coil graph came from
+# verdict, torch's cache counters, what each coil graph came from, and whether the process built
+# coil's decomposition table (coil.backend.lazy_table: only AOTAutograd's tracing reads it)
 REPORT = ('{"err": err, "calls": [c.aot_cache for c in BACKEND_CALLS], "counters": dict(counters["aot_autograd"]), '
           '"graphs": [{"name": s.name, "graph_cache": s.graph_cache, "aot_cache": s.aot_cache, '
-          '"stages": sorted(s.stage_times), "kernels": s.kernels} for s in COMPILED]}')
+          '"stages": sorted(s.stage_times), "kernels": s.kernels} for s in COMPILED], '
+          '"table_built": __import__("coil.backend.compile", fromlist=["_"])._decomposition_table.cache_info().currsize}')
 
 
 def _run(root: Path, **env_extra: str) -> dict[str, Any]:
@@ -49,11 +51,13 @@ def test_warm_process_loads_everything_from_the_aot_cache_and_a_knob_change_miss
     assert cold["counters"].get("autograd_cache_saved") == 2
     assert {g["aot_cache"] for g in cold["graphs"]} == {"miss"}
     assert len(_entries(tmp_path)) == 2
+    assert cold["table_built"] == 1
 
     warm = _run(tmp_path)
     assert warm["err"] < 1e-4, warm["err"]
     assert warm["calls"] == ["hit", "hit"]
     assert warm["counters"].get("autograd_cache_hit") == 2 and "autograd_cache_miss" not in warm["counters"]
+    assert warm["table_built"] == 0  # a warm start does not pay for the decomposition table
     assert sorted(g["name"].split("_")[0] for g in warm["graphs"]) == ["backward", "forward", "inference"]
     for g in warm["graphs"]:  # loaded: no pass, lowering, scheduling or codegen ran
         assert (g["graph_cache"], g["aot_cache"]) == ("hit", "hit"), g
@@ -64,6 +68,7 @@ def test_warm_process_loads_everything_from_the_aot_cache_and_a_knob_change_miss
     other = _run(tmp_path, COIL_FUSION="0")  # coil's knobs are part of the key
     assert other["err"] < 1e-4, other["err"]
     assert other["calls"] == ["miss", "miss"]
+    assert other["table_built"] == 1
     assert len(_entries(tmp_path)) == 4
 
 

@@ -38,6 +38,7 @@ from coil.backend.checks import (
 from coil.backend.dump import spans
 from coil.backend.errors import CoilCompileError
 from coil.backend.knobs import knobs
+from coil.backend.lazy_table import LazyTable
 from coil.backend.progress import compile_with_progress
 from coil.backend.static_inputs import dynamo_static_inputs
 from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats, format_stage_times
@@ -459,10 +460,11 @@ def _decomposition_table() -> dict[Any, Callable[..., Any]]:
     return decomposition_table()
 
 
-def _decompositions() -> dict[Any, Callable[..., Any]]:
-    """lowering_ir.decomposition_table(), built once per process (0.1-0.3 s a call); each
-    backend call gets its own copy of the dict."""
-    return dict(_decomposition_table())
+def _decompositions() -> LazyTable:
+    """lowering_ir.decomposition_table() for one backend call: built at most once per process
+    (0.1-0.3 s a call), and only when AOTAutograd first reads it (it traces), never on a hit in
+    its cache (a warm start); each backend call gets its own copy of the dict."""
+    return LazyTable(_decomposition_table)
 
 
 def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | None = None,
@@ -543,7 +545,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
             fw_compiler=compilers["forward"],
             bw_compiler=compilers["backward"],
             inference_compiler=compilers["inference"],
-            decompositions=_decompositions(),
+            decompositions=_decompositions(),  # type: ignore[arg-type]  # a Mapping: see lazy_table
             partition_fn=aot_cache.partition,  # torch's min-cut partitioner; see aot_cache.portable_module
             keep_inference_input_mutations=True,
         )
