@@ -42,9 +42,11 @@ its kernel is the kernel's or the call's.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -139,7 +141,9 @@ def _reload(src: str) -> str:
 
 
 def _load(src: str, tag: str) -> Any:
-    path = Path(tempfile.mkdtemp(prefix="pv-src-")) / f"pv_{tag}.py"
+    folder = tempfile.mkdtemp(prefix="pv-src-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = Path(folder) / f"pv_{tag}.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None

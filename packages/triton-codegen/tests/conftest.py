@@ -9,8 +9,10 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"
 
+import atexit
 import importlib.util
 import itertools
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
@@ -25,7 +27,9 @@ from coil.triton_codegen import KernelConfig, KernelSource, generate
 from torch.fx.experimental.proxy_tensor import make_fx
 
 _count = itertools.count()
-_DIR = tempfile.mkdtemp(prefix="coil-tcg-tests-")
+_DIR = tempfile.mkdtemp(prefix="coil-tcg-tests-")  # the generated kernels' files (Triton reads the source)
+if not os.environ.get("COIL_TCG_KEEP_KERNELS"):  # set it to keep them for a look after the run
+    atexit.register(shutil.rmtree, _DIR, ignore_errors=True)
 
 
 def _ints(xs: Sequence[Any]) -> list[int]:
