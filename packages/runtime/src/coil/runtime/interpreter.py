@@ -28,6 +28,15 @@ What coil does, so that CPU kernels work in any process and GPU kernels keep wor
    `triton.language` modules and of its tensor classes, and puts back whatever the launch rebound
    (`_language_kept`), whatever Triton's version does itself.
 
+5. The interpreter runs a `tl.reduce` whose combine function is not one of Triton's own element by
+   element in Python (`ReduceOps.generic_reduce`: a tensor made per element). coil's codegen
+   reduces with three such combines (triton-codegen kernel.py: `_coil_max_nan`, `_coil_min_nan`,
+   `_coil_mul`), and a row of a 50 257-word vocabulary took minutes: GPT-2's loss under the
+   interpreter did not finish in 14 minutes. While a coil launch runs, such a reduction of one
+   tensor is the numpy reduction with the same result (`_fast_reductions`: `np.max` and `np.min`
+   propagate NaN as those combines do; `np.prod`, whose integer products wrap to the same value
+   once cast back). Every other reduction goes to the interpreter as before.
+
 When TRITON_INTERPRET is already set for the whole process, everything is an `InterpretedFunction`
 from the start and steps 2-3 are no-ops. Uses `triton.runtime.interpreter.InterpretedFunction`
 (present with the same constructor in 3.6 and 3.9) and `triton.JITFunction`.
@@ -109,7 +118,7 @@ def interpreted_run(fn: object, *, debug: bool = False) -> RunFn:
             original = jit_type.__call__
             jit_type.__call__ = _call_interpreted  # type: ignore[method-assign]
             try:
-                with _language_kept(), _debug_mode(debug):
+                with _language_kept(), _debug_mode(debug), _fast_reductions():
                     return target_run(*args, **kwargs)
             finally:
                 jit_type.__call__ = original  # type: ignore[method-assign]
@@ -177,3 +186,48 @@ def _debug_mode(on: bool) -> Iterator[None]:
         yield
     finally:
         builder.options = old
+
+
+# coil's combine functions (triton-codegen kernel.py's helpers, by name) -> the numpy reduction
+# equal to folding a row with them
+_NUMPY_REDUCTIONS = {"_coil_max_nan": "max", "_coil_min_nan": "min", "_coil_mul": "prod"}
+
+
+def _numpy_reduction(reduce_op: Any, inputs: tuple[Any, ...]) -> Any | None:
+    """The result of the interpreter's `ReduceOps` `reduce_op` over `inputs` through numpy, or None
+    when it is not one tensor folded with one of coil's combine functions."""
+    fn = getattr(getattr(reduce_op, "combine_fn", None), "fn", None)
+    name = _NUMPY_REDUCTIONS.get(getattr(fn, "__name__", ""))
+    if name is None or len(inputs) != 1:
+        return None
+    import numpy as np
+
+    (x,) = inputs
+    out = getattr(np, name)(x.handle.data, axis=reduce_op.axis, keepdims=reduce_op.keep_dims)
+    return reduce_op.to_tensor(out, x.dtype)
+
+
+@contextlib.contextmanager
+def _fast_reductions() -> Iterator[None]:
+    """While the block runs, the interpreter's reductions with coil's combine functions go through
+    numpy (`_numpy_reduction`); others, and Triton versions without `ReduceOps.apply_impl`, as
+    before. Call under `_lock`."""
+    try:
+        from triton.runtime.interpreter import ReduceOps
+    except ImportError:
+        yield
+        return
+    original = ReduceOps.__dict__.get("apply_impl")
+    if original is None:
+        yield
+        return
+
+    def apply_impl(self: Any, inputs: tuple[Any, ...]) -> Any:
+        fast = _numpy_reduction(self, inputs)
+        return original(self, inputs) if fast is None else fast
+
+    ReduceOps.apply_impl = apply_impl
+    try:
+        yield
+    finally:
+        ReduceOps.apply_impl = original

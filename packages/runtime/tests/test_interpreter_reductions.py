@@ -1,0 +1,109 @@
+"""Reductions with coil's combine functions run through numpy under the interpreter
+(coil.runtime.interpreter, step 5): the same results as eager, NaN included, without the
+interpreter's element-by-element fallback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from coil.runtime import KernelSpec, TensorArg, compile_kernels
+
+CPU = torch.device("cpu")
+
+# the combine helpers as triton-codegen's kernel.py writes them, and one coil does not know
+SOURCE = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _coil_mul(a, b):
+    return a * b
+
+
+@triton.jit
+def _coil_max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _coil_min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _other_add(a, b):
+    return a + b
+
+
+@triton.jit
+def rows_kernel(x_ptr, out_ptr, ROWS: tl.constexpr, COLS: tl.constexpr, WHICH: tl.constexpr):
+    r = tl.arange(0, ROWS)[:, None]
+    c = tl.arange(0, COLS)[None, :]
+    x = tl.load(x_ptr + r * COLS + c)
+    if WHICH == 0:
+        y = tl.reduce(x, 1, _coil_max_nan)
+    elif WHICH == 1:
+        y = tl.reduce(x, 1, _coil_min_nan)
+    elif WHICH == 2:
+        y = tl.reduce(x, 1, _coil_mul)
+    else:
+        y = tl.reduce(x, 1, _other_add)
+    tl.store(out_ptr + tl.arange(0, ROWS), y)
+'''
+
+EAGER = [lambda x: x.amax(1), lambda x: x.amin(1), lambda x: x.prod(1), lambda x: x.sum(1)]
+
+
+def _spec(which: int, dtype: torch.dtype, rows: int, cols: int) -> KernelSpec:
+    t = TensorArg(dtype)
+    return KernelSpec("rows_kernel", SOURCE, (t, t), {"ROWS": rows, "COLS": cols, "WHICH": which})
+
+
+def _rows(dtype: torch.dtype, rows: int, cols: int) -> torch.Tensor:
+    torch.manual_seed(0)
+    if dtype.is_floating_point:
+        x = torch.rand(rows, cols, dtype=dtype) + 0.5
+        x[1, 3] = float("nan")  # a NaN in a row: max and min return it, as eager does
+        x[2, :] = float("nan")
+        return x
+    return torch.randint(-3, 4, (rows, cols), dtype=dtype)  # products wrap around
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int8])
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_coils_combines_match_eager_without_the_element_by_element_path(
+        cache_dir: Path, monkeypatch: pytest.MonkeyPatch, which: int, dtype: torch.dtype) -> None:
+    from triton.runtime.interpreter import ReduceOps
+
+    def slow(*a: object, **k: object) -> object:
+        raise AssertionError("the element-by-element reduction ran")
+
+    monkeypatch.setattr(ReduceOps, "generic_reduce", slow)
+    before = ReduceOps.__dict__["apply_impl"]
+    rows, cols = 4, 64
+    x = _rows(dtype, rows, cols)
+    out = torch.empty(rows, dtype=dtype)
+    compile_kernels([_spec(which, dtype, rows, cols)], CPU)["rows_kernel"]((1,), x, out)
+    torch.testing.assert_close(out, EAGER[which](x).to(dtype), equal_nan=True, rtol=1e-5, atol=0)
+    assert ReduceOps.__dict__["apply_impl"] is before  # put back after the launch
+
+
+def test_another_combine_still_goes_to_the_interpreter(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from triton.runtime.interpreter import ReduceOps
+
+    calls: list[int] = []
+    generic = ReduceOps.generic_reduce
+
+    def counted(self: object, *a: object) -> object:
+        calls.append(1)
+        return generic(self, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ReduceOps, "generic_reduce", counted)
+    x = torch.randn(4, 8)
+    out = torch.empty(4)
+    compile_kernels([_spec(3, torch.float32, 4, 8)], CPU)["rows_kernel"]((1,), x, out)
+    torch.testing.assert_close(out, x.sum(1), rtol=1e-5, atol=1e-5)
+    assert calls == [1]
