@@ -104,9 +104,10 @@ def interpreted_run(fn: object, *, debug: bool = False) -> RunFn:
     already an `InterpretedFunction` (TRITON_INTERPRET was set when it was decorated).
 
     With `debug`, each launch runs in the interpreter's debug mode, where `tl.device_assert`
-    raises (it is a no-op otherwise): the interpreter's process-global builder options get
-    `debug=True, sanitize_overflow=False` for the launch and are restored after it. Launches are
-    serialised under this module's lock, so no other coil launch sees the switch.
+    raises (it is a no-op otherwise). The interpreter's process-global builder options get
+    `debug=debug, sanitize_overflow=False` for each launch (`_builder_options`) and are restored
+    after it. Launches are serialised under this module's lock, so no other coil launch sees the
+    switch.
     """
     jit_type = load_triton().jit_function_type
     with _lock:
@@ -118,7 +119,7 @@ def interpreted_run(fn: object, *, debug: bool = False) -> RunFn:
             original = jit_type.__call__
             jit_type.__call__ = _call_interpreted  # type: ignore[method-assign]
             try:
-                with _language_kept(), _debug_mode(debug), _fast_reductions():
+                with _language_kept(), _builder_options(debug), _fast_reductions():
                     return target_run(*args, **kwargs)
             finally:
                 jit_type.__call__ = original  # type: ignore[method-assign]
@@ -172,16 +173,18 @@ def _language_kept() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _debug_mode(on: bool) -> Iterator[None]:
-    """The interpreter's builder in debug mode (asserts checked) while the block runs, if `on`."""
-    if not on:
-        yield
-        return
+def _builder_options(debug: bool) -> Iterator[None]:
+    """The interpreter's builder options while the block runs: `debug` (asserts checked when
+    True), and never `sanitize_overflow`. Outside debug mode the interpreter still computed
+    Triton's int32 overflow check for every integer operation (a cast of both operands to int64,
+    the operation again, two comparisons) and dropped it, its assert being off: 47 % of a GPT-2
+    training step's interpreted time under cProfile (docs/perf.md, session 26). In debug mode it
+    would flag intended wrap-around such as Philox's. The options are put back after the block."""
     from triton.runtime import interpreter
 
     builder: Any = interpreter.interpreter_builder
     old = builder.options
-    builder.options = dataclasses.replace(old, debug=True, sanitize_overflow=False)
+    builder.options = dataclasses.replace(old, debug=debug, sanitize_overflow=False)
     try:
         yield
     finally:

@@ -1,6 +1,7 @@
-"""Reductions with coil's combine functions run through numpy under the interpreter
-(coil.runtime.interpreter, step 5): the same results as eager, NaN included, without the
-interpreter's element-by-element fallback."""
+"""What coil's interpreted launches skip of Triton's interpreter (coil.runtime.interpreter):
+reductions with coil's combine functions run through numpy (step 5: the same results as eager,
+NaN included, without the element-by-element fallback), and no launch computes Triton's int32
+overflow check (`_builder_options`)."""
 
 from __future__ import annotations
 
@@ -107,3 +108,31 @@ def test_another_combine_still_goes_to_the_interpreter(cache_dir: Path, monkeypa
     compile_kernels([_spec(3, torch.float32, 4, 8)], CPU)["rows_kernel"]((1,), x, out)
     torch.testing.assert_close(out, x.sum(1), rtol=1e-5, atol=1e-5)
     assert calls == [1]
+
+
+def test_launches_run_without_the_overflow_check_and_put_the_options_back(
+        cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside debug mode the interpreter computed Triton's int32 overflow check for every integer
+    operation and dropped it (its assert off); coil's launches turn the check off, in debug mode
+    too (Philox wraps on purpose), and put the builder's options back after the launch."""
+    from triton.runtime import interpreter
+
+    seen: list[tuple[bool, bool]] = []
+    add = interpreter.InterpreterBuilder.create_add
+
+    def recorded(self: object, lhs: object, rhs: object) -> object:
+        seen.append((self.options.sanitize_overflow, self.options.debug))  # type: ignore[attr-defined]
+        return add(self, lhs, rhs)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_add", recorded)
+    before = interpreter.interpreter_builder.options
+    x = torch.arange(8, dtype=torch.int32)
+    out = torch.empty(2, dtype=torch.int32)
+    for debug in (False, True):
+        spec = KernelSpec("rows_kernel", SOURCE, (TensorArg(torch.int32), TensorArg(torch.int32)),
+                          {"ROWS": 2, "COLS": 4, "WHICH": 3}, debug=debug)
+        seen.clear()
+        compile_kernels([spec], CPU)["rows_kernel"]((1,), x, out)
+        torch.testing.assert_close(out, x.view(2, 4).sum(1).to(torch.int32))
+        assert seen and set(seen) == {(False, debug)}
+        assert interpreter.interpreter_builder.options is before
