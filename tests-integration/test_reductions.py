@@ -197,3 +197,24 @@ def test_softmax_over_any_dim_is_one_kernel(dim: int, device: torch.device) -> N
         with knobs.override(fusion_visit_order=False):
             _run(lambda x: x.softmax(dim), torch.randn(4, 19, 33, device=device))
         assert sum(s.kernels for s in COMPILED) > 1
+
+
+def test_cpu_max_min_and_prod_skip_the_interpreters_element_by_element_fold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the CPU the generated kernels' NaN-propagating max and min and their product reduce
+    with triton-codegen's combine helpers; coil.runtime.interpreter recognises those helpers by
+    name and runs them through numpy. The two packages cannot import each other: this is where a
+    renamed or added helper that the runtime does not know fails (NaN rows checked against eager)."""
+    from triton.runtime.interpreter import ReduceOps
+
+    def slow(*a: object, **k: object) -> object:
+        raise AssertionError("the interpreter's element-by-element reduction ran")
+
+    monkeypatch.setattr(ReduceOps, "generic_reduce", slow)
+    torch.manual_seed(0)
+    x = torch.rand(6, 300) + 0.5
+    x[2, 7] = float("nan")
+    with knobs.override(fallback_on_error=False):
+        out = torch.compile(lambda x: (x.amax(1), x.amin(1), x.prod(1)), backend="coil")(x)
+    torch.testing.assert_close(out, (x.amax(1), x.amin(1), x.prod(1)), equal_nan=True)
+    sources = "".join(src for s in COMPILED for src in s.kernel_sources.values())
+    assert all(f"{h})" in sources for h in ("_coil_max_nan", "_coil_min_nan", "_coil_mul")), sources[:400]

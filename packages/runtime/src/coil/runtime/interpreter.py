@@ -191,7 +191,8 @@ def _builder_options(debug: bool) -> Iterator[None]:
         builder.options = old
 
 
-# coil's combine functions (triton-codegen kernel.py's helpers, by name) -> the numpy reduction
+# coil's combine functions (triton-codegen kernel.py's HELPERS, by name: this package cannot import
+# that one; tests-integration/test_reductions.py checks the two agree) -> the numpy reduction
 # equal to folding a row with them
 _NUMPY_REDUCTIONS = {"_coil_max_nan": "max", "_coil_min_nan": "min", "_coil_mul": "prod"}
 

@@ -725,7 +725,9 @@ PRELUDE = {
     "interpret": "import triton\nimport triton.language as tl\n",
 }
 # the combine functions of reductions emitted as tl.reduce (prod; a float max/min propagating NaN,
-# KernelWriter.final), each added to the kernels that call it
+# KernelWriter.final), each added to the kernels that call it. coil.runtime.interpreter matches
+# them by name (its numpy path for Triton's interpreter): rename or add one in both places
+# (tests-integration/test_reductions.py fails otherwise)
 HELPERS = {
     "_coil_mul": "\n@triton.jit\ndef _coil_mul(a, b):\n    return a * b\n\n",
     "_coil_max_nan": "\n@triton.jit\ndef _coil_max_nan(a, b):\n    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)\n\n",
