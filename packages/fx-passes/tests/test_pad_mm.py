@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+
+import pytest
 import torch
 from coil.fx_passes import check_graph, pad_matmul_strides, pad_matmul_strides_for
 from torch.fx import GraphModule
@@ -18,12 +21,13 @@ def _ld(t: torch.Tensor) -> int:
 
 
 def test_result_with_unaligned_rows_is_a_slice_of_an_aligned_product(trace) -> None:
-    """LM-head shape: y = x @ w.T with N = 37 (37 * 4 bytes is not a multiple of 16)."""
+    """y = x @ b with b row-major [16, 37] (37 * 4 bytes is not a multiple of 16): b's columns
+    are padded, the product is [8, 40] and its users read the slice [:, :37]."""
 
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x @ w.t()) * 2
+        return torch.relu(x @ w) * 2
 
-    x, w = torch.randn(8, 16), torch.randn(37, 16)
+    x, w = torch.randn(8, 16), torch.randn(16, 37)
     gm = trace(f, x, w)
     assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
     check_graph(gm, pass_name="pad_matmul_strides")
@@ -36,11 +40,12 @@ def test_result_with_unaligned_rows_is_a_slice_of_an_aligned_product(trace) -> N
     assert not pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)  # a fixpoint
 
 
-def test_output_keeps_contiguous_strides(trace) -> None:
+@pytest.mark.parametrize("weight", ["row_major", "transposed"])  # padded, split
+def test_output_keeps_contiguous_strides(trace, weight: str) -> None:
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return (x @ w.t()).view(2, 4, 37)
+        return (x @ (w if weight == "row_major" else w.t())).view(2, 4, 37)
 
-    x, w = torch.randn(8, 16), torch.randn(37, 16)
+    x, w = torch.randn(8, 16), torch.randn(16, 37) if weight == "row_major" else torch.randn(37, 16)
     gm = trace(f, x, w)
     assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
     check_graph(gm, pass_name="pad_matmul_strides")
@@ -76,14 +81,80 @@ def test_unaligned_operand_storage_is_padded_once_for_both_products(trace) -> No
 
 def test_a_view_that_cannot_take_the_padding_undoes_the_rewrite(trace) -> None:
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return (x @ w.t()).view(-1).cumsum(0)  # flattening padded rows is not a view
+        return (x @ w).view(-1).cumsum(0)  # flattening padded rows is not a view
 
-    x, w = torch.randn(8, 16), torch.randn(37, 16)
+    x, w = torch.randn(8, 16), torch.randn(16, 37)
     gm = trace(f, x, w)
     before = str(gm.graph)
     assert not pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
     assert str(gm.graph) == before
     check_graph(gm, pass_name="pad_matmul_strides")
+
+
+def test_a_split_product_is_contiguous_so_any_view_takes_it(trace) -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w.t()).view(-1).cumsum(0)
+
+    x, w = torch.randn(8, 16), torch.randn(37, 16)
+    gm = trace(f, x, w)
+    assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
+    check_graph(gm, pass_name="pad_matmul_strides")
+    assert _calls(gm, aten.cat.default) and not _calls(gm, aten.constant_pad_nd.default)
+    gm.recompile()
+    torch.testing.assert_close(gm(x, w), f(x, w))
+
+
+def _bias(kind: str, n: int) -> torch.Tensor | None:
+    return {"none": None, "row": torch.randn(n), "scalar": torch.randn(1), "full": torch.randn(8, n)}[kind]
+
+
+@pytest.mark.parametrize("n", [37, 38, 39])
+@pytest.mark.parametrize("bias", ["none", "row", "scalar", "full"])
+def test_transposed_weight_input_is_split_by_columns(trace, n: int, bias: str) -> None:
+    """An inference LM head: B = t(W) with W a graph input, N unaligned. No padded copy of W:
+    the product is cat([x @ t(W)[:, :36], x @ t(W)[:, 36:]], 1), bias columns sliced alike,
+    addmm's beta and alpha kept; the result is contiguous; a fixpoint."""
+    x, w, b = torch.randn(8, 16), torch.randn(n, 16), _bias(bias, n)
+
+    def f(x: torch.Tensor, w: torch.Tensor, *bb: torch.Tensor) -> torch.Tensor:
+        y = torch.addmm(bb[0], x, w.t(), beta=0.5, alpha=2.0) if bb else x @ w.t()
+        return y * 3
+
+    inputs = (x, w) if b is None else (x, w, b)
+    gm = trace(f, *inputs)
+    assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
+    check_graph(gm, pass_name="pad_matmul_strides")
+    assert not _calls(gm, aten.constant_pad_nd.default)
+    products = _calls(gm, aten.mm.default if b is None else aten.addmm.default)
+    assert [p.meta["val"].shape[1] for p in products] == [36, n - 36]
+    assert all(p.kwargs == ({} if b is None else {"beta": 0.5, "alpha": 2.0}) for p in products)
+    (cat,) = _calls(gm, aten.cat.default)
+    assert cat.args[0] == products and cat.meta["val"].stride() == (n, 1)
+    gm.recompile()
+    torch.testing.assert_close(gm(*inputs), f(*inputs))
+    assert not pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)  # a fixpoint
+
+
+def test_the_post_grad_pipeline_splits_once_and_stops(trace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole post-grad pipeline (to its fixpoint, with the addmm rewrites around the pass)
+    on a biased LM head whose result a pointwise op reads, the pass let onto CPU products."""
+    from coil.fx_passes import run_post_grad_passes
+    from coil.fx_passes.passes import pad_mm
+
+    monkeypatch.setattr(pad_mm, "pad_matmul_strides_for",
+                        functools.partial(pad_matmul_strides_for, devices=("cpu",), min_work=0))
+    x, w, b = torch.randn(8, 16), torch.randn(38, 16), torch.randn(38)
+
+    def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.nn.functional.linear(x, w, b))
+
+    gm = run_post_grad_passes(trace(f, x, w, b), is_backward=False)
+    check_graph(gm, pass_name="post-grad pipeline")
+    products = [n for n in gm.graph.nodes if n.target in (aten.mm.default, aten.addmm.default)]
+    assert [p.meta["val"].shape[1] for p in products] == [36, 2]
+    assert not _calls(gm, aten.constant_pad_nd.default)
+    gm.recompile()
+    torch.testing.assert_close(gm(x, w, b), f(x, w, b))
 
 
 def test_default_pass_leaves_cpu_and_small_products_alone(trace) -> None:
@@ -114,13 +185,14 @@ def test_unaligned_graph_input_is_copied_once_unless_an_output_views_it(trace) -
     assert not pad_matmul_strides_for(gm2, devices=("cpu",), min_work=0)
 
 
-def test_transposed_weight_is_padded_along_its_rows(trace) -> None:
-    """B = t(W) (a linear layer): the copy pads W's rows, so it reads and writes contiguously."""
-    x, w = torch.randn(8, 16), torch.randn(37, 16)
+def test_transposed_weight_narrower_than_one_aligned_width_is_padded_along_its_rows(trace) -> None:
+    """B = t(W) with fewer than 4 (fp32) columns: nothing to split, so the copy pads W's rows,
+    which it reads and writes contiguously."""
+    x, w = torch.randn(8, 16), torch.randn(3, 16)
     gm = trace(lambda x, w: torch.relu(x @ w.t()), x, w)
     assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
     pad = _calls(gm, aten.constant_pad_nd.default)[0]
-    assert pad.args[1] == [0, 0, 0, 3] and pad.meta["val"].shape == (40, 16)
+    assert pad.args[1] == [0, 0, 0, 1] and pad.meta["val"].shape == (4, 16)
     gm.recompile()
     torch.testing.assert_close(gm(x, w), torch.relu(x @ w.t()))
 

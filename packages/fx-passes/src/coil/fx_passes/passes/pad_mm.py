@@ -7,13 +7,20 @@ slower on an H200 (1.67 ms instead of 0.23 ms for GPT-2's LM head at 4x512 token
 
 The pass keeps every value and every shape; only strides change:
 
-* a product whose result has an unaligned row (``N``) is computed on a ``B`` (and bias) padded
-  with zero columns to ``N_pad``, and the result is the slice ``[:, :N]`` of that ``[M, N_pad]``
-  buffer, whose rows are aligned; when ``B`` is ``t(W)`` of a contiguous ``W`` the graph
-  computes (an LM head's weight cast to bf16 under autocast), ``W`` itself is padded with zero
-  rows and every other user of ``W`` (a graph output too: the forward saves it for the backward)
-  reads its first rows, same shape and strides, so one buffer serves both (GPT-2: 73.6 MiB
-  less at the end of the forward) and the pad fuses into ``W``'s producer;
+* a product whose result has an unaligned row (``N``): when ``B`` is ``t(W)`` of a contiguous
+  ``W`` the graph computes (an LM head's weight cast to bf16 under autocast), ``W`` itself is
+  padded with zero rows to ``N_pad`` and every other user of ``W`` (a graph output too: the
+  forward saves it for the backward) reads its first rows, same shape and strides, so one
+  buffer serves both (GPT-2: 73.6 MiB less at the end of the forward) and the pad fuses into
+  ``W``'s producer; the result is the slice ``[:, :N]`` of the aligned ``[M, N_pad]`` product;
+* when ``B`` is column-major with an aligned leading dimension but not computed here (an
+  inference graph's ``t(W)`` of a weight that is a graph input), the product is split by
+  columns instead: ``cat([A @ B[:, :N8], A @ B[:, N8:]], 1)`` with ``N8`` the largest aligned
+  width <= ``N`` (bias sliced alike), so no padded copy of ``W`` is made and the result is
+  contiguous: ``bench/lm_head_probe.py`` on an H100, GPT-2's LM head (2048 x 768 x 50 257,
+  bf16) 0.477 ms and 196 MiB of scratch against 0.566 ms and 270 MiB for the padded weight;
+* any other product with an unaligned result is computed on a ``B`` (and bias) padded with
+  zero columns to ``N_pad``, and the result is the slice ``[:, :N]``;
 * an operand whose rows are unaligned is traced back through views to the tensor that owns its
   storage (for example the logits' gradient, seen by the backward's two products as a 2-D view
   and its transpose); that tensor is padded once (``constant_pad_nd``, which the scheduler fuses
@@ -53,6 +60,7 @@ _VIEWS = frozenset({
     aten.permute.default, aten.slice.Tensor,
 })  # fmt: skip
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32})
+SPLIT_MARK = "coil_pad_mm_split"  # meta key of the B column slices `_split_result` makes
 
 
 def _val(node: object) -> torch.Tensor | None:
@@ -210,6 +218,53 @@ def _pad_result(gm: GraphModule, mm: Node) -> _Rewrite:
     return _Rewrite(tuple(added), mm, sliced, (old,), tuple(moved))
 
 
+def _splittable(mm: Node) -> bool:
+    """Whether ``mm``'s unaligned result is better split by columns (module docstring): ``B``
+    column-major with an aligned leading dimension, at least one aligned width of columns, and
+    not a weight this graph computes (that one is padded in place, for free)."""
+    b = mm.args[-1]
+    bv = _val(b)
+    if not isinstance(b, Node) or bv is None or bv.dim() != 2:
+        return False
+    if bv.stride(0) != 1 or bv.shape[0] <= 1 or int(bv.stride(1)) % _align(bv) != 0:
+        return False
+    return int(bv.shape[1]) >= _align(bv) and _weight_owner(b, bv) is None
+
+
+def _split_result(gm: GraphModule, mm: Node) -> _Rewrite:
+    """``mm``/``addmm`` as ``cat([op(.., B[:, :N8]), op(.., B[:, N8:])], 1)`` (bias sliced
+    alike when it has N columns); users read the cat, ``mm`` is left without users."""
+    args, kwargs, op = mm.args, dict(mm.kwargs), mm.target
+    b = args[-1]
+    bv = _val(b)
+    assert isinstance(b, Node) and bv is not None
+    n = int(bv.shape[1])
+    n8 = n - n % _align(bv)
+    added: list[Node] = []
+
+    def cut(node: Argument, lo: int, hi: int) -> Node:
+        sliced = gm.graph.call_function(aten.slice.Tensor, (node, -1, lo, hi))
+        sliced.meta[SPLIT_MARK] = True  # the pipeline's next round leaves these products alone
+        added.append(sliced)
+        return sliced
+
+    with gm.graph.inserting_before(mm):
+        parts: list[Node] = []
+        for lo, hi in ((0, n8), (n8, n)):
+            new_args: tuple[Argument, ...] = (*args[:-1], cut(b, lo, hi))
+            if overload_of(mm) is aten.addmm.default:
+                biv = _val(args[0])
+                if biv is not None and biv.dim() >= 1 and biv.shape[-1] != 1:
+                    new_args = (cut(args[0], lo, hi), *new_args[1:])
+            part = gm.graph.call_function(op, new_args, kwargs)  # type: ignore[arg-type]
+            added.append(part)
+            parts.append(part)
+        joined = gm.graph.call_function(aten.cat.default, (parts, 1))
+    added.append(joined)
+    mm.replace_all_uses_with(joined)
+    return _Rewrite(tuple(added), mm, joined)
+
+
 def _weight_owner(b: Node, bv: torch.Tensor) -> Node | None:
     """The node W when ``b`` is exactly ``t(W)`` of a contiguous 2-D W that this graph computes
     (not an input: its storage is the caller's), else None."""
@@ -292,9 +347,15 @@ def pad_matmul_strides_for(gm: GraphModule, devices: Collection[str] = ("cuda",)
             continue
         if int(a.shape[0]) * int(a.shape[1]) * int(b.shape[1]) < min_work:
             continue
+        if isinstance(mm.args[-1], Node) and mm.args[-1].meta.get(SPLIT_MARK):
+            continue  # a part of a split product: its few unaligned columns stay as they are
         before = _output_strides(gm)
         if _unaligned(out) and out.is_contiguous():
-            changed |= _try(gm, _pad_result(gm, mm), before)
+            split = _splittable(mm)
+            done = _try(gm, _split_result(gm, mm) if split else _pad_result(gm, mm), before)
+            if done and split:
+                gm.graph.erase_node(mm)  # its users read the cat now
+            changed |= done
             continue
         for operand in mm.args[-2:]:
             ov = _val(operand)
@@ -327,11 +388,14 @@ def pad_matmul_strides(gm: GraphModule) -> PassResult:
 
     Example::
 
-        before: o = mm(x, t(w))                    # o: bf16[2048, 50257], rows of 100514 bytes
-        after:  o = slice(mm(x, constant_pad_nd(t(w), [0, 7])), 1, 0, 50257)   # rows 100528
+        before: o = mm(x, t(w))          # o: bf16[2048, 50257], rows of 100514 bytes; w an input
+        after:  o = cat([mm(x, slice(t(w), -1, 0, 50256)), mm(x, slice(t(w), -1, 50256, 50257))], 1)
+        before: o = mm(x, b)             # b: bf16[768, 50257], row-major
+        after:  o = slice(mm(x, constant_pad_nd(b, [0, 7])), 1, 0, 50257)   # rows of 100528 bytes
 
     Soundness: zero columns of B (and bias) only add result columns that are sliced away; a
-    padded copy read through ``[..., :N]`` holds the same values as the original. Every rewrite
+    padded copy read through ``[..., :N]`` holds the same values as the original; each column
+    of a split product is the same dot product over K as before. Every rewrite
     is checked by fake propagation of all users and undone when a view rejects the new strides;
     outputs whose strides would change become contiguous clones.
     """
