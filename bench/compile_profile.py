@@ -58,6 +58,9 @@ def _model(layers: int, device: torch.device) -> Any:
     return model.to(device)
 
 
+_runs = 0  # runs made in this process (`run`)
+
+
 @contextmanager
 def _timed_parts(times: dict[str, float]) -> Iterator[None]:
     """Time parts of two stages by wrapping functions where their callers look them up: the
@@ -135,7 +138,13 @@ def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
 
     device = torch.device("cuda" if torch.cuda.is_available() or case else "cpu")
     model, model_step = _case_step(case) if case else _gpt2_step(mode, layers, seq, device)
-    torch._dynamo.reset()
+    global _runs
+    # only between two runs of one process: torch._dynamo.reset() imports ~140 modules
+    # (Inductor's codegen among them) that a process's first compile otherwise imports inside
+    # the clock, as `coil bench`'s first calls do (docs/perf.md, session 27)
+    if _runs:
+        torch._dynamo.reset()
+    _runs += 1
     coil.backend.reset()
     compilation_time_metrics.clear()
     compiled: Any = torch.compile(model, backend="coil") if compiler == "coil" else torch.compile(model)
