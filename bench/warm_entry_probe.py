@@ -5,7 +5,8 @@
 Builds the `coil bench` model case (coil.backend.bench_models), then prints the seconds of
 `torch.compile(model, backend="coil")` itself and of the first step after it (synchronised), the
 two together being what `bench_models.first_call` reports. `--reset` calls `torch._dynamo.reset()`
-and `coil.backend.reset()` first, as bench/compile_profile.py does before its clock starts.
+and `coil.backend.reset()` first, as bench/compile_profile.py did before its clock until session
+27 (it now resets only between two runs of one process).
 Used in session 27 to find why compile_profile's warm first call was ~1.3 s shorter than the
 bench's on the same machine and caches (docs/perf.md).
 """
