@@ -330,12 +330,21 @@ def warm_starts(case: str, mode: str, env: dict[str, str]
 
 
 def dynamo_report() -> dict[str, Any]:
-    """What Dynamo did in this process: how many graphs it traced and its Dynamo-cache counters
-    (torch's caching precompile: hit, miss, error); where it compiled under caching precompile
-    without a package to load, `precompile_saved` from `save_package`."""
-    from torch._dynamo.utils import counters
+    """What Dynamo did in this process: how many graphs it traced, its Dynamo-cache counters
+    (torch's caching precompile: hit, miss, error), and the seconds of its frame compiles split
+    into `trace_s` (Dynamo's own work: tracing, guards, bytecode) and `backend_s` (the backend
+    calls inside them: coil's or Inductor's compile, AOTAutograd and its cache included), from
+    torch's `compilation_time_metrics` (absent from a torch that does not keep them); where it
+    compiled under caching precompile without a package to load, `precompile_saved` from
+    `save_package`."""
+    from torch._dynamo.utils import compilation_time_metrics, counters
 
     out: dict[str, Any] = {"traced": counters["stats"]["unique_graphs"], "cache": dict(counters["dynamo_cache"])}
+    frames = compilation_time_metrics.get("_compile.compile_inner")
+    if frames:
+        backend = sum(compilation_time_metrics.get("OutputGraph.call_user_compiler", []))
+        out["trace_s"] = round(sum(frames) - backend, 3)
+        out["backend_s"] = round(backend, 3)
     if "dynamo_cache_miss" in out["cache"]:
         out["precompile_saved"] = save_package()
     return out
