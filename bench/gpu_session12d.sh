@@ -7,7 +7,7 @@ source bench/device_env.sh
 for case in ${CASES:-gpt2_train_amp}; do
   timeout ${PER_CASE_S:-300} python3 -m coil.backend.cli bench $case --out $OUT/bench_$case --budget-s 2000 2>&1 | grep "done in" | cut -c1-120
   grep "^| [a-z]" $OUT/bench_$case/bench.md 2>/dev/null | grep -v "^| case" | cut -c1-330
-  grep "^- warm\|^- coil.s warm" $OUT/bench_$case/bench.md 2>/dev/null | cut -c1-300
+  grep "^- warm\|^- coil.s warm\|^- Dynamo" $OUT/bench_$case/bench.md 2>/dev/null | cut -c1-400
   python3 - $OUT/bench_$case/bench.json <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
