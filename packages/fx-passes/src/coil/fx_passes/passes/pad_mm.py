@@ -172,6 +172,15 @@ def _pad_source(gm: GraphModule, source: Node) -> _Rewrite:
     return _Rewrite((padded, sliced), source, sliced)
 
 
+def _column_bias(mm: Node) -> Argument | None:
+    """An ``addmm``'s bias when it has a column per result column (so a rewrite of the product's
+    columns pads or slices it too); None for ``mm`` and for a bias broadcast along the columns."""
+    if overload_of(mm) is not aten.addmm.default:
+        return None
+    biv = _val(mm.args[0])
+    return mm.args[0] if biv is not None and biv.dim() >= 1 and biv.shape[-1] != 1 else None
+
+
 def _pad_result(gm: GraphModule, mm: Node) -> _Rewrite:
     """``mm``/``addmm`` on zero-padded columns of B (and bias); users read ``[:, :N]``."""
     args = mm.args
@@ -201,13 +210,11 @@ def _pad_result(gm: GraphModule, mm: Node) -> _Rewrite:
             new_b = gm.graph.call_function(aten.constant_pad_nd.default, (b, [0, pad], 0.0))
             added.append(new_b)
         new_args: tuple[Argument, ...] = (*args[:-1], new_b)
-        if overload_of(mm) is aten.addmm.default:
-            bias = args[0]
-            biv = _val(bias)
-            if biv is not None and biv.dim() >= 1 and biv.shape[-1] != 1:
-                new_bias = gm.graph.call_function(aten.constant_pad_nd.default, (bias, [0, pad], 0.0))
-                added.append(new_bias)
-                new_args = (new_bias, *new_args[1:])
+        bias = _column_bias(mm)
+        if bias is not None:
+            new_bias = gm.graph.call_function(aten.constant_pad_nd.default, (bias, [0, pad], 0.0))
+            added.append(new_bias)
+            new_args = (new_bias, *new_args[1:])
     n = int(bv.shape[1])
     with gm.graph.inserting_after(mm):
         sliced = gm.graph.call_function(aten.slice.Tensor, (mm, 1, 0, n))
@@ -248,14 +255,13 @@ def _split_result(gm: GraphModule, mm: Node) -> _Rewrite:
         added.append(sliced)
         return sliced
 
+    bias = _column_bias(mm)
     with gm.graph.inserting_before(mm):
         parts: list[Node] = []
         for lo, hi in ((0, n8), (n8, n)):
             new_args: tuple[Argument, ...] = (*args[:-1], cut(b, lo, hi))
-            if overload_of(mm) is aten.addmm.default:
-                biv = _val(args[0])
-                if biv is not None and biv.dim() >= 1 and biv.shape[-1] != 1:
-                    new_args = (cut(args[0], lo, hi), *new_args[1:])
+            if bias is not None:
+                new_args = (cut(bias, lo, hi), *new_args[1:])
             part = gm.graph.call_function(op, new_args, kwargs)  # type: ignore[arg-type]
             added.append(part)
             parts.append(part)
