@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from coil.backend import graph_cache, logs
+from coil.backend import graph_cache
 from coil.backend.knobs import knobs
 from coil.backend.param_casts import recompute_param_casts
 from coil.runtime.knobs import knobs as runtime_knobs
@@ -266,12 +266,9 @@ def unusable(gm: torch.fx.GraphModule) -> str | None:
     """Why torch's AOTAutograd cache cannot serve this Dynamo graph now, or None."""
     if not knobs.aot_cache:
         return "COIL_AOT_CACHE=0"
-    if not knobs.graph_cache:
-        return "COIL_GRAPH_CACHE=0"
-    if knobs.check_lifetimes:
-        return "COIL_CHECK_LIFETIMES instruments the wrapper"
-    if knobs.debug_dir or graph_cache.PIPELINE_LOGS & logs.selected():
-        return "debug output wanted (COIL_DEBUG_DIR or a pipeline COIL_LOGS artefact)"
+    reason = graph_cache.skip_reason()
+    if reason is not None:
+        return reason
     try:
         from torch._functorch import config as functorch_config
         from torch._functorch._aot_autograd import autograd_cache

@@ -48,6 +48,7 @@ import importlib.metadata
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ NAMESPACE = "graphs"
 IGNORED_KNOBS = frozenset({
     "logs", "debug_dir", "progress", "check_nan", "check_lifetimes", "fallback_on_error", "verify",
     "graph_cache", "cuda_graphs", "cuda_graph_lazy_clones", "aot_cache", "prehash",
+    "frontend_cache",
 })
 # COIL_LOGS artefacts that only the full pipeline produces (their selection bypasses the lookup)
 PIPELINE_LOGS = frozenset({"graph", "fusion", "kernels", "wrapper", "memory_plan", "autotune"})
@@ -113,6 +115,19 @@ class Lookup:
     def stores(self) -> bool:
         """Whether a full compile of this graph should be stored."""
         return self.key is not None
+
+
+def skip_reason() -> str | None:
+    """Why a cache that would skip coil's pipeline (the AOT cache, the frontend cache) must not
+    serve now, or None: the graph cache is off, COIL_CHECK_LIFETIMES instruments the wrapper,
+    or debug output that only the pipeline writes is wanted."""
+    if not knobs.graph_cache:
+        return "COIL_GRAPH_CACHE=0"
+    if knobs.check_lifetimes:
+        return "COIL_CHECK_LIFETIMES instruments the wrapper"
+    if knobs.debug_dir or PIPELINE_LOGS & logs.selected():
+        return "debug output wanted (COIL_DEBUG_DIR or a pipeline COIL_LOGS artefact)"
+    return None
 
 
 def lookup(gm: torch.fx.GraphModule, kind: str, check_inputs: bool) -> Lookup:
@@ -230,26 +245,39 @@ def graph_key(gm: torch.fx.GraphModule, kind: str, check_inputs: bool) -> str:
             h.update(b"\0")
 
     add(f"coil-graph-v{FORMAT_VERSION}", kind, check_inputs, code_fingerprint(), knob_fingerprint())
+    devices: set[torch.device] = set()
+    add_graph(add, gm, devices)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            add("input", node.name, describe(node.meta.get("val"), devices))
+    add("shape env", _shape_env(gm))
+    add_devices(add, devices)
+    return h.hexdigest()
+
+
+def add_graph(add: Callable[..., None], gm: torch.fx.GraphModule, devices: set[torch.device]) -> None:
+    """Feed `add` the part of a key that fixes `gm` itself: the canonical print of its graph and
+    of every GraphModule attribute, and every tensor attribute the graph reads (metadata and a
+    sha256 of its bytes; their devices go to `devices`). Raises Uncacheable for an attribute
+    that is neither a tensor nor a GraphModule."""
     for name, mod in gm.named_modules():
         if isinstance(mod, torch.fx.GraphModule):
             # the graph's canonical print (every node: name, op, target, args, kwargs); cheaper
             # than `mod.code`, which makes a lazy AOT module generate its Python (~50 ms/1000 nodes)
             add("module", name, type(mod.graph._codegen).__name__, str(mod.graph))
-    devices: set[torch.device] = set()
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            add("input", node.name, _describe(node.meta.get("val"), devices))
     for target, value in _attributes(gm):
         if isinstance(value, torch.Tensor):
-            add("constant", target, _describe(value, devices), _digest(value))
+            add("constant", target, describe(value, devices), _digest(value))
         elif not isinstance(value, torch.fx.GraphModule):
             raise Uncacheable(f"attribute {target!r} is a {type(value).__name__}")
-    add("shape env", _shape_env(gm))
+
+
+def add_devices(add: Callable[..., None], devices: set[torch.device]) -> None:
+    """Feed `add` the CUDA version and each CUDA device's name and compute capability."""
     for d in sorted(devices, key=str):
         if d.type == "cuda":
             index = d.index if d.index is not None else torch.cuda.current_device()
             add("cuda", torch.version.cuda, torch.cuda.get_device_name(index), torch.cuda.get_device_capability(index))
-    return h.hexdigest()
 
 
 def _attributes(gm: torch.fx.GraphModule) -> list[tuple[str, Any]]:
@@ -268,7 +296,7 @@ def _tensor_attributes(gm: torch.fx.GraphModule) -> list[tuple[str, torch.Tensor
     return [(t, v) for t, v in _attributes(gm) if isinstance(v, torch.Tensor)]
 
 
-def _describe(val: Any, devices: set[torch.device]) -> str:
+def describe(val: Any, devices: set[torch.device]) -> str:
     """Text that fixes everything coil reads from a placeholder or constant value."""
     if isinstance(val, torch.Tensor):
         devices.add(val.device)
