@@ -33,7 +33,7 @@ REPORT = ('{"err": err, "calls": [c.aot_cache for c in BACKEND_CALLS], "counters
 
 def _run(root: Path, **env_extra: str) -> dict[str, Any]:
     env = {**os.environ, "COIL_CACHE_DIR": str(root / "coil"), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
-           "COIL_FALLBACK_ON_ERROR": "0", **env_extra}
+           "COIL_FALLBACK_ON_ERROR": "0", "COIL_FRONTEND_CACHE": "0", **env_extra}  # its own test: test_frontend_cache.py
     for k in ("COIL_DEBUG_DIR", "COIL_LOGS", "COIL_AOT_CACHE", "COIL_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE"):
         if k not in env_extra:
             env.pop(k, None)

@@ -1,8 +1,9 @@
 """The whole-graph cache (COIL_GRAPH_CACHE): hits in a new process, misses on a changed knob or
 input dtype, damaged entries rebuilt without a warning, the debug dir bypassing the lookup.
 
-torch's AOTAutograd cache (COIL_AOT_CACHE, test_aot_cache.py) would serve a repeated compile
-before coil's graph cache is consulted: it is off here, so these tests see the graph cache alone."""
+torch's AOTAutograd cache (COIL_AOT_CACHE, test_aot_cache.py) and coil's frontend cache
+(COIL_FRONTEND_CACHE, test_frontend_cache.py) would serve a repeated compile before coil's graph
+cache is consulted: they are off here, so these tests see the graph cache alone."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from models import MLP
 @pytest.fixture(autouse=True)
 def _graph_cache_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COIL_AOT_CACHE", "0")  # read by the knobs and inherited by the subprocesses
+    monkeypatch.setenv("COIL_FRONTEND_CACHE", "0")
 
 # what the fresh process reports: the error vs eager and each graph's cache verdict and stages
 REPORT = ('{"err": err, "graphs": [{"name": s.name, "cache": s.graph_cache, "stages": sorted(s.stage_times), '

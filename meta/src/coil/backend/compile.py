@@ -24,7 +24,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-from coil.backend import aot_cache, autotune, graph_cache, indirect_inputs, logs
+from coil.backend import aot_cache, autotune, frontend_cache, graph_cache, indirect_inputs, logs
 from coil.backend import options as compile_options
 from coil.backend.aot_cache import CoilOutputCode, PortableGraph
 from coil.backend.artefacts import Artefacts
@@ -56,7 +56,6 @@ from coil.scheduler import KernelGroup, Schedule, schedule
 from coil.triton_codegen import CodegenOptions, KernelSource, generate, generate_schedule
 from coil.wrapper_codegen import KernelLaunch, WrapperProgram, build, emit_python
 from coil.wrapper_codegen.segments import split_segments
-from torch._functorch.aot_autograd import aot_module_simplified
 
 log = logging.getLogger("coil.backend")
 _counter = itertools.count()
@@ -164,6 +163,9 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
         stats.eager_fallback = str(e)
         stats.output_strides = _output_strides(gm)  # the graph runs as it is now, passes or not
         call, graph = _eager(gm), f"{name} runs eagerly after a compile error"
+    rec = frontend_cache.recorder()
+    if rec is not None and kind == "inference":
+        rec.note(graph, frontend_cache.plain_metadata(len(example_inputs)))
     if reporting is not None:
         # only the layouts coil changed (channels-last) are reported: AOTAutograd restrides the
         # backward's inputs to them; an unchanged one is None, which AOTAutograd skips (its
@@ -381,17 +383,23 @@ def _from_cache(name: str, stats: GraphStats, cached: graph_cache.CachedGraph,
 
 
 def load_portable(kind: str, cached: graph_cache.CachedGraph, constants: dict[str, torch.Tensor],
-                  static_inputs: tuple[int, ...] = ()) -> CompiledFn:
-    """The callable of a graph loaded from torch's AOTAutograd cache (`CoilOutputCode.post_compile`):
-    its kernels and wrapper, as on a graph-cache hit; recorded in COMPILED (graph_cache and
-    aot_cache "hit"); `static_inputs` as the compile found them (GraphStats.static_inputs).
-    Raises LookupError when it does not load (torch then bypasses its cache and compiles the
-    Dynamo graph again)."""
+                  static_inputs: tuple[int, ...] = (), *, frontend: bool = False) -> CompiledFn:
+    """The callable of a graph loaded from torch's AOTAutograd cache (`CoilOutputCode.post_compile`)
+    or, with `frontend`, from coil's frontend cache: its kernels and wrapper, as on a graph-cache
+    hit; recorded in COMPILED (graph_cache "hit", and aot_cache or frontend_cache "hit");
+    `static_inputs` as the compile found them (GraphStats.static_inputs). Raises LookupError when
+    it does not load (torch then bypasses its cache and compiles the Dynamo graph again; the
+    frontend cache's caller compiles it as on a miss)."""
     name = f"{kind}_{next(_counter)}"
-    stats = GraphStats(name, graph_cache="hit", aot_cache="hit", static_inputs=static_inputs)
-    call = _from_cache(name, stats, cached, lambda: constants, origin="AOT cache")
+    origin = "frontend cache" if frontend else "AOT cache"
+    stats = GraphStats(name, graph_cache="hit", static_inputs=static_inputs)
+    if frontend:
+        stats.frontend_cache = "hit"
+    else:
+        stats.aot_cache = "hit"
+    call = _from_cache(name, stats, cached, lambda: constants, origin=origin)
     if call is None:
-        raise LookupError(f"AOT cache: the entry for {name} did not load")
+        raise LookupError(f"{origin}: the entry for {name} did not load")
     COMPILED.append(stats)
     return _finish(call, name, kind, stats, torch.device(cached.device), cached.static_shapes)
 
@@ -513,6 +521,19 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
     BACKEND_CALLS.append(call)
     first = len(COMPILED)
     t0 = time.perf_counter()
+    front = frontend_cache.lookup(gm, example_inputs)
+    call.frontend_cache = front.status
+    call.frontend_s = time.perf_counter() - t0
+    if front.status == "off":
+        log.info("frontend cache not used: %s", front.reason)
+    elif front.entry is not None:
+        served = _from_frontend(front.entry, gm, example_inputs)
+        call.frontend_s = time.perf_counter() - t0
+        if served is not None:
+            call.graphs = [g.name for g in COMPILED[first:]]
+            return served
+        call.frontend_cache = front.status = "miss"
+        t0 = time.perf_counter()
     backend_id = getattr(gm, "_backend_id", None)
     gm = run_pre_grad_passes(gm, example_inputs)
     if backend_id is not None:
@@ -538,7 +559,11 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
         settings = aot_cache.torch_settings()
     else:
         log.info("AOT cache not used: %s", unusable)
-    with settings, aot_cache.watch() as verdict:
+    # imported when first needed: a frontend-cache hit does not need it (0.8 s of imports on this
+    # repo's CPU; with backend="coil" by name torch's backend registry imports it anyway)
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    with settings, aot_cache.watch() as verdict, frontend_cache.recording(front.status == "miss") as rec:
         compiled = aot_module_simplified(
             gm,
             list(example_inputs),
@@ -558,4 +583,22 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
     for g in COMPILED[first:]:
         if g.aot_cache == "off":
             g.aot_cache = call.aot_cache
+        if front.status == "miss":
+            g.frontend_cache = "miss"
+    if front.status == "miss":
+        call.frontend_stored = frontend_cache.store(front, rec)
     return compiled
+
+
+def _from_frontend(entry: frontend_cache.Entry, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+                   ) -> Callable[..., Any] | None:
+    """The callable of a frontend-cache hit (coil.backend.frontend_cache), or None when the entry
+    does not load (logged at INFO; the caller compiles as on a miss and stores it again)."""
+    try:
+        cached = graph_cache.parse(entry.text, aot_cache.ENTRY_KEY)
+        static = frontend_cache.static_inputs(gm, example_inputs)
+        boxed = load_portable("inference", cached, entry.constants, static, frontend=True)
+    except (ValueError, LookupError) as e:
+        log.info("frontend cache: the entry did not load (%s): compiling", e)
+        return None
+    return frontend_cache.runtime(boxed, torch._C._is_any_autocast_enabled())

@@ -28,6 +28,10 @@ class GraphStats:
     # "hit" (loaded from it: graph_cache is then "hit" too), "miss" (compiled, stored), "bypass"
     # (torch did not use its cache), or "off" (not used, or compile_graph called directly)
     aot_cache: str = "off"
+    # coil's frontend cache (COIL_FRONTEND_CACHE) in the backend call that produced this graph:
+    # "hit" (loaded from it, no AOTAutograd: graph_cache is then "hit" too), "miss" (looked up,
+    # compiled), or "off" (not used, or compile_graph called directly)
+    frontend_cache: str = "off"
     # seconds per compile stage, in the order the stages ran (a stage that ran twice is summed)
     stage_times: dict[str, float] = field(default_factory=dict)
     # each graph output's strides as compiled (None: not a tensor, or symbolic); a forward graph
@@ -86,6 +90,11 @@ class BackendCall:
     pre_grad_s: float = 0.0
     aot_s: float = 0.0
     aot_cache: str = "off"  # torch's AOTAutograd cache: "hit", "miss", "bypass" or "off" (not used)
+    # coil's frontend cache (coil.backend.frontend_cache): "hit" (AOTAutograd not called), "miss"
+    # or "off"; the seconds of its look-up and load; after a miss, "stored" or why not
+    frontend_cache: str = "off"
+    frontend_s: float = 0.0
+    frontend_stored: str = ""
     graphs: list[str] = field(default_factory=list)  # graphs compiled during the call
 
 
