@@ -15,7 +15,9 @@ bert_base_infer_bf16: CUDA, the bench's batch, dtype and step; coil.backend.benc
 - first call (from `torch.compile` to the end of the first run, as `coil bench` counts it) and
   a second call (run only): wall seconds and this process's CPU seconds (all threads; steadier
   than wall time on a shared machine);
-- Dynamo capture (Dynamo's own time, without the backend call), coil's pre-grad passes, and
+- Dynamo capture (Dynamo's own time, without the backend call), coil's frontend cache (its key
+  and reading its entry, COIL_FRONTEND_CACHE; on a hit nothing else of the backend runs but the
+  loading of the graph, counted in its stages), coil's pre-grad passes, and
   AOTAutograd (tracing + partitioning, without coil's compile of the graphs it hands over; on
   a hit in torch's AOTAutograd cache, COIL_AOT_CACHE, its key and the rebuilding of its runtime
   wrappers), with the AOT-cache verdict of each backend call (hit, miss, bypass, off);
@@ -174,8 +176,12 @@ def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
     dynamo_total = sum(compilation_time_metrics.get("_compile.compile_inner", []))
     backend_total = sum(compilation_time_metrics.get("OutputGraph.call_user_compiler", []))
     pre_grad = sum(c.pre_grad_s for c in BACKEND_CALLS)
-    in_aot = {g for c in BACKEND_CALLS for g in c.graphs}
-    aot = sum(c.aot_s for c in BACKEND_CALLS) - sum(s.compile_s for s in COMPILED if s.name in in_aot)
+    # a frontend-cache hit calls no AOTAutograd: its graph's loading is the call's frontend_s
+    via_aot = [c for c in BACKEND_CALLS if getattr(c, "frontend_cache", "off") != "hit"]
+    in_aot = {g for c in via_aot for g in c.graphs}
+    aot = sum(c.aot_s for c in via_aot) - sum(s.compile_s for s in COMPILED if s.name in in_aot)
+    front = sum(getattr(c, "frontend_s", 0.0) for c in BACKEND_CALLS)
+    front -= sum(s.compile_s for s in COMPILED if s.name not in in_aot)
     stages = stage_totals(COMPILED)
     res: dict[str, Any] = {
         "mode": mode, "layers": layers, "seq": seq, "case": case, "compiler": compiler,
@@ -183,6 +189,8 @@ def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
         "torch": torch.__version__, "first_call_s": first, "second_call_s": second,
         "first_call_cpu_s": first_cpu, "second_call_cpu_s": second_cpu,
         "dynamo_capture_s": dynamo_total - backend_total, "pre_grad_s": pre_grad, "aot_autograd_s": aot,
+        "frontend_cache_s": front,
+        "frontend_cache": [getattr(c, "frontend_cache", "n/a") for c in BACKEND_CALLS],
         "coil_stages_s": stages, "scheduler_parts_s": sched_times,
         "aot_cache": [getattr(c, "aot_cache", "n/a") for c in BACKEND_CALLS],
         "graphs": [{"name": s.name, "fx_nodes": s.fx_nodes, "kernels": s.kernels, "graph_cache": getattr(s, "graph_cache", "n/a"),
@@ -202,6 +210,8 @@ def _print(r: dict[str, Any]) -> None:
     print(f"first call (compile + run) {r['first_call_s']:.2f} s ({r['first_call_cpu_s']:.2f} s CPU); "
           f"second call (run) {r['second_call_s']:.2f} s ({r['second_call_cpu_s']:.2f} s CPU)")
     print(f"  Dynamo capture (without backend)   {r['dynamo_capture_s']:7.2f} s")
+    print(f"  frontend cache (key, read)         {r['frontend_cache_s']:7.2f} s  "
+          f"(frontend cache: {', '.join(r['frontend_cache'])})")
     print(f"  pre-grad passes                    {r['pre_grad_s']:7.2f} s")
     print(f"  AOTAutograd (without coil compile) {r['aot_autograd_s']:7.2f} s  (AOT cache: {', '.join(r['aot_cache'])})")
     for stage, t in r["coil_stages_s"].items():

@@ -86,7 +86,9 @@ def test_the_warm_process_reports_where_each_graph_came_from(monkeypatch: pytest
     assert dynamo == {"traced": 0, "cache": {"dynamo_cache_hit": 1}}
     assert seconds == 9.5
     assert peak == {"peak_mib": 3102.0, "peak_allocated_mib": 683.7}
-    assert caches == [{"name": "forward_0", "graph_cache": "hit", "aot_cache": "hit", "stage_s": {}},
-                      {"name": "backward_1", "graph_cache": "off", "aot_cache": "off", "stage_s": {}}]
+    assert caches == [{"name": "forward_0", "graph_cache": "hit", "aot_cache": "hit", "frontend_cache": "off",
+                       "stage_s": {}},
+                      {"name": "backward_1", "graph_cache": "off", "aot_cache": "off", "frontend_cache": "off",
+                       "stage_s": {}}]
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: SimpleNamespace(stdout="", stderr="boom", returncode=3))
     assert bench_models.new_process_first_call("gpt2_train_amp", "coil", {}) == ("failed (exit 3): boom", [], None, {})

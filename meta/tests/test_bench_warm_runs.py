@@ -87,3 +87,18 @@ def test_the_report_gives_each_warm_ratio_and_counts_the_quarter_target() -> Non
     assert "(new processes; warm: the median of 3)" in warm
     assert "gpt2_infer_bf16 coil 3.2/13.0 s (0.25)" in warm and "bert_base_infer_bf16 coil 3.4/10.0 s (0.34)" in warm
     assert "coil's warm start <= 25 % of its cold one: 1/2 (met: gpt2_infer_bf16)" in lines
+
+
+def test_the_report_says_how_each_warm_graph_was_served() -> None:
+    """A frontend-cache hit is named as such; any other graph by torch's AOT-cache verdict."""
+    caches = [{"name": "inference_0", "graph_cache": "hit", "aot_cache": "off", "frontend_cache": "hit"}]
+    train = [{"name": "forward_0", "graph_cache": "hit", "aot_cache": "hit", "frontend_cache": "off"},
+             {"name": "backward_1", "graph_cache": "hit", "aot_cache": "hit", "frontend_cache": "off"}]
+    report = {"cases": {
+        "gpt2_infer_bf16": {"kind": "model", "eager": {"ms": 9.0}, "inductor": _model(18.0, [4.0]),
+                            "coil": {**_model(13.0, [3.2]), "warm_graph_caches": caches}},
+        "gpt2_train_amp": {"kind": "model", "eager": {"ms": 9.0}, "inductor": _model(18.0, [4.0]),
+                           "coil": {**_model(13.0, [3.2]), "warm_graph_caches": train}},
+    }}
+    line = next(x for x in targets(report) if x.startswith("coil's warm start, per graph"))
+    assert line.endswith("gpt2_infer_bf16 frontend hit; gpt2_train_amp hit,hit"), line

@@ -482,10 +482,10 @@ def targets(report: dict[str, Any]) -> list[str]:
                    and isinstance(c := r.get("coil", {}).get("first_call_s"), float) and w <= 0.25 * c]
         out.append(f"coil's warm start <= 25 % of its cold one: {len(quarter)}/{len(models)}"
                    + (f" (met: {', '.join(quarter)})" if quarter and len(quarter) < len(models) else ""))
-    verdicts = [f"{n} " + ",".join(g["aot_cache"] for g in caches) for n, r in models.items()
+    verdicts = [f"{n} " + ",".join(_warm_verdict(g) for g in caches) for n, r in models.items()
                 if (caches := r.get("coil", {}).get("warm_graph_caches"))]
     if verdicts:
-        out.append("coil's warm start, AOT cache per graph: " + "; ".join(verdicts))
+        out.append("coil's warm start, per graph (frontend cache hit, else torch's AOT cache): " + "; ".join(verdicts))
     dynamo = [f"{n} {m} traced {d.get('traced')}" + (" (package hit)" if d.get("cache", {}).get("dynamo_cache_hit") else "")
               + _dynamo_split(d) for n, r in models.items() for m in ("inductor", "coil")
               if (d := r.get(m, {}).get("dynamo_warm"))]
@@ -508,6 +508,11 @@ def _dynamo_split(report: dict[str, Any]) -> str:
     if not isinstance(trace, int | float) or not isinstance(backend, int | float):
         return ""
     return f", Dynamo {trace:.2f} s + backend {backend:.2f} s"
+
+
+def _warm_verdict(graph: dict[str, Any]) -> str:
+    """How a graph of a warm start was served: "frontend hit", else torch's AOT-cache verdict."""
+    return "frontend hit" if graph.get("frontend_cache") == "hit" else str(graph.get("aot_cache"))
 
 
 def _warm_runs_of(models: dict[str, dict[str, Any]]) -> str:

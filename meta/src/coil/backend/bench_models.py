@@ -363,11 +363,13 @@ def save_package() -> bool | str:
 
 
 def graph_caches() -> list[dict[str, Any]]:
-    """Each graph coil compiled in this process: its name, its graph- and AOT-cache verdicts and
-    the seconds of each coil stage it went through (a warm start: runtime compile, load)."""
+    """Each graph coil compiled in this process: its name, its graph-, AOT- and frontend-cache
+    verdicts and the seconds of each coil stage it went through (a warm start: runtime compile,
+    load)."""
     from coil.backend.stats import COMPILED
 
     return [{"name": g.name, "graph_cache": str(g.graph_cache), "aot_cache": str(g.aot_cache),
+             "frontend_cache": str(g.frontend_cache),
              "stage_s": {k: round(v, 3) for k, v in g.stage_times.items()}} for g in COMPILED]
 
 
