@@ -91,17 +91,23 @@ def test_hit_equals_eager_and_changes_miss(device: torch.device) -> None:
     for changed in (lambda: _compile(_mlp, *_inputs(device, rows=4)),                   # a shape
                     lambda: _compile(_mlp, *_inputs(device, dtype=torch.float64)),      # a dtype
                     lambda: _compile(_mlp, *(t.t().contiguous().t() for t in _inputs(device))),  # strides
-                    lambda: _compile(_mlp, *_inputs(device), grad=True)):             # grad mode
+                    lambda: _compile(_mlp, *_inputs(device), grad=True),              # grad mode
+                    lambda: _without_cudnn(lambda: _compile(_mlp, *_inputs(device)))):  # torch.backends
         got, want = changed()
         assert _last() == ("miss", "stored")
         torch.testing.assert_close(got, want)
     with knobs.override(fusion=False):
         got, want = _compile(_mlp, *_inputs(device))
     assert _last() == ("miss", "stored")
-    assert len(_entries()) == 6
+    assert len(_entries()) == 7
     with knobs.override(frontend_cache=False):
         _compile(_mlp, *_inputs(device))
     assert _last() == ("off", "")
+
+
+def _without_cudnn(fn: Callable[[], Any]) -> Any:
+    with torch.backends.cudnn.flags(enabled=False):
+        return fn()
 
 
 def test_grad_mode_is_restored_after_a_hit(device: torch.device) -> None:

@@ -35,8 +35,9 @@ Contract:
 The key (sha256): the Dynamo graph (`graph_cache.add_graph`: canonical print, tensor attributes
 by value), each input's dtype, device, layout, sizes, strides, storage offset and
 requires_grad, grad mode, autocast state (per device type, dtype, cache), the default dtype,
-deterministic algorithms, float32 matmul precision, torch's functorch config, and coil's code,
-versions and knobs (`graph_cache.code_fingerprint`, `knob_fingerprint`) and CUDA devices.
+deterministic algorithms, float32 matmul precision, the cuDNN and fused-attention switches of
+torch.backends, torch's functorch config, and coil's code, versions and knobs
+(`graph_cache.code_fingerprint`, `knob_fingerprint`) and CUDA devices.
 
 A damaged entry (checksum, format, parse, or a load that fails) reads as a miss and is
 rebuilt by the full path, whose store replaces it. When torch's own AOTAutograd cache serves
@@ -204,12 +205,23 @@ def key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:
         torch.is_deterministic_algorithms_warn_only_enabled(), "matmul", torch.get_float32_matmul_precision())
     for d in _AUTOCAST_DEVICES:
         add("autocast", d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
-    add("autocast cache", torch.is_autocast_cache_enabled())
+    add("autocast cache", torch.is_autocast_cache_enabled(), "backends", _backend_flags())
     from torch._functorch import config as functorch_config
 
     add("functorch", sorted((k, repr(v)) for k, v in functorch_config.get_config_copy().items()))
     graph_cache.add_devices(add, devices)
     return h.hexdigest()
+
+
+def _backend_flags() -> list[object]:
+    """The torch.backends switches AOTAutograd's trace may depend on: which fused attention
+    `scaled_dot_product_attention` dispatches to, and whether cuDNN kernels (batch norm) are used."""
+    cuda = torch.backends.cuda
+    flags: list[object] = [torch.backends.cudnn.enabled, torch.backends.cudnn.deterministic]
+    for name in ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled", "cudnn_sdp_enabled"):
+        fn = getattr(cuda, name, None)
+        flags.append(fn() if callable(fn) else None)
+    return flags
 
 
 def lookup(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Lookup:
