@@ -162,6 +162,17 @@ def test_graphs_needing_aotautograds_runtime_are_not_stored(fn: Callable[..., An
     assert _entries() == []
 
 
+def test_a_failed_write_leaves_the_compile_alone(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any) -> None:
+        raise OSError("read-only file system")
+
+    monkeypatch.setattr(disk_cache, "write_blob", refuse)
+    got, want = _compile(_mlp, *_inputs(device))
+    assert _last() == ("miss", "could not write it: OSError: read-only file system")
+    torch.testing.assert_close(got, want)
+    assert _entries() == []
+
+
 def test_training_graph_and_duplicate_inputs_are_off() -> None:
     x = torch.randn(4, 8)
     w = torch.randn(8, 8, requires_grad=True)

@@ -598,7 +598,7 @@ def _from_frontend(entry: frontend_cache.Entry, gm: torch.fx.GraphModule, exampl
         cached = graph_cache.parse(entry.text, aot_cache.ENTRY_KEY)
         static = frontend_cache.static_inputs(gm, example_inputs)
         boxed = load_portable("inference", cached, entry.constants, static, frontend=True)
-    except (ValueError, LookupError) as e:
-        log.info("frontend cache: the entry did not load (%s): compiling", e)
+    except Exception as e:  # a damaged entry (ValueError, LookupError) or anything else: compile instead
+        log.info("frontend cache: the entry did not load (%s: %s): compiling", type(e).__name__, e)
         return None
     return frontend_cache.runtime(boxed, torch._C._is_any_autocast_enabled())

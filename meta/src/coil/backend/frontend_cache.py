@@ -59,6 +59,7 @@ from typing import Any
 import torch
 import torch.fx
 from coil.backend import graph_cache
+from coil.backend.aot_cache import ENTRY_KEY, pack_tensor, unpack_tensor
 from coil.backend.knobs import knobs
 from coil.runtime import disk_cache
 from coil.runtime.knobs import knobs as runtime_knobs
@@ -226,13 +227,13 @@ def _backend_flags() -> list[object]:
 
 def lookup(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Lookup:
     """The look-up for one backend call (module docstring). Never raises."""
-    reason = _unusable(gm, example_inputs)
-    if reason is not None:
-        return Lookup("off", reason=reason)
     try:
+        reason = _unusable(gm, example_inputs)
+        if reason is not None:
+            return Lookup("off", reason=reason)
         k = key(gm, example_inputs)
     except Exception as e:  # Uncacheable, or anything the key could not describe
-        return Lookup("off", reason=f"no key: {e}")
+        return Lookup("off", reason=f"no key: {type(e).__name__}: {e}")
     entry = _load(k)
     return Lookup("hit" if entry is not None else "miss", k, entry)
 
@@ -250,8 +251,6 @@ def _load(k: str) -> Entry | None:
         doc = json.loads(text)
         if doc.get("format") != FORMAT_VERSION or doc.get("key") != k or not isinstance(doc["graph"], str):
             raise ValueError("another format or key")
-        from coil.backend.aot_cache import unpack_tensor
-
         constants = {str(n): unpack_tensor((p[0], tuple(p[1]), tuple(p[2]), int(p[3]), str(p[4]),
                                             base64.b64decode(p[5])))
                      for n, p in doc["constants"].items()}
@@ -263,23 +262,22 @@ def _load(k: str) -> Entry | None:
 
 def store(found: Lookup, rec: Recorder | None) -> str:
     """Store the graph `rec` saw under `found.key` when it can be served (module docstring).
-    Returns what happened: "stored", or why not (logged at INFO)."""
-    why = _why_not_stored(found, rec)
-    if why is None:
-        assert rec is not None and found.key is not None
-        graph = rec.graphs[0][0]
-        from coil.backend.aot_cache import pack_tensor
-
-        packed = {}
-        for n, t in graph.constants.items():
-            dtype, size, stride, offset, device, raw = pack_tensor(t)
-            packed[n] = [dtype, list(size), list(stride), offset, device, base64.b64encode(raw).decode("ascii")]
-        doc = {"format": FORMAT_VERSION, "key": found.key, "graph": graph.text, "constants": packed}
-        try:
+    Returns what happened: "stored", or why not (logged at INFO). Never raises: the graph is
+    compiled and runs whether or not it is stored."""
+    try:
+        why = _why_not_stored(found, rec)
+        if why is None:
+            assert rec is not None and found.key is not None
+            graph = rec.graphs[0][0]
+            packed = {}
+            for n, t in graph.constants.items():
+                dtype, size, stride, offset, device, raw = pack_tensor(t)
+                packed[n] = [dtype, list(size), list(stride), offset, device, base64.b64encode(raw).decode("ascii")]
+            doc = {"format": FORMAT_VERSION, "key": found.key, "graph": graph.text, "constants": packed}
             disk_cache.write_blob(_path(found.key), found.key, json.dumps(doc))
             return "stored"
-        except OSError as e:
-            why = f"could not write it: {e}"
+    except Exception as e:  # an unwritable folder, a constant that does not pack
+        why = f"could not write it: {type(e).__name__}: {e}"
     log.info("frontend cache: not storing this graph: %s", why)
     return why
 
@@ -294,21 +292,14 @@ def _why_not_stored(found: Lookup, rec: Recorder | None) -> str | None:
         return graph
     if problem is not None:
         return problem
-    parsed = graph_cache.parse(graph.text, _entry_key())
-    if not parsed.static_shapes:
+    if not graph_cache.parse(graph.text, ENTRY_KEY).static_shapes:
         return "the compiled graph has symbolic shapes"
     return None
 
 
-def _entry_key() -> str:
-    from coil.backend.aot_cache import ENTRY_KEY
-
-    return ENTRY_KEY
-
-
 def plain_metadata(n_inputs: int) -> str | None:
     """Read inside the inference compiler: what makes AOTAutograd's metadata of the graph being
-    compiled more than trivial (module docstring), or None when it is trivial."""
+    compiled more than trivial (module docstring), or None when it is trivial. Never raises."""
     context = torch._guards.TracingContext.try_get()
     meta = getattr(context, "fw_metadata", None)
     if meta is None:
@@ -333,8 +324,8 @@ def plain_metadata(n_inputs: int) -> str | None:
             "tensor subclasses": any(type(m).__name__ == "SubclassCreationMeta"
                                      for m in (*meta.subclass_inp_meta, *meta.subclass_fw_graph_out_meta)),
         }
-    except AttributeError as e:  # another AOTAutograd than this was written against
-        return f"unknown AOTAutograd metadata ({e})"
+    except Exception as e:  # another AOTAutograd than this was written against: never fail the compile
+        return f"unknown AOTAutograd metadata ({type(e).__name__}: {e})"
     found = [name for name, v in checks.items() if v]
     return ", ".join(found) if found else None
 
