@@ -30,8 +30,9 @@ Also timed: `inductor_text`, Inductor's own kernel (its source and the configura
 kept) launched the same direct way, and for pointwise kernels `loads_first` (every load issued
 before the arithmetic, as Inductor orders them) and `loads_first_warps4`.
 
-Every variant's output is checked equal to coil's compiled output (bitwise; `inductor_text`
-within 1e-6 relative, its math differs) before timing. Times are `triton.testing.do_bench`
+Every variant's output is checked equal to coil's compiled output (bitwise, or else within 1e-5
+relative, reported: another warp count reorders an fp32 reduction; `inductor_text` within 1e-6
+relative, its math differs) before timing. Times are `triton.testing.do_bench`
 medians in `--rounds` interleaved rounds (coil.backend.bench_rounds); printed per variant: the
 median ms, and the median over rounds of its time / `coil_text`'s time. Then, under
 `torch.profiler`, the GPU kernels each of `inductor`, `coil` (the compiled functions) and
@@ -197,8 +198,15 @@ def probe(case: str, rounds: int) -> None:
         except Exception as exc:  # a variant that does not compile or launch is reported, not fatal
             print(f"  {tag}: {type(exc).__name__}: {str(exc)[:300]}")
             continue
-        same = torch.equal(out, want) if exact else torch.allclose(out.float(), want.float(), rtol=1e-6, atol=1e-6)
-        if not same:
+        if exact and not torch.equal(out, want):
+            # another warp count reorders an fp32 reduction's sum: close, not bitwise (session 28)
+            diff = (out.float() - want.float()).abs().max().item()
+            close = torch.allclose(out.float(), want.float(), rtol=1e-5, atol=1e-6)
+            print(f"  {tag}: not bitwise equal to coil's compiled output (max abs diff {diff:.3g})"
+                  + ("; within 1e-5 relative, timed" if close else "; not timed"))
+            if not close:
+                continue
+        elif not exact and not torch.allclose(out.float(), want.float(), rtol=1e-6, atol=1e-6):
             print(f"  {tag}: output differs from coil's compiled output; not timed")
             continue
         calls[tag] = launch
