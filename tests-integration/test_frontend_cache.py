@@ -46,8 +46,10 @@ def test_a_new_process_runs_the_inference_graph_without_aotautograd(tmp_path: Pa
     warm = run_mlp(REPORT, env)
     assert cold["err"] < 1e-4 and warm["err"] < 1e-4, (cold["err"], warm["err"])
     # the training call is not the frontend cache's; the inference call is stored, then served
-    assert cold["calls"] == [["off", "", "miss"], ["miss", "stored", "miss"]]  # [frontend, stored, torch's]
-    assert warm["calls"] == [["off", "", "hit"], ["hit", "", "off"]]
+    # [frontend, stored or why not, torch's]
+    training = "a training graph (grad mode on, an input requires grad)"
+    assert cold["calls"] == [["off", training, "miss"], ["miss", "stored", "miss"]]
+    assert warm["calls"] == [["off", training, "hit"], ["hit", "", "off"]]
     inference = warm["graphs"][-1]
     assert inference[1:4] == ["hit", "off", "hit"] and inference[4] == ["load", "runtime compile"], inference
     # AOTAutograd ran once in the warm process: for the training graph, served by torch's cache
@@ -102,7 +104,7 @@ def test_hit_equals_eager_and_changes_miss(device: torch.device) -> None:
     assert len(_entries()) == 7
     with knobs.override(frontend_cache=False):
         _compile(_mlp, *_inputs(device))
-    assert _last() == ("off", "")
+    assert _last() == ("off", "COIL_FRONTEND_CACHE=0")
 
 
 def _without_cudnn(fn: Callable[[], Any]) -> Any:
@@ -173,16 +175,31 @@ def test_a_failed_write_leaves_the_compile_alone(device: torch.device, monkeypat
     assert _entries() == []
 
 
+@torch._dynamo.allow_in_graph
+def _users_own(x: torch.Tensor) -> torch.Tensor:
+    return x * 3  # its code may change between processes; a key knows it by name only
+
+
+def test_a_graph_calling_a_users_function_is_off(device: torch.device) -> None:
+    x = torch.randn(4, 8, device=device)
+    got, want = _compile(lambda t: _users_own(t) + 1, x)
+    assert BACKEND_CALLS[-1].frontend_cache == "off"
+    assert "AOTAutograd cache would refuse this graph" in BACKEND_CALLS[-1].frontend_stored
+    torch.testing.assert_close(got, want)
+    assert _entries() == []
+
+
 def test_training_graph_and_duplicate_inputs_are_off() -> None:
     x = torch.randn(4, 8)
     w = torch.randn(8, 8, requires_grad=True)
     _compile(lambda a, b: (a @ b).sum(), x, w, grad=True)
-    assert BACKEND_CALLS[-1].frontend_cache == "off"
+    assert (BACKEND_CALLS[-1].frontend_cache, BACKEND_CALLS[-1].frontend_stored) == (
+        "off", "a training graph (grad mode on, an input requires grad)")
     sq = torch.randn(8, 8)
     gm = torch.fx.symbolic_trace(lambda a, b: (a @ b,))
     with torch.no_grad():
         torch.testing.assert_close(coil_backend(gm, [sq, sq])(sq, sq)[0], sq @ sq)
-    assert BACKEND_CALLS[-1].frontend_cache == "off"
+    assert (BACKEND_CALLS[-1].frontend_cache, BACKEND_CALLS[-1].frontend_stored) == ("off", "input 1 is passed twice")
     assert _entries() == []
 
 

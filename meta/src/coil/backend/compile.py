@@ -525,6 +525,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
     call.frontend_cache = front.status
     call.frontend_s = time.perf_counter() - t0
     if front.status == "off":
+        call.frontend_stored = front.reason
         log.info("frontend cache not used: %s", front.reason)
     elif front.entry is not None:
         served = _from_frontend(front.entry, gm, example_inputs)

@@ -19,7 +19,9 @@ Contract:
   mode off, or no input requiring grad) whose inputs are plain dense tensors on the CPU or
   CUDA with static shapes, none passed twice; a Dynamo graph with no parameters, buffers or
   submodules other than GraphModules (all inputs, as Dynamo gives them by default); not under
-  torch's caching precompile (Dynamo's package records AOTAutograd's result by backend id).
+  torch's caching precompile (Dynamo's package records AOTAutograd's result by backend id); and
+  only a graph torch's own AOTAutograd cache would accept (`check_cacheable`: every function it
+  calls is known to torch, since a key names a function without its code).
 - `Recorder` / `recording()`: while active, the inference compiler reports the graph it
   compiled (`note`), with whether AOTAutograd's metadata for it is trivial (`plain_metadata`:
   no input mutated, every output a fresh tensor, no intermediate bases, effect tokens,
@@ -156,6 +158,21 @@ def _unusable(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | 
             return f"placeholder {node.name} is not a tensor of static shape"
     if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
         return "a training graph (grad mode on, an input requires grad)"
+    return _refused_by_torch(gm)
+
+
+def _refused_by_torch(gm: torch.fx.GraphModule) -> str | None:
+    """Why torch's AOTAutograd cache would refuse this graph (its `check_cacheable`: a call of a
+    function outside torch's allowlist, which a key knows by name only, or torch's FX graph cache
+    off), or None. The frontend cache keys graphs the same way, so it refuses the same ones."""
+    try:
+        from torch._functorch._aot_autograd import autograd_cache
+
+        autograd_cache.check_cacheable(gm)
+    except ImportError as e:
+        return f"this torch has no AOTAutograd cache checks ({e})"
+    except Exception as e:  # BypassAOTAutogradCache and anything else
+        return f"torch's AOTAutograd cache would refuse this graph: {e}"
     return None
 
 

@@ -91,7 +91,8 @@ class BackendCall:
     aot_s: float = 0.0
     aot_cache: str = "off"  # torch's AOTAutograd cache: "hit", "miss", "bypass" or "off" (not used)
     # coil's frontend cache (coil.backend.frontend_cache): "hit" (AOTAutograd not called), "miss"
-    # or "off"; the seconds of its look-up and load; after a miss, "stored" or why not
+    # or "off"; the seconds of its look-up and load; after a miss "stored" or why not, when off
+    # why it was not used
     frontend_cache: str = "off"
     frontend_s: float = 0.0
     frontend_stored: str = ""
