@@ -31,6 +31,7 @@ Contract:
 - `store(lookup, recorder)` writes the entry: the compiled graph as `aot_cache.PortableGraph`
   text (wrapper, kernel sources, stats) and its constants by value (base64), atomically
   (`coil.runtime.disk_cache` blob: checksummed, `<COIL_CACHE_DIR>/frontend/<key[:2]>/<key>.blob`).
+  Never raises: it returns "stored" or why not.
 - `runtime(call, disable_amp)`: the callable Dynamo gets: runs the boxed graph with grad mode
   off and, when autocast was on at compile time, autocast off (as AOTAutograd's RuntimeWrapper).
 
