@@ -2,8 +2,8 @@
 compiled once is served to a later compile of the same Dynamo graph without AOTAutograd, in a
 new process too; results equal eager; grad mode and autocast are handled as AOTAutograd's
 runtime wrapper does; what it cannot serve exactly (training graphs, mutated inputs, outputs
-aliasing inputs, inputs passed twice) is neither stored nor served; a changed input, state or
-knob misses; a damaged entry is rebuilt."""
+aliasing inputs, inputs passed twice, calls of a user's function) is neither stored nor served;
+a changed input, state or knob misses; a damaged entry is rebuilt; a failed write fails nothing."""
 
 from __future__ import annotations
 
