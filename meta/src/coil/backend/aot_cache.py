@@ -280,10 +280,20 @@ def unusable(gm: torch.fx.GraphModule) -> str | None:
         return f"this torch lacks torch._functorch.config.{', '.join(missing)}"
     if not autograd_cache.should_use_local_autograd_cache():
         return "torch's AOTAutograd cache is off (TORCHINDUCTOR_AUTOGRAD_CACHE=0 or force_disable_caches)"
+    why = torch_refusal(gm)
+    return None if why is None else f"torch refuses this graph: {why}"
+
+
+def torch_refusal(gm: torch.fx.GraphModule) -> str | None:
+    """torch's own reason not to cache `gm` (`check_cacheable`: a call of a function outside its
+    allowlist, which a key names without its code; its FX graph cache off), or None. Raises
+    ImportError on a torch without the AOTAutograd cache."""
+    from torch._functorch._aot_autograd import autograd_cache
+
     try:
         autograd_cache.check_cacheable(gm)
     except Exception as e:  # BypassAOTAutogradCache and anything else: torch would bypass too
-        return f"torch refuses this graph: {e}"
+        return str(e)
     return None
 
 

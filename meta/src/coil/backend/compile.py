@@ -40,7 +40,7 @@ from coil.backend.errors import CoilCompileError
 from coil.backend.knobs import knobs
 from coil.backend.lazy_table import LazyTable
 from coil.backend.progress import compile_with_progress
-from coil.backend.static_inputs import dynamo_static_inputs
+from coil.backend.static_inputs import dynamo_static_inputs, marked_static
 from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats, format_stage_times
 from coil.fx_passes import adopt_input_strides, run_post_grad_passes, run_pre_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
@@ -597,7 +597,7 @@ def _from_frontend(entry: frontend_cache.Entry, gm: torch.fx.GraphModule, exampl
     does not load (logged at INFO; the caller compiles as on a miss and stores it again)."""
     try:
         cached = graph_cache.parse(entry.text, aot_cache.ENTRY_KEY)
-        static = frontend_cache.static_inputs(gm, example_inputs)
+        static = marked_static(gm, example_inputs)
         boxed = load_portable("inference", cached, entry.constants, static, frontend=True)
     except Exception as e:  # a damaged entry (ValueError, LookupError) or anything else: compile instead
         log.info("frontend cache: the entry did not load (%s: %s): compiling", type(e).__name__, e)

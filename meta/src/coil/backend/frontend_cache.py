@@ -62,14 +62,14 @@ from typing import Any
 import torch
 import torch.fx
 from coil.backend import graph_cache
-from coil.backend.aot_cache import ENTRY_KEY, pack_tensor, unpack_tensor
+from coil.backend.aot_cache import ENTRY_KEY, pack_tensor, torch_refusal, unpack_tensor
 from coil.backend.knobs import knobs
 from coil.runtime import disk_cache
 from coil.runtime.knobs import knobs as runtime_knobs
 
 log = logging.getLogger("coil.backend")
 
-__all__ = ["Entry", "Lookup", "Recorder", "lookup", "plain_metadata", "recording", "runtime", "static_inputs", "store"]
+__all__ = ["Entry", "Lookup", "Recorder", "lookup", "plain_metadata", "recording", "runtime", "store"]
 
 FORMAT_VERSION = 1
 NAMESPACE = "frontend"
@@ -163,18 +163,13 @@ def _unusable(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | 
 
 
 def _refused_by_torch(gm: torch.fx.GraphModule) -> str | None:
-    """Why torch's AOTAutograd cache would refuse this graph (its `check_cacheable`: a call of a
-    function outside torch's allowlist, which a key knows by name only, or torch's FX graph cache
-    off), or None. The frontend cache keys graphs the same way, so it refuses the same ones."""
+    """Why torch's AOTAutograd cache would refuse this graph (`aot_cache.torch_refusal`), or
+    None. The frontend cache keys graphs the same way, so it refuses the same ones."""
     try:
-        from torch._functorch._aot_autograd import autograd_cache
-
-        autograd_cache.check_cacheable(gm)
+        why = torch_refusal(gm)
     except ImportError as e:
         return f"this torch has no AOTAutograd cache checks ({e})"
-    except Exception as e:  # BypassAOTAutogradCache and anything else
-        return f"torch's AOTAutograd cache would refuse this graph: {e}"
-    return None
+    return None if why is None else f"torch's AOTAutograd cache would refuse this graph: {why}"
 
 
 def _static(v: torch.Tensor) -> bool:
@@ -191,18 +186,6 @@ def _torch_caches_disabled() -> bool:
 
 def _caching_precompile() -> bool:
     return bool(getattr(torch._dynamo.config, "caching_precompile", False))
-
-
-def static_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[int, ...]:
-    """The inputs Dynamo marked static (a module's parameters and buffers: placeholders whose
-    `tensor_dict` has `_dynamo_static_input_type`), as AOTAutograd would list them for the
-    graph (`GraphStats.static_inputs`; coil.backend.static_inputs)."""
-    nodes = list(gm.graph.find_nodes(op="placeholder"))
-    if len(nodes) != len(example_inputs):
-        return ()
-    return tuple(i for i, n in enumerate(nodes)
-                 if n.meta.get("tensor_dict", {}).get("_dynamo_static_input_type") is not None
-                 and isinstance(example_inputs[i], torch.Tensor))
 
 
 def key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:

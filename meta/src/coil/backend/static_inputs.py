@@ -18,6 +18,11 @@ static). Contract:
   added some: RNG state, tensor subclasses' inner tensors);
 - otherwise the indices whose example input is a tensor, ascending.
 
+`marked_static(gm, example_inputs)` gives the same list without AOTAutograd, from the Dynamo
+graph's placeholders (`meta["tensor_dict"]["_dynamo_static_input_type"]`, the mark AOTAutograd
+reads to build `static_input_indices`), for a graph whose inputs are the Dynamo graph's one to
+one (a frontend-cache hit, coil.backend.frontend_cache); `()` when the counts differ.
+
 A static input must keep its address across calls: if one moves (the user assigned a new buffer),
 the runner stops replaying, with one warning, and runs its graph's kernels directly.
 """
@@ -28,8 +33,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.fx
 
-__all__ = ["dynamo_static_inputs"]
+__all__ = ["dynamo_static_inputs", "marked_static"]
 
 
 def dynamo_static_inputs(example_inputs: Sequence[Any], kind: str) -> tuple[int, ...]:
@@ -42,3 +48,13 @@ def dynamo_static_inputs(example_inputs: Sequence[Any], kind: str) -> tuple[int,
         return ()
     return tuple(sorted(i for i in set(meta.static_input_indices)
                         if 0 <= i < len(example_inputs) and isinstance(example_inputs[i], torch.Tensor)))
+
+
+def marked_static(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[int, ...]:
+    """The inputs of Dynamo graph `gm` that Dynamo marked static (module docstring)."""
+    nodes = list(gm.graph.find_nodes(op="placeholder"))
+    if len(nodes) != len(example_inputs):
+        return ()
+    return tuple(i for i, n in enumerate(nodes)
+                 if n.meta.get("tensor_dict", {}).get("_dynamo_static_input_type") is not None
+                 and isinstance(example_inputs[i], torch.Tensor))
