@@ -200,12 +200,22 @@ def test_interpreted_loops_convert_their_run_time_bound(tk):
     # _coil_index, CUDA ones use it as it is
     import numpy as np
 
-    s = tk.schedule(lambda x: ((x * 2).sum(1),), torch.randn(5, 7))
-    (k,) = s.kernels()
+    # (a static bound is a constant in the kernel's body, `index_mask`: a symbolic one is traced)
+    from coil import lowering_ir as L
+    from coil.scheduler import schedule
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(lambda x: ((x * 2).sum(1),), decomposition_table=L.decomposition_table(),
+                 tracing_mode="symbolic")(torch.randn(5, 7))
+    s = schedule(L.lower(gm))
+    (k,) = [k for k in s.kernels() if k.is_reduction]
     bufs = s.graph.buffers()
     interp = generate(k, bufs, "interpret", "looped").source
     assert "for roffset in range(0, _coil_index(rnumel), RBLOCK):" in interp
     assert "_coil_index" not in generate(k, bufs, "cuda", "looped").source
+    static = tk.schedule(lambda x: ((x * 2).sum(1),), torch.randn(5, 7))
+    (k,) = static.kernels()
+    assert "_coil_index" not in generate(k, static.graph.buffers(), "interpret", "looped").source
     scope: dict[str, object] = {}
     exec(interp[interp.index("def _coil_index"):].split("\n\n")[0], scope)  # the helper alone
     as_interpreted = type("T", (), {"handle": type("H", (), {"data": np.array([7])})()})()
@@ -292,3 +302,21 @@ def test_bool_accumulating_scatter_stores_true_without_atomics(tk, target):
     _, scatter = generate_scatter(op, s.graph.buffers(), target)
     assert "atomic" not in scatter.source
     assert "tl.store(" in scatter.source
+
+
+def test_a_pointwise_store_broadcasts_only_a_constant_value(tk):
+    """A value read from memory already has the block's shape: stored as it is; a constant (here
+    `full_like`, fused beside it) is broadcast by subtracting a zero (keeping -0.0). Both equal
+    eager under the interpreter."""
+    def fn(x):
+        return x.sin() * 2, torch.full_like(x, -0.0), torch.full_like(x, 3.0) + 1
+
+    x = torch.randn(6, 40)
+    sources: list = []
+    tk.check(fn, x, sources=sources)
+    stores = [ln.strip() for ks in sources for ln in ks.source.splitlines() if ln.strip().startswith("tl.store(")]
+    assert len(stores) == 3, stores
+    from_memory = [s for s in stores if "- xindex * 0" not in s]
+    assert len(from_memory) == 1, stores
+    got = tk.run(fn, x)
+    assert torch.signbit(got[1]).all()  # -0.0 kept

@@ -52,8 +52,9 @@ def test_candidate_sets_follow_the_rules(target):
 
 def test_pointwise_candidates():
     """A CUDA pointwise kernel with the 1024-wide default is also timed at 512 / 4 and 512 / 8
-    warps (config.POINTWISE_CANDIDATES); never at 1024 / 4 or with 8 elements per thread (the
-    Triton 3.6 miscompile's shape); smaller kernels, and any under the interpreter, have none."""
+    warps (config.POINTWISE_CANDIDATES); at 1024 / 4 (8 elements per thread, the Triton 3.6
+    miscompile's shape) only with plain loads (PLAIN_POINTWISE_CANDIDATES); smaller kernels, and
+    any under the interpreter, have none."""
     for n in (1, 100, 512):
         default = choose(n, 1, False, "cuda")
         assert candidates(default, n, 1, "cuda") == [default]
@@ -62,8 +63,9 @@ def test_pointwise_candidates():
         got = candidates(default, n, 1, "cuda")
         assert got == [default, KernelConfig("pointwise", 512, 1, 4), KernelConfig("pointwise", 512, 1, 8)]
         assert all(c.xblock // (32 * c.num_warps) != 8 for c in got)
+        assert candidates(default, n, 1, "cuda", plain_loads=True) == [*got, KernelConfig("pointwise", 1024, 1, 4)]
         interp = choose(n, 1, False, "interpret")
-        assert candidates(interp, n, 1, "interpret") == [interp]
+        assert candidates(interp, n, 1, "interpret", plain_loads=True) == [interp]
 
 
 def test_cuda_candidates_vary_what_the_brief_names():
@@ -134,10 +136,11 @@ def test_pointwise_variants_on_cuda_match_eager(tk):
     (g,) = [st for st in s.steps if isinstance(st, KernelGroup)]
     ks = generate(g, s.graph.buffers(), "cuda")
     vs = variants(ks, "cuda")
-    assert [(v.constexprs["XBLOCK"], v.num_warps) for v in vs] == [(1024, 2), (512, 4), (512, 8)]
+    assert ks.plain_loads
+    assert [(v.constexprs["XBLOCK"], v.num_warps) for v in vs] == [(1024, 2), (512, 4), (512, 8), (1024, 4)]
     assert all(v.source == ks.source for v in vs)
-    assert [int(sympy.sympify(v.grid)) for v in vs] == [3, 6, 6]
-    for xblock, warps in ((512, 4), (512, 8)):
+    assert [int(sympy.sympify(v.grid)) for v in vs] == [3, 6, 6, 3]
+    for xblock, warps in ((512, 4), (512, 8), (1024, 4)):
         cfg = KernelConfig("pointwise", xblock, 1, warps)
         (got,) = tk.run(fn, x, y, pick=lambda k, cfg=cfg: with_config(k, cfg))
         torch.testing.assert_close(got, fn(x, y)[0])
@@ -337,3 +340,28 @@ def test_reread_text_and_alternative(tk):
     (pg,) = [st for st in plain.steps if isinstance(st, KernelGroup)]
     pbufs = plain.graph.buffers()
     assert generate(pg, pbufs, "cuda", reread=True).source == generate(pg, pbufs, "cuda").source
+
+
+def test_plain_loads_are_floating_affine_and_unmasked_by_data(tk):
+    """KernelSource.plain_loads (which offers 1024 / 4 to the tuner) holds for floating loads at
+    affine indices; a gather, an integer load, a load under a mask computed from data (a
+    constant-padded shift) or a scatter clears it."""
+    x, i = torch.randn(8, 64), torch.randint(0, 8, (8, 64))
+
+    def plain(fn, *args):
+        s = tk.schedule(fn, *args)
+        (g,) = [st for st in s.steps if isinstance(st, KernelGroup)]
+        return generate(g, s.graph.buffers(), "cuda").plain_loads
+
+    assert plain(lambda a: (torch.sigmoid(a) * 2 - a.abs(),), x)
+    assert plain(lambda a: (a.to(torch.bfloat16) * 2,), x)
+    assert not plain(lambda a, j: (torch.gather(a, 0, j) * 2,), x, i)
+    assert not plain(lambda j: (j * 2,), i)
+    assert not plain(lambda a: (torch.nn.functional.pad(a, (1, 1)) * 2,), x)
+    from coil.lowering_ir import Scatter
+    from coil.triton_codegen import generate_scatter
+
+    s = tk.schedule(lambda a, j: (torch.index_put(a, (j[0],), a[0], accumulate=True),), x, i)
+    (op,) = [st for st in s.steps if isinstance(st, Scatter)]
+    init, scatter = generate_scatter(op, s.graph.buffers(), "cuda")
+    assert init.plain_loads and not scatter.plain_loads

@@ -156,8 +156,18 @@ WIDE_LOOPS = ((2048, 16), (4096, 16), (4096, 32), (8192, 16), (8192, 32))
 # candidate's outputs against the default's).
 POINTWISE_CANDIDATES = ((512, 4), (512, 8))
 
+# offered besides for a pointwise kernel with `plain_loads` (KernelSource): floating loads at affine
+# indices under the block's mask alone, which the tuner's check on standard-normal data exercises
+# in every lane. The miscompile above needed loads masked by values computed from loaded int8 data
+# (all zeros in the check's data: the check would not have seen it). On an H200 (2026-11-28,
+# bench/kernel_variants_probe.py; 16384 x 8192) 1024 / 4 is Inductor's choice for the bench's
+# pointwise chain in bf16 (0.2493 ms against 0.2553 at the default; Inductor 0.2478) and 1024 / 4
+# without masks took bias+GELU in fp32 to 0.2577 ms against 0.2588 (Inductor 0.2570)
+PLAIN_POINTWISE_CANDIDATES = ((1024, 4),)
 
-def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> list[KernelConfig]:
+
+def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str, plain_loads: bool = False
+               ) -> list[KernelConfig]:
     """Launch configurations worth timing for a kernel whose fixed rule gave `default`.
 
     Returns `default` first, then at most MAX_CANDIDATES - 1 others (and, for a loop on CUDA,
@@ -166,8 +176,9 @@ def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> 
     never on its block sizes or warps, so every candidate launches the same source with other
     constexprs (the tests check that the text does not change).
 
-    - pointwise, on CUDA with the 1024-wide default: POINTWISE_CANDIDATES (those whose block is at
-      most next_pow2(xnumel)); on the interpreter `[default]` only;
+    - pointwise, on CUDA with the 1024-wide default: POINTWISE_CANDIDATES, and with `plain_loads`
+      (the kernel's KernelSource.plain_loads) PLAIN_POINTWISE_CANDIDATES too (those whose block is
+      at most next_pow2(xnumel)); on the interpreter `[default]` only;
 
     - persistent: XBLOCK halved and doubled, warps halved and doubled, both doubled; RBLOCK stays
       `default.rblock` (the whole row, so it still covers it);
@@ -187,7 +198,8 @@ def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str) -> 
     if default.strategy == "pointwise":
         if interp or default.xblock != 1024:
             return [default]
-        return [default] + [KernelConfig("pointwise", x, 1, w) for x, w in POINTWISE_CANDIDATES
+        pairs = POINTWISE_CANDIDATES + (PLAIN_POINTWISE_CANDIDATES if plain_loads else ())
+        return [default] + [KernelConfig("pointwise", x, 1, w) for x, w in pairs
                             if x <= next_pow2(max(xnumel, 1)) and 32 * w <= x]
     if default.strategy not in ("persistent", "looped", "outer"):
         return [default]

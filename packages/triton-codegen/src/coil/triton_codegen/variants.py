@@ -71,7 +71,7 @@ def variants(ks: KernelSource, target: str, hints: dict[sympy.Symbol, int] | Non
     covers the same rows; a loop covers any row; a pointwise one masks its last block).
     """
     if ks.strategy == "pointwise" and "RBLOCK" not in ks.constexprs and ks.size_args:
-        configs = candidates(default_config(ks), _size(ks.size_args[0], hints), 1, target)
+        configs = candidates(default_config(ks), _size(ks.size_args[0], hints), 1, target, ks.plain_loads)
         return [ks] + [with_config(ks, cfg) for cfg in configs[1:]]
     if ks.strategy not in TUNED_STRATEGIES or "RBLOCK" not in ks.constexprs or len(ks.size_args) < 2:
         return [ks]

@@ -1,0 +1,182 @@
+"""Variants of coil's row-norm kernels (layer norm, RMSNorm) from coil's own code generator, timed
+beside Inductor's kernel in interleaved rounds (CUDA).
+
+    python bench/rownorm_variants_probe.py [CASE ...] [--rounds N] [--show]
+
+CASE is a row-norm micro case of `coil bench` (default: layernorm_fp32 rmsnorm_fp32). Unlike
+bench/kernel_variants_probe.py, which edits the one kernel coil kept, this generates the case's
+kernel group with `coil.triton_codegen.generate` for the GPU in each of its texts: `persistent`
+(the row held in registers), `reread` (the row read again after the reductions, evict_first;
+`generate(..., reread=True)`) and `looped` (a loop over the row per dependent reduction), then
+changes each one way at a time:
+
+- `_w32`: 32 warps instead of 16 (8 fp32 elements a thread per 8192-wide load);
+- `_nomask`: no `xmask & rmask` on loads, stores and the reductions' `tl.where` (the sizes are
+  multiples of the blocks, as Inductor proves);
+- `_baked`: `xnumel` and `rnumel` assigned their values in the body (Inductor writes static
+  sizes into the kernel; Triton then sees the trip counts and folds the masks it can);
+- `_nobcast`: the store's value without coil's `- rindex * 0 + xindex * 0` broadcast;
+- `_plain`: `_nomask` and `_nobcast` together.
+
+Loops are launched with one row per program at RBLOCK 8192 and 4096 (Inductor's kept blocks on
+the H200 in session 28), 16 warps. Also timed: `inductor_text` (Inductor's own kernel and kept
+configuration, launched the same direct way), and the compiled functions `inductor` and `coil`.
+
+Every variant's output must be within 1e-5 relative of coil's compiled output (`inductor_text`
+within 1e-5 too: its reduction order differs) or it is reported and not timed. Times are
+`triton.testing.do_bench` medians in `--rounds` interleaved rounds (coil.backend.bench_rounds);
+printed per variant: the median ms and the median over rounds of its time / `inductor_text`'s.
+`--show` prints each base text and Inductor's kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton
+from kernel_variants_probe import _inductor_kernel, _load  # beside this script
+from micro_probe import _inductor_kernels, micro_case
+
+DEFAULT = ("layernorm_fp32", "rmsnorm_fp32")
+
+
+def _texts(fn: Callable[..., Any], args: tuple[torch.Tensor, ...]) -> dict[str, str]:
+    """coil's generated texts for fn's one kernel group on the GPU: persistent, reread, looped."""
+    from coil import lowering_ir as L
+    from coil.scheduler import KernelGroup, schedule
+    from coil.triton_codegen import generate
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    os.environ.setdefault("COIL_SPLIT_REDUCTION_MIN", str(1 << 40))  # rows as the micro case has them
+
+    def tupled(*a: torch.Tensor) -> tuple[torch.Tensor]:
+        return (fn(*a),)
+
+    gm = make_fx(tupled, decomposition_table=L.decomposition_table(), tracing_mode="fake")(*args)
+    s = schedule(L.lower(gm))
+    groups = [g for g in s.steps if isinstance(g, KernelGroup)]
+    if len(groups) != 1:
+        raise RuntimeError(f"expected one kernel group, found {len(groups)}")
+    bufs = s.graph.buffers()
+    return {tag: generate(groups[0], bufs, "cuda", **kw).source
+            for tag, kw in (("persistent", {}), ("reread", {"reread": True}), ("looped", {"strategy": "looped"}))}
+
+
+def _nomask(src: str) -> str:
+    out = src.replace(", xmask & rmask, other=0", "").replace(", xmask & rmask)", ")")
+    out = re.sub(r"tl\.where\(xmask & rmask, ([^,]+), ([^)]+)\)", lambda m: _unmasked(m), out)
+    return out
+
+
+def _unmasked(m: re.Match[str]) -> str:
+    """`tl.where(xmask & rmask, a, b)` without its mask: `a` (b is the identity or the old value)."""
+    return m.group(1)
+
+
+def _baked(src: str, sizes: list[int]) -> str:
+    head = re.search(r"^def \w+\(.*\):\n", src, re.M)
+    assert head is not None
+    consts = f"    xnumel = {sizes[0]}\n    rnumel = {sizes[1]}\n"
+    return src[:head.end()] + consts + src[head.end():]
+
+
+def _nobcast(src: str) -> str:
+    return src.replace(" - rindex * 0 + xindex * 0", "")
+
+
+def probe(case: str, rounds: int, show: bool) -> None:
+    from coil.backend.bench_rounds import interleaved
+    from kernel_variants_probe import _kernel_time
+
+    micro, _, args = micro_case(case)
+    texts = _texts(micro.fn, args)
+    torch._dynamo.reset()
+    before = {id(k) for k in _inductor_kernels()}
+    ind = torch.compile(micro.fn)
+    coil_fn = torch.compile(micro.fn, backend="coil")
+    with torch.no_grad():
+        ind(*args)
+        want = coil_fn(*args)
+    torch.cuda.synchronize()
+    sizes = list(want.shape)
+    calls: dict[str, Callable[[], object]] = {"inductor": lambda: ind(*args), "coil": lambda: coil_fn(*args)}
+    entries: list[tuple[str, str, int, dict[str, int]]] = []
+    row = {"XBLOCK": 1, "RBLOCK": sizes[1]}
+    for base in ("persistent", "reread"):
+        src = texts[base]
+        for tag, text in (("", src), ("_nomask", _nomask(src)), ("_baked", _baked(src, sizes)),
+                          ("_nobcast", _nobcast(src)), ("_plain", _nomask(_nobcast(src)))):
+            entries.append((f"{base}{tag}", text, 16, row))
+            entries.append((f"{base}{tag}_w32", text, 32, row))
+    loop = texts["looped"]
+    for r in (8192, 4096):
+        for tag, text in (("", loop), ("_nomask", _nomask(loop)), ("_baked", _baked(loop, sizes))):
+            entries.append((f"looped{r}{tag}", text, 16, {"XBLOCK": 1, "RBLOCK": r}))
+    ind_kernel = _inductor_kernel(before)
+    if ind_kernel is None:
+        print("  inductor_text: not one kernel with one launcher, skipped")
+    else:
+        entries.append(("inductor_text", ind_kernel[0], ind_kernel[2], ind_kernel[1]))
+    if show:
+        for base, src in texts.items():
+            print(f"---- coil {base}\n{src}")
+        if ind_kernel is not None:
+            print(f"---- inductor {ind_kernel[1]} warps {ind_kernel[2]}\n{ind_kernel[0]}")
+    grid = (sizes[0],)
+    for tag, text, warps, consts in entries:
+        kernel = _load(text, tag)
+        out = torch.empty_like(want)
+        g = (triton.cdiv(sizes[0], consts.get("XBLOCK", 1)),) if "XBLOCK" in consts else grid
+
+        def launch(kernel: Any = kernel, out: torch.Tensor = out, warps: int = warps, consts: Any = consts,
+                   g: Any = g) -> None:
+            kernel[g](*args, out, *sizes, num_warps=warps, **consts)
+
+        try:
+            launch()
+            torch.cuda.synchronize()
+        except Exception as exc:  # a variant that does not compile or launch is reported, not fatal
+            print(f"  {tag}: {type(exc).__name__}: {str(exc)[:300]}")
+            continue
+        if not torch.allclose(out.float(), want.float(), rtol=1e-5, atol=1e-5):
+            diff = (out.float() - want.float()).abs().max().item()
+            print(f"  {tag}: differs from coil's compiled output (max abs diff {diff:.3g}); not timed")
+            continue
+        calls[tag] = launch
+    with torch.no_grad():
+        times = interleaved(calls, rounds, lambda c: float(triton.testing.do_bench(c, warmup=25, rep=100,
+                                                                                     return_mode="median")))
+    print(f"\n== {case} ({torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {triton.__version__}), "
+          f"{rounds} rounds")
+    ref = times.get("inductor_text", times["inductor"])
+    for tag, ms in sorted(times.items(), key=lambda kv: statistics.median(kv[1])):
+        ratio = statistics.median(a / b for a, b in zip(ms, ref, strict=True))
+        print(f"  {tag:22s} {statistics.median(ms):.4f} ms  / inductor_text {ratio:.4f}  "
+              f"rounds {' '.join(f'{x:.4f}' for x in ms)}")
+    with torch.no_grad():
+        for tag in ("inductor", "coil"):
+            per_call, names = _kernel_time(calls[tag])
+            print(f"  profiler {tag:10s} {per_call:8.2f} us of GPU kernels a call: "
+                  + ", ".join(f"{k[:50]} x{v:g}" for k, v in names.items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cases", nargs="*", default=list(DEFAULT))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--show", action="store_true", help="print the base texts and Inductor's kernel")
+    a = ap.parse_args(argv)
+    for case in a.cases:
+        probe(case, a.rounds, a.show)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
