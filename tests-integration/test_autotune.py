@@ -175,8 +175,8 @@ def test_a_big_pointwise_kernel_is_tuned(tuning: Timer, device: torch.device,
 
     variants_mod = sys.modules["coil.triton_codegen.variants"]
     real = variants_mod.candidates
-    monkeypatch.setattr(variants_mod, "candidates", lambda default, x, r, target: real(
-        KernelConfig("pointwise", 1024, 1, 2) if default.strategy == "pointwise" else default, x, r, "cuda"))
+    monkeypatch.setattr(variants_mod, "candidates", lambda default, x, r, target, plain=False: real(
+        KernelConfig("pointwise", 1024, 1, 2) if default.strategy == "pointwise" else default, x, r, "cuda", plain))
     x, y = torch.randn(3, 1001, device=device), torch.randn(3, 1001, device=device)
     stats = _compile_and_check(lambda a, b: torch.sigmoid(a) * b - (a * b).abs(), x, y)
     (name, cfg), = _choices(stats).items()
@@ -192,8 +192,8 @@ def test_the_extra_candidates_wait_for_their_own_threshold(tuning: Timer, device
 
     variants_mod = sys.modules["coil.triton_codegen.variants"]
     real_candidates, real_reread = variants_mod.candidates, backend_autotune.reread_alternative
-    monkeypatch.setattr(variants_mod, "candidates", lambda default, x, r, target: real_candidates(
-        KernelConfig("pointwise", 1024, 1, 2) if default.strategy == "pointwise" else default, x, r, "cuda"))
+    monkeypatch.setattr(variants_mod, "candidates", lambda default, x, r, target, plain=False: real_candidates(
+        KernelConfig("pointwise", 1024, 1, 2) if default.strategy == "pointwise" else default, x, r, "cuda", plain))
     monkeypatch.setattr(backend_autotune, "reread_alternative", lambda ks, make, target: real_reread(ks, make, "cuda"))
     timed: list[str] = []
     tuning.score = lambda spec: timed.append(spec.source) or 1.0

@@ -220,8 +220,10 @@ class KernelWriter:
         return t
 
     def loop_bound(self) -> str:
-        """The r loop's bound: `rnumel`, through `_coil_index` on the interpreter (INTERPRET_INDEX)."""
-        return "rnumel" if self.target == "cuda" or "rnumel" in self.static else "_coil_index(rnumel)"
+        """The r loop's bound: `rnumel`, through `_coil_index` on the interpreter (INTERPRET_INDEX),
+        static or not: the interpreter turns every assignment's value into a tensor, so a static
+        size assigned in the body is a one-element array there too (Triton 3.6, on the H200's host)."""
+        return "rnumel" if self.target == "cuda" else "_coil_index(rnumel)"
 
     def index_mask(self, scope: _Scope, axis: str) -> None:
         """Emit `xmask` (axis "x") or `rmask` ("r"): which lanes of the block are inside the
