@@ -5,4 +5,4 @@
 set -u
 source bench/device_env.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
-timeout ${SUITE_S:-520} python3 -m pytest -q -p no:cacheprovider -x tests-integration 2>&1 | grep -v -i "warn" | tail -12
+timeout ${SUITE_S:-520} python3 -m pytest -q -p no:cacheprovider -x tests-integration 2>&1 | grep -v -i "warning:\|warn(" | tail -12

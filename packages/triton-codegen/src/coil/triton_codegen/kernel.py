@@ -138,9 +138,10 @@ class KernelWriter:
         # static sizes (positive integers): assigned in the kernel's body, shadowing the arguments,
         # so Triton sees the loops' trip counts and can drop masks the blocks make unnecessary
         # (`index_mask`); Inductor writes static sizes into its kernels the same way. On an H200
-        # (2026-11-28, bench/rownorm_variants_probe.py) this took coil's fp32 RMSNorm over
-        # 16384 x 8192 read twice (`reread`) from 0.2684 to 0.2550 ms (Inductor 0.2545) and its
-        # layer norm's loop over 4096 from 0.2708 to 0.2584 (Inductor 0.2567)
+        # (2026-11-28, bench/rownorm_variants_probe.py, gpu_session29a.sh) coil's fp32 RMSNorm over
+        # 16384 x 8192 read twice (`reread`) took 0.2684 ms with run-time masks, 0.2550 without
+        # (Inductor's kernel 0.2545); with this, the bench's RMSNorm runs 0.2536 against
+        # Inductor's 0.2549 (gpu_session29b.sh; 0.2605 before)
         self.static = {name: int(e) for name, e in (("xnumel", sympy.sympify(xn)), ("rnumel", sympy.sympify(rn)))
                        if (name == "xnumel" or self.reduction) and e.is_Integer and int(e) > 0}
 
