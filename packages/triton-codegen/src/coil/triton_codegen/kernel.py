@@ -129,7 +129,12 @@ class KernelWriter:
         # loops over r only (a persistent block reads each row once anyway): sums of exp(v - max)
         # that accumulate in their max's loop (online.py), and the r members only those sums read
         looped = self.reduction and self.cfg.strategy != "persistent"
-        self.online = online_pairs(group) if looped else {}
+        # online variances in loops along contiguous rows only: measured there (a layer norm over
+        # 16384 x 8192 fp32 on an H200, 2026-11-28, bench/rownorm_variants_probe.py: its loop
+        # over 4096 took 0.2568 ms against 0.2639 with a loop for each statistic; Inductor's
+        # Welford loop 0.2554); the "outer" tiling (batch-norm statistics) keeps two loops until
+        # measured
+        self.online = online_pairs(group, variances=self.cfg.strategy == "looped") if looped else {}
         self.unread = unread_after(group, self.online)
         touched = {r for m in group.members for r in m.op.reads()} | {m.op.output.name for m in group.members}
         extents = [buffers[b].layout.storage_extent() for b in touched if b in buffers]
@@ -574,13 +579,16 @@ class KernelWriter:
     def _loop(self, ms: list[tuple[int, Member]]) -> None:
         xs = self.xscope
         accs: dict[str, str] = {}
-        for _, m in ms:
+        for i, m in ms:
             if m.kind == "reduce":
                 op = m.op
                 assert isinstance(op, Reduction)
                 a = f"acc_{m.op.output.name}"
                 accs[m.op.output.name] = a
                 self.emit(xs, f"{a} = tl.full([XBLOCK, RBLOCK], {self.init(op)}, {tl_dtype(register_dtype(op.acc_dtype))})")
+                if i in self.online and self.online[i].kind == "variance":  # Welford's count and mean per lane
+                    self.emit(xs, f"{a}_n = tl.full([XBLOCK, RBLOCK], 0, tl.float32)")
+                    self.emit(xs, f"{a}_mean = tl.full([XBLOCK, RBLOCK], 0, tl.float32)")
                 if op.reduction_type in ("argmax", "argmin"):
                     self.emit(xs, f"{a}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
         self.emit(xs, f"for roffset in range(0, {self.loop_bound()}, RBLOCK):")
@@ -600,7 +608,10 @@ class KernelWriter:
                 v = self.value(m.nest.body, m, rs)
                 a = accs[op.output.name]
                 v = self.to_acc(v, op, rs)
-                if i in partner:
+                if i in partner and self.online[partner[i]].kind == "variance":
+                    self.emit(rs, f"{a} = tl.where(xmask & rmask, {self.combine(op.reduction_type, a, v)}, {a})")
+                    self.variance_step(v, accs[self.g.members[partner[i]].op.output.name], rs)
+                elif i in partner:
                     self.online_step(a, v, partner[i], accs, rs)
                 elif op.reduction_type in ("argmax", "argmin"):
                     cmp = ">" if op.reduction_type == "argmax" else "<"
@@ -617,7 +628,9 @@ class KernelWriter:
                 op = m.op
                 assert isinstance(op, Reduction)
                 out = self.tmp()
-                if i in self.online:
+                if i in self.online and self.online[i].kind == "variance":
+                    self.variance_final(out, i, accs[op.output.name])
+                elif i in self.online:
                     mx = self.g.members[self.online[i].max_index].op.output.name
                     self.emit(xs, f"{out} = tl.sum({accs[op.output.name]} * tl.exp({accs[mx]} - {xs.members[mx]}), 1)[:, None]")
                 elif op.reduction_type in ("argmax", "argmin"):
@@ -626,6 +639,27 @@ class KernelWriter:
                     self.emit(xs, f"{out} = {self.final(op.reduction_type, accs[op.output.name], register_dtype(op.acc_dtype))}")
                 xs.members[op.output.name] = out
                 self.store(m, out, xs)
+
+    def variance_step(self, v: str, q: str, rs: _Scope) -> None:
+        """One loop step of an online variance (online.py): this step's values `v` (the partner
+        sum's, in float32) update each lane's Welford count `{q}_n`, mean `{q}_mean` and M2 `q`."""
+        n, d = self.tmp(), self.tmp()
+        self.emit(rs, f"{n} = {q}_n + 1.0")
+        self.emit(rs, f"{d} = {v} - {q}_mean")
+        self.emit(rs, f"{q}_mean = tl.where(xmask & rmask, {q}_mean + {d} / {n}, {q}_mean)")
+        self.emit(rs, f"{q} = tl.where(xmask & rmask, {q} + {d} * ({v} - {q}_mean), {q})")
+        self.emit(rs, f"{q}_n = tl.where(xmask & rmask, {n}, {q}_n)")
+
+    def variance_final(self, out: str, i: int, q: str) -> None:
+        """`out` = sum((v - m)^2) over the row from the lanes' Welford states, where `m` is the
+        mean member computed from the partner's finished sum (in the x scope, as the kernel
+        computes it after the loop: the same variable, emitted once)."""
+        xs = self.xscope
+        mm = self.g.members[self.online[i].mean]
+        m = self.value(mm.nest.body, mm, xs)
+        gap = self.tmp()
+        self.emit(xs, f"{gap} = {q}_mean - {m}")
+        self.emit(xs, f"{out} = tl.sum({q} + {q}_n * {gap} * {gap}, 1)[:, None]")
 
     def online_step(self, a: str, v: str, i: int, accs: dict[str, str], rs: _Scope) -> None:
         """One loop step of a max (accumulator `a`, this step's values `v`) and of member `i`, the

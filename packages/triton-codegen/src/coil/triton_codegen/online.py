@@ -16,6 +16,20 @@ value as the two-pass sum up to rounding, including the rows eager gives NaN (an
 row of -inf: `0 * exp(-inf - -inf)` is NaN again at the end) and rows with leading -inf (their
 lanes keep `sa = 0`, which the final scaling keeps 0 for a finite M). `online_pairs` finds the
 pairs; `KernelWriter` (kernel.py) puts both in one loop segment and emits the updates above.
+
+Online variance: a layer norm's (or var_mean's) centred sum `sum((v - mean)^2)`, where
+`mean = f(s)` is an x member computed from `s = sum(v)` of the same kernel alone (`s / n`), would
+need a loop of its own after the sum's. Instead each lane keeps Welford's count `c`, mean `a` and
+M2 `q` in the sum's loop,
+
+    c' = c + 1;  d = v - a;  a' = a + d / c';  q' = q + d * (v - a')
+
+and after the loop, with `m = f(S)` computed from the finished sum as the kernel computes it,
+`sum((v - m)^2) = sum over lanes of (q + c * (a - m)^2)` (an identity for any m; Chan et al.'s
+combination). The value differs from the two-pass sum by rounding only: no sum of squares
+minus a squared sum. `online_variances` finds the pairs; they share `OnlineSum` with the softmax
+pairs (`kind`). KernelWriter pairs them in loops along contiguous rows only ("looped"), where it
+was measured; the "outer" tiling keeps two loops.
 """
 
 from __future__ import annotations
@@ -32,19 +46,26 @@ class OnlineSum:
     """A sum member that accumulates in its max's loop.
 
     Attributes:
-        max_index: the max member (its index in the group).
-        value: `v` of exp(v - max), the max's own body, over the sum's loop mapping.
-        deps: the members the sum no longer waits for (the max, and the fused "r" members its
-            body was read through).
+        max_index: the member whose loop the sum accumulates in (its index in the group): the
+            max (`kind` "softmax") or the sum of `v` ("variance").
+        value: `v` of exp(v - max) or of (v - mean)^2: the partner's own body, over the sum's
+            loop mapping.
+        deps: the members the sum no longer waits for (the partner; the fused "r" members its
+            body was read through; for a variance the x member computing the mean).
+        kind: "softmax" or "variance".
+        mean: for a variance, the x member computing the mean from the partner's sum.
     """
 
     max_index: int
     value: Value
     deps: frozenset[int]
+    kind: str = "softmax"
+    mean: int = -1
 
 
-def online_pairs(group: KernelGroup) -> dict[int, OnlineSum]:
-    """Each sum member of `group` that can accumulate online, by index.
+def online_pairs(group: KernelGroup, variances: bool = True) -> dict[int, OnlineSum]:
+    """Each sum member of `group` that can accumulate online, by index (the variances of
+    `online_variances` too, unless `variances` is false).
 
     The sum's body is read through the "r" members of the group it loads plainly, with the same
     loop mapping (softmax's x - max and exp(...), kept as members for the division too), and must
@@ -78,6 +99,46 @@ def online_pairs(group: KernelGroup) -> dict[int, OnlineSum]:
         if v != a.nest.body or any(ld.buffer in writer for ld in loads(v)):
             continue
         out[i] = OnlineSum(j, v, frozenset(through | {j}))
+    taken = {o.max_index for o in out.values()}
+    for i, o in (online_variances(group) if variances else {}).items():
+        if i not in out and o.max_index not in taken:  # one online sum per partner
+            out[i] = o
+            taken.add(o.max_index)
+    return out
+
+
+def online_variances(group: KernelGroup) -> dict[int, OnlineSum]:
+    """Each sum member of `group` of the form sum((v - mean) * (v - mean)), by index, where
+    `mean` is a plain load of an x member whose body reads nothing but plain loads of a sum
+    member's output over `v` itself (same loop mapping, float32 accumulation both, the sum
+    first); `v` loads no buffer this group writes."""
+    writer = {m.op.output.name: i for i, m in enumerate(group.members)}
+    out: dict[int, OnlineSum] = {}
+    for i, m in enumerate(group.members):
+        op = m.op
+        if m.kind != "reduce" or not isinstance(op, Reduction) or op.reduction_type != "sum":
+            continue
+        body = m.nest.body
+        if op.acc_dtype != torch.float32 or not (isinstance(body, Op) and body.name == "mul"):
+            continue
+        d, e = body.args
+        if d != e or not (isinstance(d, Op) and d.name == "sub"):
+            continue
+        v, mean = d.args
+        if not (isinstance(mean, Load) and _plain(mean) and mean.buffer in writer):
+            continue
+        k = writer[mean.buffer]
+        mm = group.members[k]
+        sums = {ld.buffer for ld in loads(mm.nest.body)}
+        if mm.kind != "x" or len(sums) != 1 or not all(_plain(ld) for ld in loads(mm.nest.body)):
+            continue
+        j = writer.get(next(iter(sums)), -1)
+        a = group.members[j] if j >= 0 else None
+        if a is None or not (j < i and _float32_sum(a) and a.mapping == m.mapping and a.nest.body == v):
+            continue
+        if any(ld.buffer in writer for ld in loads(v)):
+            continue
+        out[i] = OnlineSum(j, v, frozenset({j, k}), "variance", k)
     return out
 
 
@@ -126,6 +187,11 @@ def unread_after(group: KernelGroup, pairs: dict[int, OnlineSum]) -> frozenset[i
 
 def _plain(ld: Load) -> bool:
     return ld.mask is None and not ld.indirect
+
+
+def _float32_sum(m: Member) -> bool:
+    op = m.op
+    return m.kind == "reduce" and isinstance(op, Reduction) and op.reduction_type == "sum" and op.acc_dtype == torch.float32
 
 
 def _float32_max(m: Member) -> bool:
