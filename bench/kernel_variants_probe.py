@@ -141,6 +141,44 @@ def _reload(src: str) -> str:
     return out.replace("    tmp15 = (tmp7 * tmp14)\n", again, 1)
 
 
+def compiled_pair(fn: Callable[..., Any], args: tuple[torch.Tensor, ...]
+                  ) -> tuple[set[int], Callable[..., Any], Callable[..., Any], torch.Tensor]:
+    """fn compiled by Inductor and by coil, each called once under no_grad: the ids of
+    Inductor's kernels from before, both compiled functions and coil's output."""
+    torch._dynamo.reset()
+    before = {id(k) for k in _inductor_kernels()}
+    ind = torch.compile(fn)
+    coil_fn = torch.compile(fn, backend="coil")
+    with torch.no_grad():
+        ind(*args)
+        out = coil_fn(*args)
+    torch.cuda.synchronize()
+    return before, ind, coil_fn, out
+
+
+def _launcher(kernel: Any, args: tuple[torch.Tensor, ...], out: torch.Tensor, sizes: list[int], warps: int,
+              consts: dict[str, int]) -> Callable[[], None]:
+    """A call launching `kernel` over `args`, `out` and the size arguments, one program per
+    XBLOCK of sizes[0]."""
+    grid = (triton.cdiv(sizes[0], consts.get("XBLOCK", 1)),)
+
+    def launch() -> None:
+        kernel[grid](*args, out, *sizes, num_warps=warps, **consts)
+
+    return launch
+
+
+def _launches(launch: Callable[[], None], tag: str) -> bool:
+    """Whether `launch` compiles and runs; a variant that does not is reported, not fatal."""
+    try:
+        launch()
+        torch.cuda.synchronize()
+    except Exception as exc:
+        print(f"  {tag}: {type(exc).__name__}: {str(exc)[:300]}")
+        return False
+    return True
+
+
 def _load(src: str, tag: str) -> Any:
     folder = tempfile.mkdtemp(prefix="pv-src-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
@@ -155,17 +193,9 @@ def _load(src: str, tag: str) -> Any:
 
 
 def probe(case: str, rounds: int) -> None:
-    from coil.backend.bench_rounds import interleaved
-
     micro, _, args = micro_case(case)
     src, want = _coil_kernel(micro.fn, args)
-    torch._dynamo.reset()
-    before = {id(k) for k in _inductor_kernels()}
-    ind = torch.compile(micro.fn)
-    coil_fn = torch.compile(micro.fn, backend="coil")
-    with torch.no_grad():
-        ind(*args)
-        coil_fn(*args)
+    before, ind, coil_fn, _ = compiled_pair(micro.fn, args)
     n = want.numel()
     calls: dict[str, Callable[[], object]] = {"inductor": lambda: ind(*args), "coil": lambda: coil_fn(*args)}
     reduction = want.dim() == 2 and "RBLOCK" in src
@@ -183,20 +213,9 @@ def probe(case: str, rounds: int) -> None:
         if tag != "coil_text" and (text, warps) == base_text:
             print(f"  {tag}: same kernel as coil_text (its shape was not recognised), skipped")
             continue
-        kernel = _load(text, tag)
         out = torch.empty_like(want)
-        sizes = list(want.shape) if reduction else [n]
-        grid = (triton.cdiv(sizes[0], consts.get("XBLOCK", 1)),)
-
-        def launch(kernel: Any = kernel, out: torch.Tensor = out, warps: int = warps, consts: Any = consts,
-                   sizes: Any = sizes, grid: Any = grid) -> None:
-            kernel[grid](*args, out, *sizes, num_warps=warps, **consts)
-
-        try:
-            launch()
-            torch.cuda.synchronize()
-        except Exception as exc:  # a variant that does not compile or launch is reported, not fatal
-            print(f"  {tag}: {type(exc).__name__}: {str(exc)[:300]}")
+        launch = _launcher(_load(text, tag), args, out, list(want.shape) if reduction else [n], warps, consts)
+        if not _launches(launch, tag):
             continue
         if exact and not torch.equal(out, want):
             # another warp count reorders an fp32 reduction's sum: close, not bitwise (session 28)
@@ -210,20 +229,29 @@ def probe(case: str, rounds: int) -> None:
             print(f"  {tag}: output differs from coil's compiled output; not timed")
             continue
         calls[tag] = launch
-    with torch.no_grad():
-        times = interleaved(calls, rounds, lambda c: float(triton.testing.do_bench(c, warmup=25, rep=100,
-                                                                                     return_mode="median")))
-    print(f"\n== {case} ({torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {triton.__version__}), "
-          f"{rounds} rounds")
-    ref = times["coil_text"]
-    for tag, ms in times.items():
-        ratio = statistics.median(a / b for a, b in zip(ms, ref, strict=True))
-        print(f"  {tag:20s} {statistics.median(ms):.4f} ms  / coil_text {ratio:.4f}  rounds {' '.join(f'{x:.4f}' for x in ms)}")
+    time_rounds(case, calls, rounds, "coil_text")
     with torch.no_grad():
         for tag in ("inductor", "coil", "coil_text"):
             per_call, names = _kernel_time(calls[tag])
             print(f"  profiler {tag:10s} {per_call:8.2f} us of GPU kernels a call: "
                   + ", ".join(f"{k[:50]} x{v:g}" for k, v in names.items()))
+
+
+def time_rounds(case: str, calls: dict[str, Callable[[], object]], rounds: int, ref: str,
+                by_time: bool = False) -> None:
+    """Time `calls` in `rounds` interleaved rounds (do_bench medians) and print, per call, the
+    median ms and the median over rounds of its time / `ref`'s (sorted by time if `by_time`)."""
+    from coil.backend.bench_rounds import interleaved
+
+    with torch.no_grad():
+        times = interleaved(calls, rounds, lambda c: float(triton.testing.do_bench(c, warmup=25, rep=100,
+                                                                                     return_mode="median")))
+    print(f"\n== {case} ({torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {triton.__version__}), "
+          f"{rounds} rounds")
+    rows = sorted(times.items(), key=lambda kv: statistics.median(kv[1])) if by_time else list(times.items())
+    for tag, ms in rows:
+        ratio = statistics.median(a / b for a, b in zip(ms, times[ref], strict=True))
+        print(f"  {tag:22s} {statistics.median(ms):.4f} ms  / {ref} {ratio:.4f}  rounds {' '.join(f'{x:.4f}' for x in ms)}")
 
 
 def _kernel_time(call: Callable[[], object], n: int = 20) -> tuple[float, dict[str, float]]:

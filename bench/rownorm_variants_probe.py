@@ -34,15 +34,18 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import statistics
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
-import triton
-from kernel_variants_probe import _inductor_kernel, _load  # beside this script
-from micro_probe import _inductor_kernels, micro_case
+from kernel_variants_probe import (  # beside this script
+    _inductor_kernel,
+    _launcher,
+    _launches,
+    _load,
+)
+from micro_probe import micro_case
 
 DEFAULT = ("layernorm_fp32", "rmsnorm_fp32")
 
@@ -92,19 +95,11 @@ def _nobcast(src: str) -> str:
 
 
 def probe(case: str, rounds: int, show: bool) -> None:
-    from coil.backend.bench_rounds import interleaved
-    from kernel_variants_probe import _kernel_time
+    from kernel_variants_probe import _kernel_time, compiled_pair, time_rounds
 
     micro, _, args = micro_case(case)
     texts = _texts(micro.fn, args)
-    torch._dynamo.reset()
-    before = {id(k) for k in _inductor_kernels()}
-    ind = torch.compile(micro.fn)
-    coil_fn = torch.compile(micro.fn, backend="coil")
-    with torch.no_grad():
-        ind(*args)
-        want = coil_fn(*args)
-    torch.cuda.synchronize()
+    before, ind, coil_fn, want = compiled_pair(micro.fn, args)
     sizes = list(want.shape)
     calls: dict[str, Callable[[], object]] = {"inductor": lambda: ind(*args), "coil": lambda: coil_fn(*args)}
     entries: list[tuple[str, str, int, dict[str, int]]] = []
@@ -129,37 +124,17 @@ def probe(case: str, rounds: int, show: bool) -> None:
             print(f"---- coil {base}\n{src}")
         if ind_kernel is not None:
             print(f"---- inductor {ind_kernel[1]} warps {ind_kernel[2]}\n{ind_kernel[0]}")
-    grid = (sizes[0],)
     for tag, text, warps, consts in entries:
-        kernel = _load(text, tag)
         out = torch.empty_like(want)
-        g = (triton.cdiv(sizes[0], consts.get("XBLOCK", 1)),) if "XBLOCK" in consts else grid
-
-        def launch(kernel: Any = kernel, out: torch.Tensor = out, warps: int = warps, consts: Any = consts,
-                   g: Any = g) -> None:
-            kernel[g](*args, out, *sizes, num_warps=warps, **consts)
-
-        try:
-            launch()
-            torch.cuda.synchronize()
-        except Exception as exc:  # a variant that does not compile or launch is reported, not fatal
-            print(f"  {tag}: {type(exc).__name__}: {str(exc)[:300]}")
+        launch = _launcher(_load(text, tag), args, out, sizes, warps, consts)
+        if not _launches(launch, tag):
             continue
         if not torch.allclose(out.float(), want.float(), rtol=1e-5, atol=1e-5):
             diff = (out.float() - want.float()).abs().max().item()
             print(f"  {tag}: differs from coil's compiled output (max abs diff {diff:.3g}); not timed")
             continue
         calls[tag] = launch
-    with torch.no_grad():
-        times = interleaved(calls, rounds, lambda c: float(triton.testing.do_bench(c, warmup=25, rep=100,
-                                                                                     return_mode="median")))
-    print(f"\n== {case} ({torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {triton.__version__}), "
-          f"{rounds} rounds")
-    ref = times.get("inductor_text", times["inductor"])
-    for tag, ms in sorted(times.items(), key=lambda kv: statistics.median(kv[1])):
-        ratio = statistics.median(a / b for a, b in zip(ms, ref, strict=True))
-        print(f"  {tag:22s} {statistics.median(ms):.4f} ms  / inductor_text {ratio:.4f}  "
-              f"rounds {' '.join(f'{x:.4f}' for x in ms)}")
+    time_rounds(case, calls, rounds, "inductor_text" if "inductor_text" in calls else "inductor", by_time=True)
     with torch.no_grad():
         for tag in ("inductor", "coil"):
             per_call, names = _kernel_time(calls[tag])

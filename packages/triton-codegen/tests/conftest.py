@@ -92,6 +92,11 @@ class Run:
         monkeypatch.setattr(kernel_mod, "choose", choose)
 
     @staticmethod
+    def loops(source: str) -> int:
+        """How many loops over r a kernel source runs."""
+        return source.count("for roffset in range(")
+
+    @staticmethod
     def schedule(fn: Callable[..., Any], *inputs: Any, fusion: bool = True) -> Schedule:
         gm = make_fx(fn, decomposition_table=L.decomposition_table(), tracing_mode="fake")(*inputs)
         return schedule(L.lower(gm), fusion=fusion)
@@ -168,6 +173,14 @@ class Run:
 @pytest.fixture(scope="session")
 def tk() -> type[Run]:
     return Run
+
+
+@pytest.fixture(params=[8, 64], ids=["r8", "r64"])
+def steps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Looped kernels take RBLOCK = the param: rows of 37 take 5 loop steps, or one."""
+    rblock = int(request.param)
+    Run.reshape_configs(monkeypatch, "looped", lambda c: KernelConfig("looped", c.xblock, rblock, c.num_warps))
+    return rblock
 
 
 @pytest.fixture

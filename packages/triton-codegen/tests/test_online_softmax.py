@@ -4,22 +4,12 @@ included; run under Triton's interpreter against eager, over rows of several loo
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
-from coil.triton_codegen import KernelConfig
 
 INF, NAN = float("inf"), float("nan")
 
 
-@pytest.fixture(params=[8, 64], ids=["r8", "r64"])
-def steps(request, monkeypatch, tk):
-    """Looped kernels take RBLOCK = the param: rows of 37 take 5 loop steps, or one."""
-    tk.reshape_configs(monkeypatch, "looped", lambda c: KernelConfig("looped", c.xblock, request.param, c.num_warps))
-
-
-def _loops(source: str) -> int:
-    return source.count("for roffset in range(")
 
 
 def _kernel(sources, needle: str):
@@ -32,10 +22,10 @@ def test_softmax_takes_two_loops_and_cross_entropy_one(tk, steps):
     x, t = torch.randn(6, 37) * 4, torch.tensor([0, 36, 5, 9, 2, 17])
     sources = []
     tk.check(lambda x: (torch.softmax(x, 1),), x, strategy="looped", sources=sources)
-    assert _loops(_kernel(sources, "_coil_max_nan)").source) == 2  # max and sum, then the output
+    assert tk.loops(_kernel(sources, "_coil_max_nan)").source) == 2  # max and sum, then the output
     sources = []
     tk.check(lambda x, t: (F.cross_entropy(x, t, reduction="none"),), x, t, strategy="looped", sources=sources)
-    assert _loops(_kernel(sources, "_coil_max_nan)").source) == 1
+    assert tk.loops(_kernel(sources, "_coil_max_nan)").source) == 1
 
 
 def _special_rows() -> torch.Tensor:
@@ -82,4 +72,4 @@ def test_a_sum_over_other_values_stays_in_its_own_loop(tk, steps):
     sources = []
     tk.check(fn, x, y, strategy="looped", sources=sources, rtol=1e-4)
     ks = _kernel(sources, "_coil_max_nan)")
-    assert _loops(ks.source) == 2 and "* tl.exp(acc_" not in ks.source
+    assert tk.loops(ks.source) == 2 and "* tl.exp(acc_" not in ks.source

@@ -6,24 +6,14 @@ and special values."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
 from coil.scheduler import KernelGroup
-from coil.triton_codegen import KernelConfig
 from coil.triton_codegen.online import online_variances
 
 INF, NAN = float("inf"), float("nan")
 
 
-@pytest.fixture(params=[8, 64], ids=["r8", "r64"])
-def steps(request, monkeypatch, tk):
-    """Looped kernels take RBLOCK = the param: rows of 37 take 5 loop steps, or one."""
-    tk.reshape_configs(monkeypatch, "looped", lambda c: KernelConfig("looped", c.xblock, request.param, c.num_warps))
-
-
-def _loops(source: str) -> int:
-    return source.count("for roffset in range(")
 
 
 def _fp64_close(fn, *args, sources=None, strategy="looped", rtol=1e-5, atol=1e-5, tk=None):
@@ -40,11 +30,11 @@ def test_layer_norm_and_var_mean_take_one_loop_fewer(tk, steps):
     sources: list = []
     _fp64_close(lambda x, w, b: (F.layer_norm(x, (37,), w, b),), x, w, b, sources=sources, tk=tk)
     (ks,) = sources
-    assert _loops(ks.source) == 2 and "_mean = tl.where(" in ks.source  # statistics, then the output
+    assert tk.loops(ks.source) == 2 and "_mean = tl.where(" in ks.source  # statistics, then the output
     sources = []
     _fp64_close(lambda x: tuple(torch.var_mean(x, 1, correction=1)), x, sources=sources, tk=tk)
     (ks,) = sources
-    assert _loops(ks.source) == 1
+    assert tk.loops(ks.source) == 1
 
 
 def test_rows_far_from_zero_keep_their_variance(tk, steps):
@@ -90,7 +80,7 @@ def test_the_outer_tiling_keeps_two_loops(tk):
     _fp64_close(lambda x: tuple(torch.var_mean(x, (0, 2, 3), correction=0)), img, sources=sources,
                 strategy="outer", tk=tk)
     assert sources and not any("_mean = tl.where(" in s.source for s in sources)
-    assert max(_loops(s.source) for s in sources) == 2
+    assert max(tk.loops(s.source) for s in sources) == 2
 
 
 def test_only_the_centred_square_of_the_kernels_own_mean_is_paired(tk):

@@ -76,12 +76,7 @@ def online_pairs(group: KernelGroup, variances: bool = True) -> dict[int, Online
     exactly what eager's exp(-inf - M) does) loading only buffers this group does not write."""
     writer = {m.op.output.name: i for i, m in enumerate(group.members)}
     out: dict[int, OnlineSum] = {}
-    for i, m in enumerate(group.members):
-        op = m.op
-        if m.kind != "reduce" or not isinstance(op, Reduction) or op.reduction_type != "sum":
-            continue
-        if op.acc_dtype != torch.float32:
-            continue
+    for i, m in _float32_sums(group):
         through: set[int] = set()
         body = _through_r(m.nest.body, group, writer, m, through)
         if not (isinstance(body, Op) and body.name == "exp"):
@@ -114,12 +109,9 @@ def online_variances(group: KernelGroup) -> dict[int, OnlineSum]:
     first); `v` loads no buffer this group writes."""
     writer = {m.op.output.name: i for i, m in enumerate(group.members)}
     out: dict[int, OnlineSum] = {}
-    for i, m in enumerate(group.members):
-        op = m.op
-        if m.kind != "reduce" or not isinstance(op, Reduction) or op.reduction_type != "sum":
-            continue
+    for i, m in _float32_sums(group):
         body = m.nest.body
-        if op.acc_dtype != torch.float32 or not (isinstance(body, Op) and body.name == "mul"):
+        if not (isinstance(body, Op) and body.name == "mul"):
             continue
         d, e = body.args
         if d != e or not (isinstance(d, Op) and d.name == "sub"):
@@ -187,6 +179,11 @@ def unread_after(group: KernelGroup, pairs: dict[int, OnlineSum]) -> frozenset[i
 
 def _plain(ld: Load) -> bool:
     return ld.mask is None and not ld.indirect
+
+
+def _float32_sums(group: KernelGroup) -> list[tuple[int, Member]]:
+    """The group's sum members accumulating in float32, with their indices."""
+    return [(i, m) for i, m in enumerate(group.members) if _float32_sum(m)]
 
 
 def _float32_sum(m: Member) -> bool:
