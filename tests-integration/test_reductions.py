@@ -183,6 +183,27 @@ def test_looped_softmax_and_cross_entropy_are_online(device: torch.device) -> No
         assert src.count("for roffset") == loops, src
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_looped_layer_norm_and_var_mean_are_online(dtype: torch.dtype, device: torch.device) -> None:
+    # rows longer than one loop step, forced looped, far from zero: the online variance (the
+    # centred sum of squares accumulated in the mean's own loop, Welford per lane) makes a layer
+    # norm two loops over each row and var_mean one, with eager's values
+    torch.manual_seed(0)
+    x = (torch.randn(6, 5000, device=device) + 300.0).to(dtype)
+    w, b = torch.randn(5000, device=device).to(dtype), torch.randn(5000, device=device).to(dtype)
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    for fn, loops in ((lambda a, w, b: torch.nn.functional.layer_norm(a, (5000,), w, b), 2),
+                      (lambda a, w, b: torch.var_mean(a.float() if a.dtype == torch.bfloat16 else a, 1), 1)):
+        torch._dynamo.reset()
+        COMPILED.clear()
+        with knobs.override(fallback_on_error=False, reduction_strategy="looped"):
+            out = torch.compile(fn, backend="coil")(x, w, b)
+        want = fn(x.double(), w.double(), b.double()) if dtype == torch.float32 else fn(x, w, b)
+        torch.testing.assert_close(out, want, check_dtype=False, **tol)
+        (src,) = [s for c in COMPILED for s in c.kernel_sources.values() if "for roffset" in s]
+        assert src.count("for roffset") == loops and "_mean = tl.where(" in src, src
+
+
 @pytest.mark.parametrize("dim", [0, 1, 2])
 def test_softmax_over_any_dim_is_one_kernel(dim: int, device: torch.device) -> None:
     # the reduction's x-then-r order is not the memory order of exp(x - max) and of the
