@@ -85,13 +85,13 @@ def online_pairs(group: KernelGroup, variances: bool = True) -> dict[int, Online
         if not (isinstance(inner, Op) and inner.name == "sub"):
             continue
         v, sub = inner.args
-        if not (isinstance(sub, Load) and _plain(sub) and sub.buffer in writer):
+        j = _member_read(sub, writer)
+        if j is None:
             continue
-        j = writer[sub.buffer]
         a = group.members[j]
-        if not (j < i and _float32_max(a) and sub.dtype == torch.float32 and a.mapping == m.mapping):
+        if not (j < i and _float32(a, "max") and sub.dtype == torch.float32 and a.mapping == m.mapping):
             continue
-        if v != a.nest.body or any(ld.buffer in writer for ld in loads(v)):
+        if v != a.nest.body or _reads_group(v, writer):
             continue
         out[i] = OnlineSum(j, v, frozenset(through | {j}))
     taken = {o.max_index for o in out.values()}
@@ -117,18 +117,17 @@ def online_variances(group: KernelGroup) -> dict[int, OnlineSum]:
         if d != e or not (isinstance(d, Op) and d.name == "sub"):
             continue
         v, mean = d.args
-        if not (isinstance(mean, Load) and _plain(mean) and mean.buffer in writer):
+        k = _member_read(mean, writer)
+        if k is None or group.members[k].kind != "x":
             continue
-        k = writer[mean.buffer]
-        mm = group.members[k]
-        sums = {ld.buffer for ld in loads(mm.nest.body)}
-        if mm.kind != "x" or len(sums) != 1 or not all(_plain(ld) for ld in loads(mm.nest.body)):
+        read = {_member_read(ld, writer) for ld in loads(group.members[k].nest.body)}
+        j = read.pop() if len(read) == 1 else None  # one member, every load plain
+        if j is None:
             continue
-        j = writer.get(next(iter(sums)), -1)
-        a = group.members[j] if j >= 0 else None
-        if a is None or not (j < i and _float32_sum(a) and a.mapping == m.mapping and a.nest.body == v):
+        a = group.members[j]
+        if not (j < i and _float32(a, "sum") and a.mapping == m.mapping and a.nest.body == v):
             continue
-        if any(ld.buffer in writer for ld in loads(v)):
+        if _reads_group(v, writer):
             continue
         out[i] = OnlineSum(j, v, frozenset({j, k}), "variance", k)
     return out
@@ -140,8 +139,8 @@ def _through_r(v: Value, group: KernelGroup, writer: dict[str, int], m: Member, 
     by that member's body, recursively (the members read are added to `through`); loads of
     anything else, and values deeper than 8 members, are left as they are."""
     if isinstance(v, Load):
-        k = writer.get(v.buffer)
-        if k is None or not _plain(v) or depth >= 8:
+        k = _member_read(v, writer)
+        if k is None or depth >= 8:
             return v
         r = group.members[k]
         if r.kind != "r" or r.mapping != m.mapping or r.nest.body.dtype != v.dtype:
@@ -181,16 +180,23 @@ def _plain(ld: Load) -> bool:
     return ld.mask is None and not ld.indirect
 
 
+def _member_read(v: Value, writer: dict[str, int]) -> int | None:
+    """The index of the group member whose output `v` is a plain load of, else None."""
+    return writer.get(v.buffer) if isinstance(v, Load) and _plain(v) else None
+
+
+def _reads_group(v: Value, writer: dict[str, int]) -> bool:
+    """Whether `v` loads a buffer the group writes."""
+    return any(ld.buffer in writer for ld in loads(v))
+
+
 def _float32_sums(group: KernelGroup) -> list[tuple[int, Member]]:
     """The group's sum members accumulating in float32, with their indices."""
-    return [(i, m) for i, m in enumerate(group.members) if _float32_sum(m)]
+    return [(i, m) for i, m in enumerate(group.members) if _float32(m, "sum")]
 
 
-def _float32_sum(m: Member) -> bool:
+def _float32(m: Member, reduction_type: str) -> bool:
+    """Whether `m` is a `reduction_type` reduction accumulating in float32."""
     op = m.op
-    return m.kind == "reduce" and isinstance(op, Reduction) and op.reduction_type == "sum" and op.acc_dtype == torch.float32
-
-
-def _float32_max(m: Member) -> bool:
-    op = m.op
-    return m.kind == "reduce" and isinstance(op, Reduction) and op.reduction_type == "max" and op.acc_dtype == torch.float32
+    return (m.kind == "reduce" and isinstance(op, Reduction) and op.reduction_type == reduction_type
+            and op.acc_dtype == torch.float32)
