@@ -91,10 +91,16 @@ def _variants(src: str) -> dict[str, tuple[str, int]]:
         return {"coil_text": (src, 2), "no_mask": (no_mask, 2), "warps4": (src, 4), "no_mask_warps4": (no_mask, 4),
                 "no_zero_bcast": (src.replace(" - xindex * 0", ""), 2), "loads_first": (first, 2),
                 "loads_first_warps4": (first, 4)}
-    no_mask = src.replace(", xmask & rmask, other=0", "").replace(", xmask & rmask)", ")")
-    no_mask = re.sub(r"tl\.where\(xmask & rmask, (\w+), 0\)", r"\1", no_mask)
+    no_mask = strip_row_masks(src)
     return {"coil_text": (src, 16), "no_mask": (no_mask, 16), "reload": (_reload(src), 16),
             "reload_no_mask": (_reload(no_mask), 16), "warps8": (src, 8)}
+
+
+def strip_row_masks(src: str) -> str:
+    """A reduction kernel's text without `xmask & rmask`: unpredicated loads and stores, and each
+    `tl.where(xmask & rmask, a, b)` replaced by `a` (b is the identity or the old accumulator)."""
+    out = src.replace(", xmask & rmask, other=0", "").replace(", xmask & rmask)", ")")
+    return re.sub(r"tl\.where\(xmask & rmask, ([^,]+), ([^)]+)\)", r"\1", out)
 
 
 def _loads_first(src: str) -> str:

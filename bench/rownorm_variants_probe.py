@@ -44,6 +44,7 @@ from kernel_variants_probe import (  # beside this script
     _launcher,
     _launches,
     _load,
+    strip_row_masks,
 )
 from micro_probe import micro_case
 
@@ -72,17 +73,6 @@ def _texts(fn: Callable[..., Any], args: tuple[torch.Tensor, ...]) -> dict[str, 
             for tag, kw in (("persistent", {}), ("reread", {"reread": True}), ("looped", {"strategy": "looped"}))}
 
 
-def _nomask(src: str) -> str:
-    out = src.replace(", xmask & rmask, other=0", "").replace(", xmask & rmask)", ")")
-    out = re.sub(r"tl\.where\(xmask & rmask, ([^,]+), ([^)]+)\)", lambda m: _unmasked(m), out)
-    return out
-
-
-def _unmasked(m: re.Match[str]) -> str:
-    """`tl.where(xmask & rmask, a, b)` without its mask: `a` (b is the identity or the old value)."""
-    return m.group(1)
-
-
 def _baked(src: str, sizes: list[int]) -> str:
     head = re.search(r"^def \w+\(.*\):\n", src, re.M)
     assert head is not None
@@ -106,13 +96,13 @@ def probe(case: str, rounds: int, show: bool) -> None:
     row = {"XBLOCK": 1, "RBLOCK": sizes[1]}
     for base in ("persistent", "reread"):
         src = texts[base]
-        for tag, text in (("", src), ("_nomask", _nomask(src)), ("_baked", _baked(src, sizes)),
-                          ("_nobcast", _nobcast(src)), ("_plain", _nomask(_nobcast(src)))):
+        for tag, text in (("", src), ("_nomask", strip_row_masks(src)), ("_baked", _baked(src, sizes)),
+                          ("_nobcast", _nobcast(src)), ("_plain", strip_row_masks(_nobcast(src)))):
             entries.append((f"{base}{tag}", text, 16, row))
             entries.append((f"{base}{tag}_w32", text, 32, row))
     loop = texts["looped"]
     for r in (8192, 4096):
-        for tag, text in (("", loop), ("_nomask", _nomask(loop)), ("_baked", _baked(loop, sizes))):
+        for tag, text in (("", loop), ("_nomask", strip_row_masks(loop)), ("_baked", _baked(loop, sizes))):
             entries.append((f"looped{r}{tag}", text, 16, {"XBLOCK": 1, "RBLOCK": r}))
     ind_kernel = _inductor_kernel(before)
     if ind_kernel is None:
