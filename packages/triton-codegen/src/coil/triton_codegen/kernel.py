@@ -353,13 +353,24 @@ class KernelWriter:
 
     def varies(self, v: Value) -> bool:
         """Whether `v` reads memory or the index somewhere (so it has the block's shape), through
-        the members of this kernel it reads; a value of constants alone is a scalar."""
-        if isinstance(v, IndexValue):
-            return True
-        if isinstance(v, Load):
-            w = self.writer.get(v.buffer)
-            return w is None or self.varies(w.nest.body)
-        return isinstance(v, Op) and any(self.varies(a) for a in v.args)
+        the members of this kernel it reads; a value of constants alone is a scalar. Each shared
+        node is visited once (a body is a DAG)."""
+        todo, seen = [v], set()
+        while todo:
+            x = todo.pop()
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            if isinstance(x, IndexValue):
+                return True
+            if isinstance(x, Load):
+                w = self.writer.get(x.buffer)
+                if w is None:
+                    return True
+                todo.append(w.nest.body)
+            elif isinstance(x, Op):
+                todo.extend(x.args)
+        return False
 
     def scatter_store(self, m: Member, var: str, scope: _Scope) -> None:
         """Write one scattered value: its target index comes from loaded indices."""
