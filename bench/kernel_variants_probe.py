@@ -16,7 +16,9 @@ time. Pointwise kernels:
 - `warps4`: 4 warps instead of coil's 2 (Inductor's choice for 1024-wide blocks);
 - `no_mask_warps4`: both;
 - `no_zero_bcast`: the store's value without coil's `- xindex * 0` broadcast;
-- `x512_w8`, `x512_w4`, `x2048_w8`, `x256_w4`: coil's text with other block sizes and warps.
+- `x512_w8`, `x512_w4`, `x2048_w8`, `x256_w4`: coil's text with other block sizes and warps;
+- `evict_first_warps4`, `store_cs_warps4`, `streaming_warps4` (session 30): 1024 / 4 with every
+  load `evict_first`, the store `.cs` (cache-streaming), or both.
 
 Persistent (row) kernels:
 
@@ -90,7 +92,9 @@ def _variants(src: str) -> dict[str, tuple[str, int]]:
         first = _loads_first(src)
         return {"coil_text": (src, 2), "no_mask": (no_mask, 2), "warps4": (src, 4), "no_mask_warps4": (no_mask, 4),
                 "no_zero_bcast": (src.replace(" - xindex * 0", ""), 2), "loads_first": (first, 2),
-                "loads_first_warps4": (first, 4)}
+                "loads_first_warps4": (first, 4), "evict_first_warps4": (_streaming(src, loads=True), 4),
+                "store_cs_warps4": (_streaming(src, store=True), 4),
+                "streaming_warps4": (_streaming(src, loads=True, store=True), 4)}
     no_mask = strip_row_masks(src)
     return {"coil_text": (src, 16), "no_mask": (no_mask, 16), "reload": (_reload(src), 16),
             "reload_no_mask": (_reload(no_mask), 16), "warps8": (src, 8)}
@@ -101,6 +105,16 @@ def strip_row_masks(src: str) -> str:
     `tl.where(xmask & rmask, a, b)` replaced by `a` (b is the identity or the old accumulator)."""
     out = src.replace(", xmask & rmask, other=0", "").replace(", xmask & rmask)", ")")
     return re.sub(r"tl\.where\(xmask & rmask, ([^,]+), ([^)]+)\)", r"\1", out)
+
+
+def _streaming(src: str, loads: bool = False, store: bool = False) -> str:
+    """A pointwise kernel whose loads stream through L2 (`evict_first`) and/or whose store is
+    `.cs` (cache-streaming): the operands are read and written once, each bigger than L2."""
+    if loads:
+        src = re.sub(r"(tl\.load\([^\n]*)\)$", r"\1, eviction_policy='evict_first')", src, flags=re.M)
+    if store:
+        src = re.sub(r"(tl\.store\([^\n]*)\)$", r"\1, cache_modifier='.cs')", src, flags=re.M)
+    return src
 
 
 def _loads_first(src: str) -> str:

@@ -18,6 +18,9 @@ changes each one way at a time:
 - `_nobcast`: the store's value without coil's `- rindex * 0 + xindex * 0` broadcast;
 - `_plain`: `_nomask` and `_nobcast` together.
 
+- `_rcp` (loops, session 30): the online variance's division of each element's step by its lane's
+  count replaced by a product with one reciprocal per iteration.
+
 Loops are launched with one row per program at RBLOCK 8192 and 4096 (Inductor's kept blocks on
 the H200 in session 28), 16 warps. Also timed: `inductor_text` (Inductor's own kernel and kept
 configuration, launched the same direct way), and the compiled functions `inductor` and `coil`.
@@ -80,6 +83,13 @@ def _baked(src: str, sizes: list[int]) -> str:
     return src[:head.end()] + consts + src[head.end():]
 
 
+def _reciprocal(src: str) -> str:
+    """The online variance's per-element division by the lane's count replaced by a product with
+    the iteration's reciprocal, one scalar (right when every lane takes every iteration: the sizes
+    are multiples of the blocks)."""
+    return re.sub(r"(acc_\w+_mean) \+ (tmp\d+) / (tmp\d+)", r"\1 + \2 * (1.0 / (roffset // RBLOCK + 1))", src)
+
+
 def _nobcast(src: str) -> str:
     return src.replace(" - rindex * 0 + xindex * 0", "")
 
@@ -102,7 +112,7 @@ def probe(case: str, rounds: int, show: bool) -> None:
             entries.append((f"{base}{tag}_w32", text, 32, row))
     loop = texts["looped"]
     for r in (8192, 4096):
-        for tag, text in (("", loop), ("_nomask", strip_row_masks(loop)), ("_baked", _baked(loop, sizes))):
+        for tag, text in (("", loop), ("_nomask", strip_row_masks(loop)), ("_rcp", _reciprocal(loop))):
             entries.append((f"looped{r}{tag}", text, 16, {"XBLOCK": 1, "RBLOCK": r}))
     ind_kernel = _inductor_kernel(before)
     if ind_kernel is None:

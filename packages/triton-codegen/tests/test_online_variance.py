@@ -63,6 +63,27 @@ def test_special_values_match_eager(tk, steps):
     assert var[2] == 0.0
 
 
+def test_rows_the_block_divides(tk, steps):
+    """Rows of 64: the block (8 or 64) divides them, so every lane takes every step and the
+    mean's update multiplies by the step's reciprocal (kernel.py variance_step) instead of
+    dividing by each lane's count; rows far from zero and special values as above."""
+    torch.manual_seed(4)
+    x = torch.randn(6, 64) * 3
+    x[0, 20] = NAN
+    x[1, 63] = 1e6
+    x[2, :] = -7.0
+    x[3] += 1e4
+    sources: list = []
+    _fp64_close(lambda x: (torch.var(x, 1), torch.std(x, 1, correction=0)), x, sources=sources, tk=tk,
+                rtol=1e-4, atol=1e-4)
+    (ks,) = sources
+    assert "roffset // RBLOCK" in ks.source
+    (var,) = tk.run(lambda x: (torch.var(x, 1),), x, strategy="looped")
+    assert var[2] == 0.0
+    w, b = torch.randn(64), torch.randn(64)
+    _fp64_close(lambda x, w, b: (F.layer_norm(x, (64,), w, b),), x[3:], w, b, tk=tk, rtol=1e-4, atol=1e-4)
+
+
 def test_half_inputs(tk, steps):
     torch.manual_seed(3)
     x = (torch.randn(5, 37) * 4 + 2).to(torch.bfloat16)

@@ -653,11 +653,24 @@ class KernelWriter:
 
     def variance_step(self, v: str, q: str, rs: _Scope) -> None:
         """One loop step of an online variance (online.py): this step's values `v` (the partner
-        sum's, in float32) update each lane's Welford count `{q}_n`, mean `{q}_mean` and M2 `q`."""
+        sum's, in float32) update each lane's Welford count `{q}_n`, mean `{q}_mean` and M2 `q`.
+
+        With a static row size that the block divides (a constexpr `if`, as `index_mask`'s),
+        every lane takes every step, so each lane's count is the step's number: the mean's
+        update multiplies by one reciprocal per step instead of dividing each element by its
+        lane's count (an IEEE division is a dozen instructions; H200, session 30: the fp32
+        layer norm's loop 0.2570 -> 0.2547 ms). The two differ by rounding only."""
         n, d = self.tmp(), self.tmp()
         self.emit(rs, f"{n} = {q}_n + 1.0")
         self.emit(rs, f"{d} = {v} - {q}_mean")
-        self.emit(rs, f"{q}_mean = tl.where(xmask & rmask, {q}_mean + {d} / {n}, {q}_mean)")
+        divided = f"{q}_mean = tl.where(xmask & rmask, {q}_mean + {d} / {n}, {q}_mean)"
+        if "rnumel" in self.static:
+            self.emit(rs, "if rnumel % RBLOCK == 0:")
+            self.emit(rs, f"    {q}_mean = tl.where(xmask & rmask, {q}_mean + {d} * (1.0 / (roffset // RBLOCK + 1)), {q}_mean)")
+            self.emit(rs, "else:")
+            self.emit(rs, f"    {divided}")
+        else:
+            self.emit(rs, divided)
         self.emit(rs, f"{q} = tl.where(xmask & rmask, {q} + {d} * ({v} - {q}_mean), {q})")
         self.emit(rs, f"{q}_n = tl.where(xmask & rmask, {n}, {q}_n)")
 
