@@ -390,6 +390,22 @@ def test_narrowing_producer_is_recomputed_by_its_direct_readers(ir, monkeypatch)
     ir.assert_same(ir.evaluate(g, [x, mean, dy]), list(fn(x, mean, dy)))
 
 
+def test_narrowing_producer_read_only_by_split_partials_is_recomputed(ir, monkeypatch):
+    """Batch-norm statistics of a bf16 channels-last activation, split into partial reductions
+    (their reads walk chunks, not the copy's store order): the fp32 copy is read by them alone,
+    and each loads 2 bytes of x instead of 4 bytes of a copy written for it."""
+    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "16")
+
+    def fn(x):
+        return tuple(torch.var_mean(x.float(), (0, 2, 3), correction=0))
+
+    x = (torch.randn(4, 8, 6, 6) * 2 + 1).to(torch.bfloat16).to(memory_format=torch.channels_last)
+    plain, g = _lower_both(ir, monkeypatch, fn, x)
+    assert len([op for op in plain.operations if isinstance(op, L.Reduction)]) > 2  # split
+    assert _writes(plain, "_to_copy") and not _writes(g, "_to_copy")
+    ir.assert_same(ir.evaluate(g, [x]), list(fn(x)))
+
+
 def test_producer_of_full_width_reads_stays_with_only_direct_readers(ir):
     """The same with x already fp32 and every reader reading xc in its own order: the scheduler
     fuses it into them, so it stays for the scheduler."""

@@ -19,7 +19,11 @@ A Pointwise P is inlined when
   than a materialised copy would (a batch-norm backward under autocast stored two fp32
   [N, C, H, W] buffers, read twice each, for its reduction and its final pointwise); likewise
   when P is *broadcast-only* (`_broadcast_only`: it loads nothing at full size, only per-row or
-  per-channel values, within `MAX_NODES`). A P that reads no buffer (constants, iota) is
+  per-channel values, within `MAX_NODES`). A narrowing or broadcast-only P none of whose readers
+  reads it directly is recomputed too when no read visits twice as many elements as P has (a
+  batch norm's statistics of a bf16 activation, split into partial reductions that walk it
+  chunk by chunk, read an fp32 copy written for them alone: per element, a kernel reading 2
+  bytes and writing 4, then 4 bytes read per pass where 2 would do). A P that reads no buffer (constants, iota) is
   inlined into every reader, direct or broadcasting: recomputing it costs nothing, and a
   comparison with an iota it feeds then reads no buffer either and follows it into its own
   readers (a ViT backward's `arange(17) == 0` mask stayed a kernel of its own once the `where`
@@ -253,7 +257,11 @@ def _try_inline(p: Pointwise, at: int, rs: list[int], ops: Sequence[Operation | 
             else:
                 elsewhere += _numel(r)
                 repeated = repeated or not index_ranges.le(_numel(r), 2 * _numel(p))
-    narrowing = bool(direct) and (_narrowing(p, nodes) or _broadcast_only(p, nodes))
+    # narrowing (or broadcast-only) P read directly, or elsewhere each element at most about once:
+    # every reader loads fewer bytes recomputing P than reloading it (a split batch-norm
+    # statistic of a bf16 activation read a materialised fp32 copy, written for it alone)
+    narrowing = (bool(direct) or (elsewhere != 0 and not repeated)) and (
+        _narrowing(p, nodes) or _broadcast_only(p, nodes))
     if elsewhere == 0 and not narrowing and not load_free:
         return None
     few = len(direct) <= MAX_DIRECT_READERS and index_ranges.le(FEW_READS * elsewhere, _numel(p))
