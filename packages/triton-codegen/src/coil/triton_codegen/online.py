@@ -28,8 +28,9 @@ and after the loop, with `m = f(S)` computed from the finished sum as the kernel
 `sum((v - m)^2) = sum over lanes of (q + c * (a - m)^2)` (an identity for any m; Chan et al.'s
 combination). The value differs from the two-pass sum by rounding only: no sum of squares
 minus a squared sum. `online_variances` finds the pairs; they share `OnlineSum` with the softmax
-pairs (`kind`). KernelWriter pairs them in loops along contiguous rows only ("looped"), where it
-was measured; the "outer" tiling keeps two loops.
+pairs (`kind`). KernelWriter pairs them in loops along contiguous rows ("looped") and in the
+"outer" tiling (batch-norm statistics); when the block divides a static row every lane takes
+every step, and `a' = a + d * (1 / step)` with one reciprocal per step (KernelWriter.variance_step).
 """
 
 from __future__ import annotations
