@@ -16,10 +16,9 @@ changes each one way at a time:
 - `_baked`: `xnumel` and `rnumel` assigned their values in the body (Inductor writes static
   sizes into the kernel; Triton then sees the trip counts and folds the masks it can);
 - `_nobcast`: the store's value without coil's `- rindex * 0 + xindex * 0` broadcast;
-- `_plain`: `_nomask` and `_nobcast` together.
-
-- `_rcp` (loops, session 30): the online variance's division of each element's step by its lane's
-  count replaced by a product with one reciprocal per iteration.
+- `_plain`: `_nomask` and `_nobcast` together;
+- `_rcp` (loops only, in place of `_baked` since session 30): the online variance's division of
+  each element's step by its lane's count replaced by a product with one reciprocal per step.
 
 Loops are launched with one row per program at RBLOCK 8192 and 4096 (Inductor's kept blocks on
 the H200 in session 28), 16 warps. Also timed: `inductor_text` (Inductor's own kernel and kept

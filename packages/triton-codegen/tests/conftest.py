@@ -177,9 +177,10 @@ def tk() -> type[Run]:
 
 @pytest.fixture(params=[8, 64], ids=["r8", "r64"])
 def steps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Looped kernels take RBLOCK = the param: rows of 37 take 5 loop steps, or one."""
+    """Looped and outer kernels take RBLOCK = the param: rows of 37 take 5 loop steps, or one."""
     rblock = int(request.param)
-    Run.reshape_configs(monkeypatch, "looped", lambda c: KernelConfig("looped", c.xblock, rblock, c.num_warps))
+    for kind in ("looped", "outer"):
+        Run.reshape_configs(monkeypatch, kind, lambda c, k=kind: KernelConfig(k, c.xblock, rblock, c.num_warps))
     return rblock
 
 

@@ -94,7 +94,8 @@ def test_half_inputs(tk, steps):
 
 def test_the_outer_tiling_takes_one_loop(tk, steps):
     """Batch-norm statistics over a channels-last image (the "outer" tiling, strided along r):
-    paired too, one loop over the rows, eager's values, for rows the block divides or not."""
+    paired too, one loop over the rows, eager's values, over 105 rows (the last step partial)
+    and 64 (the block divides them: the reciprocal step)."""
     torch.manual_seed(4)
     for img in (torch.randn(3, 6, 5, 7), torch.randn(4, 6, 4, 4)):
         img = img.to(memory_format=torch.channels_last) * 2 + 1
