@@ -110,10 +110,11 @@ def strip_row_masks(src: str) -> str:
 def _streaming(src: str, loads: bool = False, store: bool = False) -> str:
     """A pointwise kernel whose loads stream through L2 (`evict_first`) and/or whose store is
     `.cs` (cache-streaming): the operands are read and written once, each bigger than L2."""
+    call = r"(tl\.{}\((?:[^()]|\([^()]*\))*)\)"  # the call's arguments, one level of parentheses inside
     if loads:
-        src = re.sub(r"(tl\.load\([^\n]*)\)$", r"\1, eviction_policy='evict_first')", src, flags=re.M)
+        src = re.sub(call.format("load"), r"\1, eviction_policy='evict_first')", src)
     if store:
-        src = re.sub(r"(tl\.store\([^\n]*)\)$", r"\1, cache_modifier='.cs')", src, flags=re.M)
+        src = re.sub(call.format("store"), r"\1, cache_modifier='.cs')", src)
     return src
 
 
