@@ -129,11 +129,11 @@ class KernelWriter:
         # loops over r only (a persistent block reads each row once anyway): sums of exp(v - max)
         # that accumulate in their max's loop (online.py), and the r members only those sums read
         looped = self.reduction and self.cfg.strategy != "persistent"
-        # online variances: in loops along contiguous rows (a layer norm over 16384 x 8192 fp32
-        # on an H200, 2026-11-28, bench/rownorm_variants_probe.py: its loop over 4096 took
-        # 0.2568 ms against 0.2639 with a loop for each statistic; Inductor's Welford loop 0.2554)
-        # and in the "outer" tiling (batch-norm statistics, strided along r)
-        self.online = online_pairs(group, variances=self.cfg.strategy in ("looped", "outer")) if looped else {}
+        # online variances too, in both loop tilings: along contiguous rows (a layer norm over
+        # 16384 x 8192 fp32 on an H200, 2026-11-28, bench/rownorm_variants_probe.py: its loop over
+        # 4096 took 0.2568 ms against 0.2639 with a loop for each statistic; Inductor's Welford
+        # loop 0.2554) and "outer" (batch-norm statistics, strided along r)
+        self.online = online_pairs(group) if looped else {}
         self.unread = unread_after(group, self.online)
         touched = {r for m in group.members for r in m.op.reads()} | {m.op.output.name for m in group.members}
         extents = [buffers[b].layout.storage_extent() for b in touched if b in buffers]

@@ -64,9 +64,9 @@ class OnlineSum:
     mean: int = -1
 
 
-def online_pairs(group: KernelGroup, variances: bool = True) -> dict[int, OnlineSum]:
+def online_pairs(group: KernelGroup) -> dict[int, OnlineSum]:
     """Each sum member of `group` that can accumulate online, by index (the variances of
-    `online_variances` too, unless `variances` is false).
+    `online_variances` too).
 
     The sum's body is read through the "r" members of the group it loads plainly, with the same
     loop mapping (softmax's x - max and exp(...), kept as members for the division too), and must
@@ -96,7 +96,7 @@ def online_pairs(group: KernelGroup, variances: bool = True) -> dict[int, Online
             continue
         out[i] = OnlineSum(j, v, frozenset(through | {j}))
     taken = {o.max_index for o in out.values()}
-    for i, o in (online_variances(group) if variances else {}).items():
+    for i, o in online_variances(group).items():
         if i not in out and o.max_index not in taken:  # one online sum per partner
             out[i] = o
             taken.add(o.max_index)
