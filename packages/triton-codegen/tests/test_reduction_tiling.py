@@ -125,11 +125,15 @@ def test_x_contiguity_is_read_from_the_loads(tk):
 def test_choose_outer_on_cuda():
     cfg = choose(8192, 16384, True, "cuda", x_contiguous=True)
     assert cfg == KernelConfig("outer", config.OUTER_XBLOCK, config.OUTER_RBLOCK, config.OUTER_WARPS)
-    # short strided rows fit a persistent block many outputs wide (narrowed for enough programs)
-    short = choose(8192, 64, True, "cuda", x_contiguous=True)
-    assert short.strategy == "persistent" and short.xblock >= 16 and 8192 // short.xblock >= 264
-    wide = choose(1 << 20, 64, True, "cuda", x_contiguous=True)
-    assert wide.strategy == "persistent" and wide.xblock == config.CUDA_BUDGET // 64
+    # short strided rows (a split's chunks) loop too, in OUTER_RBLOCK steps; rows of one step
+    # are persistent, many outputs wide
+    for rows in (config.OUTER_RBLOCK + 1, 32, 49, 64):
+        short = choose(1 << 17, rows, True, "cuda", x_contiguous=True)
+        assert short == KernelConfig("outer", config.OUTER_XBLOCK, config.OUTER_RBLOCK, config.OUTER_WARPS)
+    one_step = choose(8192, config.OUTER_RBLOCK, True, "cuda", x_contiguous=True)
+    assert one_step.strategy == "persistent" and one_step.rblock == config.OUTER_RBLOCK
+    wide = choose(1 << 20, config.OUTER_RBLOCK, True, "cuda", x_contiguous=True)
+    assert wide.strategy == "persistent" and wide.xblock == config.CUDA_BUDGET // config.OUTER_RBLOCK
     # a split's second kernel (few outputs, a few hundred strided partials each): one output per
     # program, persistent, rather than four programs looping
     combine = choose(256, 448, True, "cuda", x_contiguous=True)

@@ -79,14 +79,18 @@ def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: 
         kernel over a long strided row would give each program one column instead: uncoalesced
         loads, one element per row.
 
-    "auto" on CUDA picks "outer" when `x_contiguous` and a persistent block would be narrower
-    than OUTER_XBLOCK in x (rows longer than CUDA_BUDGET // OUTER_XBLOCK = 64), except when that
-    tiling would leave fewer than SPLIT_MIN_PROGRAMS programs over rows of at most
-    OUTER_TINY_RMAX (the second kernel of a split reduction: a few hundred partials for each of a
-    few hundred outputs): then "persistent" with one or a few outputs per program, strided loads
-    but hundreds of programs at once instead of a handful looping. Otherwise rows up to
-    RMAX_PERSISTENT are persistent, longer ones looped. "auto" never picks "outer" on the
-    interpreter: there is no coalescing to gain (its loops run there: forced, it works too).
+    "auto" on CUDA picks "outer" when `x_contiguous` and the row is longer than one outer step
+    (OUTER_RBLOCK), except when that tiling would leave fewer than SPLIT_MIN_PROGRAMS programs
+    over rows of at most OUTER_TINY_RMAX (the second kernel of a split reduction: a few hundred
+    partials for each of a few hundred outputs): then "persistent" with one or a few outputs per
+    program, strided loads but hundreds of programs at once instead of a handful looping.
+    Short strided rows (up to 64 elements, e.g. the chunks of a split reduction) are "outer"
+    too: on an H200 (2026-11-28, bench/sum_dim0_probe.py) the partials of a bf16 sum over dim 0
+    of 1568 x 2048 (49 chunks of 32 rows) took 3.8 us in the outer tiling ([64, 8], 4 warps)
+    against 8.9 persistent ([128, 32], 8 warps) and 5.5 for the best persistent tile; of
+    6272 x 1024 (128 chunks of 49) 5.0 against 13.1 and 7.7. Otherwise rows up to RMAX_PERSISTENT are persistent, longer ones
+    looped. "auto" never picks "outer" on the interpreter: there is no coalescing to gain (its
+    loops run there: forced, it works too).
 
     On CUDA, persistent and looped blocks hold fewer rows while that leaves too few programs
     (`_spread`).
@@ -109,7 +113,7 @@ def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: 
     budget = INTERP_BUDGET if interp else CUDA_BUDGET
     xp, rp = next_pow2(max(xnumel, 1)), next_pow2(max(rnumel, 1))
     if strategy == "auto":
-        if x_contiguous and not interp and budget // rp < min(xp, OUTER_XBLOCK):
+        if x_contiguous and not interp and (rp > OUTER_RBLOCK or budget // rp < min(xp, OUTER_XBLOCK)):
             tiny_grid = -(-xnumel // OUTER_XBLOCK) < SPLIT_MIN_PROGRAMS and rnumel <= OUTER_TINY_RMAX
             strategy = "persistent" if tiny_grid else "outer"
         else:
