@@ -14,8 +14,13 @@ STRATEGIES = ("auto", "persistent", "looped", "outer")
 # cache lines), and accumulates in registers until one tl.sum/max/... at the end of the loop.
 # coil.lowering_ir.knobs.SPLIT_OUTER_ROWS (how many outputs the split rule assumes one program
 # of such a kernel reduces) must equal OUTER_XBLOCK: a test checks it.
+# OUTER_RBLOCK 8 (16 until session 31): on an H200 (2026-11-28, bench/sum_dim0_probe.py, coil's own
+# partials kernel alone, replayed from a CUDA graph) a bf16 sum over dim 0 took 3.8 us at
+# [64, 8] / 4 warps against 5.9 at [64, 16] over 1568 x 2048 (the split's 49 chunks), 5.0
+# against 7.7 over 6272 x 1024, 7.9 against 9.6 over 25088 x 512, 17.1 against 18.0 over
+# 100352 x 256 and 13.9 against 17.5 over 401408 x 64 (ResNet-50's batch-norm shapes at batch 32)
 OUTER_XBLOCK = 64
-OUTER_RBLOCK = 16
+OUTER_RBLOCK = 8
 OUTER_WARPS = 4
 OUTER_TINY_RMAX = 1024  # see `choose`: tiny grids over short strided rows go persistent
 SPREAD_MIN_TILE = 512   # see `_spread`
