@@ -110,10 +110,17 @@ def _identity(ident: str, dtype: torch.dtype) -> float | int | bool:
 #   - there is enough data in all: xnumel * rnumel >= SPLIT_MIN_TOTAL_FACTOR (8) *
 #     split_reduction_min() (below that a few programs finish in about a launch's time);
 #   - it yields S >= SPLIT_MIN_CHUNKS (4) chunks per output, where S = the power of two that
-#     brings programs * S to SPLIT_TARGET_PROGRAMS (8 x 132), at most SPLIT_MAX_CHUNKS (1024) and
-#     at most rnumel / max(2, split_reduction_min() / (2 rows)) (every chunk keeps at least half
-#     the minimum work). With the defaults: inner reductions from 8192 elements per row, outer
-#     ones from 128 rows.
+#     brings programs * S to SPLIT_TARGET_PROGRAMS (8 x 132): the least that reaches it for an
+#     inner reduction, the most that stays within it for an outer one; at most SPLIT_MAX_CHUNKS
+#     (1024) and at most rnumel / max(2, split_reduction_min() / (2 rows)) (every chunk keeps at
+#     least half the minimum work). With the defaults: inner reductions from 8192 elements per
+#     row, outer ones from 128 rows.
+#     Outer splits stay within the target since session 31: on an H200 (2026-11-28,
+#     bench/sum_dim0_probe.py, bf16 sums over dim 0, the probe's kernels with [64, 8] tiles) 1024
+#     programs beat 2048: the partials of 16384 x 8192 took 60.3 us in 8 chunks against 60.9 in
+#     16 (the whole sum 0.0757 ms under triton.testing.do_bench, coil's compiled sum in 16 chunks
+#     0.0777), of 100352 x 256 14.5 us in 256 chunks against 16.9 for coil's kernel in 512; over
+#     401408 x 64 both rules give 1024 chunks.
 # The chunks are cut from the reduced dims in memory order, outermost first: whole dims while they
 # fit in S, then one dim cut into f pieces of width w = ceil(n / ceil(n / remaining)) (the last
 # piece may be shorter; a mask covers it). Every index stays affine in the loop variables (no
@@ -211,8 +218,12 @@ def _split_plan(x: TensorRef, dims: list[int], val: torch.Tensor | TensorMeta) -
         return None  # enough programs, or each does little work
     min_chunk = max(2, least // (2 * rows))
     want = 1
-    while want * programs < SPLIT_TARGET_PROGRAMS:
-        want *= 2
+    if outer:  # the most chunks that keep programs * S within the target (see the rule above)
+        while 2 * want * programs <= SPLIT_TARGET_PROGRAMS:
+            want *= 2
+    else:
+        while want * programs < SPLIT_TARGET_PROGRAMS:
+            want *= 2
     want = min(want, SPLIT_MAX_CHUNKS, total // min_chunk)
     if want < SPLIT_MIN_CHUNKS:
         return None
