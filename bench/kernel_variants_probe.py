@@ -275,11 +275,9 @@ def time_rounds(case: str, calls: dict[str, Callable[[], object]], rounds: int, 
         print(f"  {tag:22s} {statistics.median(ms):.4f} ms  / {ref} {ratio:.4f}  rounds {' '.join(f'{x:.4f}' for x in ms)}")
 
 
-def _kernel_time(call: Callable[[], object], n: int = 20) -> tuple[float, dict[str, float]]:
-    """Device microseconds of GPU kernels per call, and each kernel's launches per call, over n
-    calls under torch.profiler."""
-    from collections import Counter
-
+def kernel_profile(call: Callable[[], object], n: int = 20) -> dict[str, tuple[float, float]]:
+    """Each GPU kernel (or copy) `call` runs: (launches per call, device microseconds per call),
+    over n calls under torch.profiler after one call outside it."""
     from torch.profiler import ProfilerActivity, profile
 
     call()
@@ -288,9 +286,19 @@ def _kernel_time(call: Callable[[], object], n: int = 20) -> tuple[float, dict[s
         for _ in range(n):
             call()
         torch.cuda.synchronize()
-    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    total = sum(getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) for e in events)
-    return total / n, {k: v / n for k, v in Counter(e.name for e in events).items()}
+    out: dict[str, tuple[float, float]] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            launches, us = out.get(e.name, (0.0, 0.0))
+            out[e.name] = (launches + 1 / n, us + (getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0)) / n)
+    return out
+
+
+def _kernel_time(call: Callable[[], object], n: int = 20) -> tuple[float, dict[str, float]]:
+    """Device microseconds of GPU kernels per call, and each kernel's launches per call, over n
+    calls under torch.profiler."""
+    prof = kernel_profile(call, n)
+    return sum(us for _, us in prof.values()), {k: launches for k, (launches, _) in prof.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

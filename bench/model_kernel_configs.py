@@ -21,11 +21,8 @@ Block sizes are those the rule chose (autotuning needs a GPU).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,16 +50,11 @@ def _model(name: str, layers: int) -> Any:
 def _compile(spec: Any, cc: int) -> str:
     """"ok" or the error of compiling `spec` (a coil.runtime KernelSpec) for compute capability cc."""
     import triton
+    from kernel_variants_probe import _load
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    path = Path(tempfile.mkdtemp(prefix="mkc-")) / f"{spec.name}.py"
-    path.write_text(spec.source)
-    loader = importlib.util.spec_from_file_location(spec.name, path)
-    assert loader is not None and loader.loader is not None
-    module = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(module)
-    fn = getattr(module, spec.name)
+    fn = _load(spec.source, spec.name)
     positional = [n for n in fn.arg_names if n not in spec.constexprs]
     signature: dict[str, str] = {}
     for name, arg in zip(positional, spec.args, strict=True):
@@ -85,12 +77,11 @@ def main() -> int:
     ap.add_argument("--reductions-only", action="store_true")
     ap.add_argument("--compile-for", type=int, default=None, metavar="CC")
     a = ap.parse_args()
-    import coil.backend.compile as bc
-    import coil.runtime.compile as rc
+    from fusion_kernel_diff import capture_kernels
 
     graphs: list[list[str]] = []
 
-    def spy(specs: Any, device: Any) -> Any:
+    def seen(specs: list[Any]) -> None:
         lines = []
         for s in specs:
             m = re.search(r"# kernel (\w+): (\w+)", s.source)
@@ -104,14 +95,8 @@ def main() -> int:
                 line += "  " + _compile(s, a.compile_for)
             lines.append(line)
         graphs.append(lines)
-        raise RuntimeError("model_kernel_configs: kernels captured")
 
-    generate = bc.generate_schedule
-    bc.generate_schedule = lambda sched, bufs, target, *x, **k: generate(sched, bufs, "cuda", *x, **k)
-    real = rc.compile_kernels
-    for module in list(sys.modules.values()):
-        if getattr(module, "compile_kernels", None) is real:
-            module.compile_kernels = spy
+    capture_kernels(seen)
     torch.manual_seed(0)
     model = _model(a.model, a.layers)
     ids = torch.randint(0, 1000, (4, 512))

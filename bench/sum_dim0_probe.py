@@ -123,16 +123,9 @@ def _coil_default(rows: int, cols: int) -> int:
 
 def _kernel_times(fn: Callable[[], object], calls: int = 20) -> str:
     """Each GPU kernel `fn` launches and its mean time (torch.profiler), as `name us; ...`."""
-    from torch.profiler import ProfilerActivity, profile
+    from kernel_variants_probe import kernel_profile
 
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    return "; ".join(f"{e.key[:40]} {e.self_device_time_total / calls:.1f} us"
-                     for e in prof.key_averages() if e.device_type.name == "CUDA")
+    return "; ".join(f"{name[:40]} {us:.1f} us" for name, (_, us) in kernel_profile(fn, calls).items())
 
 
 def _copy_stacks(fn: Callable[[], object]) -> str:
