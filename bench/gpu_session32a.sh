@@ -5,6 +5,11 @@
 # tree) on the training steps the changes touch, alternating, ROUNDS rounds (default 2), with
 # COIL_LOGS=autotune in a log per run, so a tuning choice that moved can be seen:
 #   CASES="gpt2_train_amp bert_base_train_amp" bash bench/gpu_session32a.sh
+# If GPT-2's regression reproduces, bisect with .whl_old built at 9c87af0 (short strided rows
+# "outer" only), 562957d (and OUTER_RBLOCK 8) or 497de0e (and the outer split count), e.g.
+#   git worktree add /tmp/wt 562957d && (cd /tmp/wt && uv build --all-packages -o $PWD/.whl_old)
+# Then `CASES="resnet50_train_amp gpt2_train_amp" bash bench/gpu_session30c.sh` for the bench's
+# accuracy checks of the training steps with this tree (bench/train_step_time.py checks none).
 set -u
 source bench/device_env.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
