@@ -1,24 +1,34 @@
 """How fast can a sum over dim 0 (a strided reduction: coil's "outer" tiling plus a split) go on
-this GPU? A sweep of hand-written split reductions (Triton) beside the copy, a plain read, coil and
-Inductor.
+this GPU? A sweep of hand-written split reductions (Triton) beside coil's own partials kernel,
+coil, Inductor, a copy and a plain read.
 
-    python bench/sum_dim0_probe.py [--shapes 16384x8192,200704x256] [--dtypes bfloat16,float32]
-                                   [--spread 0.25,0.5,1,2,4] [--rounds 5] [--top 4]
+    python bench/sum_dim0_probe.py [--shapes 16384x8192,100352x256] [--dtypes bfloat16,float32]
+                                   [--spread 0.25,0.5,1] [--rounds 5] [--top 4]
+                                   [--timer cudagraph|do_bench]
 
-The split: kernel 1 reduces S chunks of ROWS / S rows each into fp32 partials [S, COLS] (coil's
-"outer" tiling: a program owns XBLOCK neighbouring columns of one chunk and walks its rows RBLOCK at
-a time into an [XBLOCK, RBLOCK] fp32 tile, reduced once after the loop), kernel 2 sums the S
-partials of each column (a persistent kernel). Knobs of the sweep: S (`--spread`: multiples of the
-S coil's split rule gives the shape, read from the installed lowering-ir's constants), and
-XBLOCK, RBLOCK and warps (TILES).
+The split: kernel 1 reduces S chunks of ceil(ROWS / S) rows each into fp32 partials [S, COLS]
+(coil's "outer" tiling: a program owns XBLOCK neighbouring columns of one chunk and walks its rows
+RBLOCK at a time into an [XBLOCK, RBLOCK] fp32 tile, reduced once after the loop), kernel 2 sums
+the S partials of each column (a persistent kernel). Knobs of the sweep: S (`--spread`: multiples
+of the S that the installed coil's split rule gives the shape) and XBLOCK, RBLOCK and warps
+(TILES).
 
-Phase 1 times every point once (triton.testing.do_bench, kernel 1 + kernel 2, median) and prints
-the best tile of each S; phase 2 times the `--top` fastest points, the best of each S, coil's and
-Inductor's compiled functions, the copy and a plain read in `--rounds` interleaved rounds and
-prints each one's median ms, its GB/s (the input's bytes / time) and its share of the copy's
-bandwidth (the copy's bytes read and written / its time, as `coil bench` counts it). Every
-point's output is checked against float64 eager first (a point that differs by more than 1e-2
-relative is reported and dropped).
+Per shape and dtype:
+  - coil's own partials kernel for the shape (lowered and scheduled as coil does, generated for
+    CUDA under the persistent and the outer strategy, each under its tuning candidates and
+    EXTRA_TILES), alone, checked against float64 eager, timed;
+  - phase 1: every hand-written point once (kernel 1 + kernel 2), checked against float64 eager
+    (more than 1e-2 relative: reported and dropped); the best tile of each S printed;
+  - the GPU kernels of coil's and Inductor's compiled sums and of the best two points, each with
+    its time under torch.profiler (with the Python stacks of any copy coil makes);
+  - phase 2: the `--top` fastest points, the best of each S, the best coil text of each strategy,
+    coil's and Inductor's compiled sums, the copy and the plain read, in `--rounds` interleaved
+    rounds: each one's median ms, its GB/s (the input's bytes / time) and its share of the
+    copy's bandwidth (the copy's bytes read and written / its time, as `coil bench` counts it).
+
+`--timer cudagraph` (default) times replays of a CUDA graph (no launch cost: the small shapes
+are launch-bound under do_bench; an input that fits stays in L2) with coil's own CUDA graphs off;
+`--timer do_bench` is `coil bench`'s method (launches from Python, L2 flushed before each call).
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import torch
 import triton
 import triton.language as tl
 import triton.testing
+from sympy import prod as sympy_prod
 
 
 @triton.jit
@@ -111,14 +122,18 @@ def _median_ms(fn: Callable[[], object]) -> float:
 
 
 def _coil_default(rows: int, cols: int) -> int:
-    """S under coil's split rule for this shape (lowering-ir's constants, as installed)."""
-    from coil.lowering_ir import knobs
+    """The chunks coil's split rule gives a sum over dim 0 of rows x cols (the installed
+    lowering-ir, lowered on the meta device; 1 when it does not split)."""
+    from coil import lowering_ir as L
+    from torch.fx.experimental.proxy_tensor import make_fx
 
-    programs = -(-cols // knobs.SPLIT_OUTER_ROWS)
-    want = 1
-    while want * programs < knobs.SPLIT_TARGET_PROGRAMS:
-        want *= 2
-    return min(want, knobs.SPLIT_MAX_CHUNKS, rows // max(2, knobs.split_reduction_min() // (2 * knobs.SPLIT_OUTER_ROWS)))
+    def f(t: torch.Tensor) -> tuple[torch.Tensor]:
+        return (t.sum(0),)
+
+    x = torch.empty(rows, cols, device="meta", dtype=torch.bfloat16)
+    g = L.lower(make_fx(f, decomposition_table=L.decomposition_table(), tracing_mode="fake")(x))
+    first = next(op for op in g.operations if isinstance(op, L.Reduction))
+    return max(1, int(sympy_prod(first.ranges)) // cols)
 
 
 def _kernel_times(fn: Callable[[], object], calls: int = 20) -> str:
