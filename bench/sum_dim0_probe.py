@@ -49,14 +49,10 @@ from sympy import prod as sympy_prod
 
 @triton.jit
 def _partials(x_ptr, p_ptr, ROWS: tl.constexpr, COLS: tl.constexpr, CHUNK: tl.constexpr, S: tl.constexpr,
-              XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, CHUNKS_FASTEST: tl.constexpr):
+              XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     pid = tl.program_id(0)
-    if CHUNKS_FASTEST:
-        chunk = pid % S
-        col0 = (pid // S) * XBLOCK
-    else:
-        chunk = pid // (COLS // XBLOCK)
-        col0 = (pid % (COLS // XBLOCK)) * XBLOCK
+    chunk = pid // (COLS // XBLOCK)
+    col0 = (pid % (COLS // XBLOCK)) * XBLOCK
     cols = col0 + tl.arange(0, XBLOCK)[:, None]
     acc = tl.zeros([XBLOCK, RBLOCK], tl.float32)
     for r0 in range(0, CHUNK, RBLOCK):
@@ -87,13 +83,13 @@ def _read(x_ptr, o_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(o_ptr + tl.program_id(0), tl.sum(v, 0))
 
 
-Point = tuple[int, int, int, int, int, bool]  # S, XBLOCK, RBLOCK, warps, stages, chunks fastest
+Point = tuple[int, int, int, int]  # S, XBLOCK, RBLOCK, warps
 TILES = ((64, 8, 4), (64, 16, 4), (64, 32, 4), (64, 64, 4), (64, 32, 8), (64, 64, 8), (128, 16, 4), (128, 32, 8))
 
 
 def _split_fn(x: torch.Tensor, p: Point) -> Callable[[], torch.Tensor]:
     rows, cols = x.shape
-    s, xb, rb, w, st, cf = p
+    s, xb, rb, w = p
     part = torch.empty(s, cols, device=x.device, dtype=torch.float32)
     out = torch.empty(cols, device=x.device, dtype=x.dtype)
     grid1 = (s * cols // xb,)
@@ -101,7 +97,7 @@ def _split_fn(x: torch.Tensor, p: Point) -> Callable[[], torch.Tensor]:
     grid2 = (cols // xb2,)
 
     def run() -> torch.Tensor:
-        _partials[grid1](x, part, rows, cols, -(-rows // s), s, xb, rb, cf, num_warps=w, num_stages=st)
+        _partials[grid1](x, part, rows, cols, -(-rows // s), s, xb, rb, num_warps=w, num_stages=1)
         _combine[grid2](part, out, cols, s, triton.next_power_of_2(s), xb2, num_warps=4, num_stages=1)
         return out
 
@@ -109,7 +105,6 @@ def _split_fn(x: torch.Tensor, p: Point) -> Callable[[], torch.Tensor]:
 
 
 TIMER = "cudagraph"
-COIL_TEXTS = True
 
 
 def _median_ms(fn: Callable[[], object]) -> float:
@@ -121,17 +116,25 @@ def _median_ms(fn: Callable[[], object]) -> float:
     return float(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median"))
 
 
-def _coil_default(rows: int, cols: int) -> int:
-    """The chunks coil's split rule gives a sum over dim 0 of rows x cols (the installed
-    lowering-ir, lowered on the meta device; 1 when it does not split)."""
+def _lowered_sum(rows: int, cols: int, dtype: torch.dtype) -> Any:
+    """coil's LoweredGraph of a sum over dim 0 of rows x cols (the installed coil, traced on the
+    meta device)."""
     from coil import lowering_ir as L
     from torch.fx.experimental.proxy_tensor import make_fx
 
     def f(t: torch.Tensor) -> tuple[torch.Tensor]:
         return (t.sum(0),)
 
-    x = torch.empty(rows, cols, device="meta", dtype=torch.bfloat16)
-    g = L.lower(make_fx(f, decomposition_table=L.decomposition_table(), tracing_mode="fake")(x))
+    x = torch.empty(rows, cols, device="meta", dtype=dtype)
+    return L.lower(make_fx(f, decomposition_table=L.decomposition_table(), tracing_mode="fake")(x))
+
+
+def _coil_default(rows: int, cols: int) -> int:
+    """The chunks coil's split rule gives a sum over dim 0 of rows x cols (1 when it does not
+    split)."""
+    from coil import lowering_ir as L
+
+    g = _lowered_sum(rows, cols, torch.bfloat16)
     first = next(op for op in g.operations if isinstance(op, L.Reduction))
     return max(1, int(sympy_prod(first.ranges)) // cols)
 
@@ -167,17 +170,11 @@ def _coil_kernels(rows: int, cols: int, dtype: torch.dtype) -> list[tuple[str, A
     """coil's own partials kernel (the first of its split) for this shape, generated under the
     persistent and the outer strategy, each under its tuning candidates and EXTRA_TILES:
     (tag, KernelSource, S)."""
-    from coil import lowering_ir as L
     from coil.scheduler import KernelGroup, schedule
     from coil.triton_codegen import KernelConfig, generate, variants
     from coil.triton_codegen.variants import with_config
-    from torch.fx.experimental.proxy_tensor import make_fx
 
-    def f(t: torch.Tensor) -> tuple[torch.Tensor]:
-        return (t.sum(0),)
-
-    x = torch.empty(rows, cols, device="meta", dtype=dtype)
-    sched = schedule(L.lower(make_fx(f, decomposition_table=L.decomposition_table(), tracing_mode="fake")(x)))
+    sched = schedule(_lowered_sum(rows, cols, dtype))
     groups = [g for g in sched.steps if isinstance(g, KernelGroup)]
     bufs = sched.graph.buffers()
     out: list[tuple[str, Any, int]] = []
@@ -225,6 +222,8 @@ def _coil_texts(x: torch.Tensor, ref: torch.Tensor) -> dict[str, Callable[[], ob
 
 
 def probe(rows: int, cols: int, dtype: torch.dtype, rounds: int, top: int, spread: tuple[float, ...]) -> None:
+    from coil.backend.bench_rounds import interleaved
+
     x = torch.randn(rows, cols, device="cuda", dtype=dtype)
     ref = x.double().sum(0)
     nbytes = x.numel() * x.element_size()
@@ -235,7 +234,7 @@ def probe(rows: int, cols: int, dtype: torch.dtype, rounds: int, top: int, sprea
     for f, (xb, rb, w) in itertools.product(spread, TILES):
         s = int(base * f) if f >= 1 else base // round(1 / f)
         if s >= 1 and cols % xb == 0 and rows // s >= rb:
-            points.append((s, xb, rb, w, 1, False))
+            points.append((s, xb, rb, w))
     first: dict[Point, float] = {}
     for p in points:
         try:
@@ -250,23 +249,22 @@ def probe(rows: int, cols: int, dtype: torch.dtype, rounds: int, top: int, sprea
             print(f"  {p}: failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
     ranked = sorted(first, key=first.__getitem__)
     extra: dict[str, Callable[[], object]] = {}
-    if COIL_TEXTS:
-        texts = _coil_texts(x, ref)
-        timed = sorted(((_median_ms(fn), tag) for tag, fn in texts.items()))
-        print("coil's partials kernel (its text, its S), kernel alone: ms")
-        for ms, tag in timed[:12]:
-            print(f"  {tag:60s} {ms:.4f}", flush=True)
-        for strategy in ("persistent", "outer"):
-            default = next((t for t in texts if t.startswith(f"coil {strategy}")), None)
-            if default is not None:
-                print(f"  default {default:52s} {next(ms for ms, t in timed if t == default):.4f}")
-            best = next((t for _, t in timed if t.startswith(f"coil {strategy}")), None)
-            if best is not None:
-                extra[f"{best} (alone)"] = texts[best]
+    texts = _coil_texts(x, ref)
+    timed = sorted(((_median_ms(fn), tag) for tag, fn in texts.items()))
+    print("coil's partials kernel (its text, its S), kernel alone: ms")
+    for ms, tag in timed[:12]:
+        print(f"  {tag:60s} {ms:.4f}", flush=True)
+    for strategy in ("persistent", "outer"):
+        default = next((t for t in texts if t.startswith(f"coil {strategy}")), None)
+        if default is not None:
+            print(f"  default {default:52s} {next(ms for ms, t in timed if t == default):.4f}")
+        best = next((t for _, t in timed if t.startswith(f"coil {strategy}")), None)
+        if best is not None:
+            extra[f"{best} (alone)"] = texts[best]
     best_per_s: dict[int, Point] = {}
     for p in ranked:
         best_per_s.setdefault(p[0], p)
-    print("phase 1, best tile per S (S, XBLOCK, RBLOCK, warps, stages, chunks fastest): ms")
+    print("phase 1, best tile per S (S, XBLOCK, RBLOCK, warps): ms")
     for s_, p in sorted(best_per_s.items()):
         print(f"  S={s_:5d} ({s_ * cols // p[1]:6d} programs) {p}  {first[p]:.4f}", flush=True)
     fns: dict[str, Callable[[], object]] = {}
@@ -290,10 +288,7 @@ def probe(rows: int, cols: int, dtype: torch.dtype, rounds: int, top: int, sprea
             print(f"  {mode} copies:\n    {_copy_stacks(fns[mode])}", flush=True)
     for p in chosen[:2]:
         print(f"  {p} kernels: {_kernel_times(fns[str(p)])}", flush=True)
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, timed in fns.items():
-            times[k].append(_median_ms(timed))
+    times = interleaved(fns, rounds, _median_ms)
     copy = statistics.median(times["copy"])
     copy_gbs = 2 * nbytes / copy / 1e6
     print(f"phase 2 ({rounds} rounds; copy {copy_gbs:.0f} GB/s): median ms, GB/s, % of copy")
