@@ -93,9 +93,9 @@ def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: 
     too: on an H200 (2026-11-28, bench/sum_dim0_probe.py) the partials of a bf16 sum over dim 0
     of 1568 x 2048 (49 chunks of 32 rows) took 3.8 us in the outer tiling ([64, 8], 4 warps)
     against 8.9 persistent ([128, 32], 8 warps) and 5.5 for the best persistent tile; of
-    6272 x 1024 (128 chunks of 49) 5.0 against 13.1 and 7.7. Otherwise rows up to RMAX_PERSISTENT are persistent, longer ones
-    looped. "auto" never picks "outer" on the interpreter: there is no coalescing to gain (its
-    loops run there: forced, it works too).
+    6272 x 1024 (128 chunks of 49) 5.0 against 13.1 and 7.7. Otherwise rows up to
+    RMAX_PERSISTENT are persistent, longer ones looped. "auto" never picks "outer" on the
+    interpreter: there is no coalescing to gain (its loops run there: forced, it works too).
 
     On CUDA, persistent and looped blocks hold fewer rows while that leaves too few programs
     (`_spread`).
