@@ -48,10 +48,14 @@ def test_batch_norm_statistics_split_along_memory_order(ir):
     # chunks cut N into 8 pieces of 4, partials laid out [C, chunks]
     nchw = _reductions(ir.lower(_var_mean, _image(32, 256, 56, 56)))
     assert nchw == [((256, 8), (4, 56, 56))] * 2 + [((256,), (8,))] * 2
-    # channels-last: C is contiguous and kept (outer): 4 programs of 64 channels; 256 chunks take
-    # all of N, then cut H into 8 pieces of 7; partials [N, H-pieces, C]
+    # channels-last: C is contiguous and kept (outer): 4 programs of 64 channels. var_mean's
+    # partials take the least chunk count reaching the target, 512: all of N, then H cut into 14
+    # pieces of 4; partials [N, H-pieces, C]
     cl = _reductions(ir.lower(_var_mean, _image(32, 256, 56, 56, channels_last=True)))
-    assert cl == [((32, 8, 256), (7, 56))] * 2 + [((256,), (32, 8))] * 2
+    assert cl == [((32, 14, 256), (4, 56))] * 2 + [((256,), (32, 14))] * 2
+    # a sum over the same dims takes the most staying within it, 256: N, then H in 8 pieces of 7
+    cl_sum = _reductions(ir.lower(lambda t: (t.sum((0, 2, 3)),), _image(32, 256, 56, 56, channels_last=True)))
+    assert cl_sum == [((32, 8, 256), (7, 56)), ((256,), (32, 8))]
 
 
 def test_knob_lowers_and_raises_the_threshold(ir, monkeypatch):
