@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
-from .programs import Program, uses_float16
+from .programs import SPLIT_KNOB, Program, uses_float16
+
+
+@contextmanager
+def split_knob(value: int | None) -> Iterator[None]:
+    """COIL_SPLIT_REDUCTION_MIN set to `value` inside (untouched when None), restored after."""
+    if value is None:
+        yield
+        return
+    old = os.environ.get(SPLIT_KNOB)
+    os.environ[SPLIT_KNOB] = str(value)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[SPLIT_KNOB]
+        else:
+            os.environ[SPLIT_KNOB] = old
 
 
 def tolerances(dtype: torch.dtype, low: bool = False) -> dict[str, float]:
@@ -24,7 +45,7 @@ def check(prog: Program) -> None:
     coil.backend.reset()
     fn = prog.function()
     expected = fn(*prog.make_inputs())
-    with knobs.override(fallback_on_error=False):
+    with knobs.override(fallback_on_error=False), split_knob(prog.split_min):
         actual = torch.compile(fn, backend="coil", fullgraph=True)(*prog.make_inputs())
     assert len(actual) == len(expected)
     for i, (a, e) in enumerate(zip(actual, expected, strict=True)):

@@ -5,6 +5,11 @@ form: value `i` is input `i` for `i < len(inputs)`, else the result of op `i - l
 `Program.function()` interprets it into a plain Python function of torch calls (what
 `torch.compile` traces); `Program.source()` prints it as a runnable Python reproducer.
 
+Split mode (`Program.split_min`, drawn for one program in four): one dim of the shapes is long
+(24-300) and coil's split-reduction threshold (COIL_SPLIT_REDUCTION_MIN, lowering-ir) is set to
+`split_min` while the program compiles, so reductions along that dim take coil's
+partials-then-final path, which small shapes at the default threshold never reach.
+
 The strategy builds programs step by step on *real* (small, seeded) tensors, so every op it keeps
 is valid in eager, and it rejects steps whose results would be fragile to compare: infinities,
 NaNs (except a mean over an empty dim), comparisons or float-to-int casts whose operands sit
@@ -164,6 +169,7 @@ class Program:
     outputs: list[int]
     seed: int = 0
     notes: list[str] = field(default_factory=list)
+    split_min: int | None = None  # COIL_SPLIT_REDUCTION_MIN while compiling (split mode), or default
 
     # --- interpretation -------------------------------------------------------------------
     def function(self) -> Callable[..., tuple[torch.Tensor, ...]]:
@@ -187,7 +193,7 @@ class Program:
     def source(self) -> str:
         n_in = len(self.inputs)
         names = [_ref(i, n_in) for i in range(n_in + len(self.ops))]
-        lines = ["import torch", "", ""]
+        lines = (["import os", ""] if self.split_min is not None else []) + ["import torch", "", ""]
         lines.append(f"def fn({', '.join(names[:n_in])}):")
         for i, op in enumerate(self.ops):
             lines.append(f"    {names[n_in + i]} = {render(op, names)}")
@@ -199,6 +205,8 @@ class Program:
         for i, spec in enumerate(self.inputs):
             lines.append(f"x{i} = {_input_source(spec)}  # {spec.describe()}")
         lines.append("")
+        if self.split_min is not None:
+            lines.append(f'os.environ["{SPLIT_KNOB}"] = "{self.split_min}"  # split mode')
         lines.append('out = torch.compile(fn, backend="coil")(' + ", ".join(names[:n_in]) + ")")
         lines.append("ref = fn(" + ", ".join(names[:n_in]) + ")")
         lines.append("torch.testing.assert_close(out, ref, equal_nan=True)")
@@ -221,7 +229,8 @@ class Program:
             if n_in + i in need:
                 remap[n_in + i] = n_in + len(ops)
                 ops.append(Op(op.name, tuple(remap[s] for s in op.srcs), op.params))
-        return Program(list(self.inputs), ops, [remap[o] for o in self.outputs], self.seed)
+        return Program(list(self.inputs), ops, [remap[o] for o in self.outputs], self.seed,
+                       split_min=self.split_min)
 
 
 def _rand_logical(spec: Input, g: torch.Generator) -> torch.Tensor:
@@ -360,12 +369,25 @@ def uses_float16(prog: Program) -> bool:
 # ---------------------------------------------------------------------------------- strategy
 
 _SIZES = st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16, 0])
+# split mode: one long dim, the others short enough to keep the tensors small for the interpreter
+_LONG_SIZES = st.sampled_from([24, 64, 100, 300])
+_SHORT_SIZES = st.sampled_from([1, 2, 3, 5])
+SPLIT_KNOB = "COIL_SPLIT_REDUCTION_MIN"
+SPLIT_MIN = 2  # the knob's value in split mode: chunks of two elements split
 
 
 @st.composite
-def programs(draw: st.DrawFn, max_ops: int = 8) -> Program:
-    rank = draw(st.integers(0, 4))
-    base = [draw(_SIZES) for _ in range(rank)]
+def programs(draw: st.DrawFn, max_ops: int = 8, split: bool | None = None) -> Program:
+    """A random program; `split` True or False forces split mode on or off, None draws it (1 in 4)."""
+    if split is None:
+        split = draw(st.integers(0, 3)) == 0
+    if split:
+        rank = draw(st.integers(1, 3))
+        base = [draw(_SHORT_SIZES) for _ in range(rank)]
+        base[draw(st.integers(0, rank - 1))] = draw(_LONG_SIZES)
+    else:
+        rank = draw(st.integers(0, 4))
+        base = [draw(_SIZES) for _ in range(rank)]
     n_inputs = draw(st.integers(1, 3))
     inputs: list[Input] = []
     for _ in range(n_inputs):
@@ -386,7 +408,7 @@ def programs(draw: st.DrawFn, max_ops: int = 8) -> Program:
             dim = draw(st.integers(0, len(shape) - 1))
         inputs.append(Input(tuple(shape), dtype, layout, dim))
     seed = draw(st.integers(0, 2**16))
-    prog = Program(inputs, [], [], seed)
+    prog = Program(inputs, [], [], seed, split_min=SPLIT_MIN if split else None)
     vals: list[torch.Tensor] = prog.make_inputs()
     exact: list[bool] = [True] * n_inputs
 
@@ -394,7 +416,7 @@ def programs(draw: st.DrawFn, max_ops: int = 8) -> Program:
     attempts = 0
     while len(prog.ops) < n_ops and attempts < 12 * n_ops:
         attempts += 1
-        op = _draw_op(draw, vals)
+        op = _draw_op(draw, vals, split)
         if op is None:
             continue
         args = [vals[s] for s in op.srcs]
@@ -420,7 +442,9 @@ def programs(draw: st.DrawFn, max_ops: int = 8) -> Program:
     return prog
 
 
-def _draw_op(draw: st.DrawFn, vals: list[torch.Tensor]) -> Op | None:
+def _draw_op(draw: st.DrawFn, vals: list[torch.Tensor], split: bool = False) -> Op | None:
+    """One op on `vals`, or None when the drawn kind does not apply. In split mode reductions are
+    drawn twice as often, and half of them reduce a long dim (>= 24) when the value has one."""
     n = len(vals)
     # Prefer recent values so programs chain rather than fan out from the inputs.
     def pick() -> int:
@@ -428,6 +452,7 @@ def _draw_op(draw: st.DrawFn, vals: list[torch.Tensor]) -> Op | None:
 
     kind = draw(st.sampled_from(
         ["unary", "binary", "binary", "scalar", "where", "where_b", "cast", "reduce", "reduce", "view", "view", "view"]
+        + ["reduce", "reduce"] * split
     ))
     if kind == "unary":
         return Op(draw(st.sampled_from(UNARY)), (pick(),))
@@ -457,7 +482,9 @@ def _draw_op(draw: st.DrawFn, vals: list[torch.Tensor]) -> Op | None:
     if kind == "reduce":
         if r == 0:
             return None
-        return Op(draw(st.sampled_from(REDUCTIONS)), (src,), (draw(st.integers(-r, r - 1)), draw(st.booleans())))
+        long = [d for d in range(r) if x.shape[d] >= 24]
+        dim = draw(st.sampled_from(long)) if split and long and draw(st.booleans()) else draw(st.integers(-r, r - 1))
+        return Op(draw(st.sampled_from(REDUCTIONS)), (src,), (dim, draw(st.booleans())))
     view = draw(st.sampled_from(VIEWS))
     if view == "permute":
         if r < 2:

@@ -62,13 +62,13 @@ def reduce(prog: Program, sig: str) -> Program:
     # 1. one output only, earliest failing value first.
     n_in = len(best.inputs)
     for v in range(n_in, n_in + len(best.ops)):
-        cand = Program(best.inputs, best.ops, [v], best.seed).live()
+        cand = dataclasses.replace(best, outputs=[v]).live()
         if fails(cand):
             best = cand
             break
     else:
         for o in best.outputs:
-            cand = Program(best.inputs, best.ops, [o], best.seed).live()
+            cand = dataclasses.replace(best, outputs=[o]).live()
             if fails(cand):
                 best = cand
                 break
