@@ -5,7 +5,7 @@ form: value `i` is input `i` for `i < len(inputs)`, else the result of op `i - l
 `Program.function()` interprets it into a plain Python function of torch calls (what
 `torch.compile` traces); `Program.source()` prints it as a runnable Python reproducer.
 
-Split mode (`Program.split_min`, drawn for one program in four): one dim of the shapes is long
+Split mode (`Program.split_min`, drawn with weight 1/4): one dim of the shapes is long
 (24-300) and coil's split-reduction threshold (COIL_SPLIT_REDUCTION_MIN, lowering-ir) is set to
 `split_min` while the program compiles, so reductions along that dim take coil's
 partials-then-final path, which small shapes at the default threshold never reach.
@@ -39,7 +39,7 @@ UNARY = ("exp", "tanh", "sigmoid", "relu", "abs", "neg")
 BINARY = ("add", "mul", "sub", "div", "maximum")
 SCALAR = ("add_s", "mul_s")
 CMPS = {"lt": "<", "gt": ">", "le": "<=", "ge": ">=", "eq": "==", "ne": "!="}
-REDUCTIONS = ("sum", "amax", "mean")
+REDUCTIONS = ("sum", "amax", "mean", "var", "std")  # var/std: correction 1 (torch's default)
 VIEWS = ("permute", "transpose", "reshape", "unsqueeze", "squeeze", "slice", "expand", "contiguous")
 
 # Largest |value| kept per dtype (float16 is compared at 1e-2; keep it where that is meaningful).
