@@ -378,7 +378,7 @@ SPLIT_MIN = 2  # the knob's value in split mode: chunks of two elements split
 
 @st.composite
 def programs(draw: st.DrawFn, max_ops: int = 8, split: bool | None = None) -> Program:
-    """A random program; `split` True or False forces split mode on or off, None draws it (1 in 4)."""
+    """A random program; `split` True or False forces split mode on or off, None draws it (weight 1/4)."""
     if split is None:
         split = draw(st.integers(0, 3)) == 0
     if split:
