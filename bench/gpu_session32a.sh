@@ -5,10 +5,12 @@
 # rounds (default 2), with COIL_LOGS=autotune in a log per run ($OUT/CASE-SET-ROUND.log), so a
 # tuning choice that moved can be seen. WHEELS names the wheel folders (default ".whl_old .whl");
 # each is installed into /tmp/site<folder> and has its own cache folder per case. Session 32 ran
-#   WHEELS=".whl_old .whl_b .whl_c .whl" CASES="gpt2_train_amp bert_base_train_amp" bash bench/gpu_session32a.sh
+#   WHEELS=".whl_old .whl_b .whl_c .whl" CASES=gpt2_train_amp bash bench/gpu_session32a.sh
 # with .whl_old built at f7bde49 (before the changes), .whl_b at 9c87af0 (short strided rows
-# "outer"), .whl_c at 562957d (and OUTER_RBLOCK 8) and .whl at HEAD (and 497de0e's outer split
-# count), each by `git worktree add /tmp/wt REV && (cd /tmp/wt && uv build --all-packages -o DIR)`.
+# "outer"), .whl_c at 562957d (and OUTER_RBLOCK 8) and .whl at 413ff0f (and 497de0e's outer split
+# count), each by `git worktree add /tmp/wt REV && (cd /tmp/wt && uv build --all-packages -o DIR)`;
+# then WHEELS=".whl_old .whl" CASES=resnet50_train_amp TIME_S=100 twice: f7bde49 against 413ff0f,
+# and 413ff0f against 00fa9df (var_mean's outer split count; docs/perf.md, session 32).
 set -u
 source bench/device_env.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
