@@ -201,6 +201,23 @@ def test_iota_and_full(ir):
     ir.assert_same(ir.evaluate(g, [x]), list(fn(x)))
 
 
+def test_log_softmax_of_an_empty_integer_tensor(ir):
+    # torch's decomposition pads the amax over the empty dim with full(-inf) in int64 (found by
+    # the graph fuzzer): nothing is written, so it lowers; eager returns an empty int64 tensor
+    x = torch.empty(0, 3, 0, dtype=torch.int64)
+    g = ir.lower(lambda t: (torch.log_softmax(t, dim=0),), x)
+    ir.assert_same(ir.evaluate(g, [x]), [torch.log_softmax(x, dim=0)])
+
+
+def test_a_non_empty_integer_fill_of_inf_falls_back_and_raises_as_eager(ir):
+    x = torch.zeros(2, dtype=torch.int64)
+    g = ir.lower(lambda t: (t + torch.full((2,), float("-inf"), dtype=torch.int64),), x)
+    assert [op.kernel for op in g.operations if isinstance(op, L.ExternKernel) and op.fallback] == \
+        [torch.ops.aten.full.default]
+    with pytest.raises(RuntimeError, match="without overflow"):
+        ir.evaluate(g, [x])
+
+
 def test_half_inputs_compute_and_store_half(ir):
     x = torch.randn(3, 4).half()
     g = ir.lower(lambda x: (x * 2 + 1, x.float()), x)

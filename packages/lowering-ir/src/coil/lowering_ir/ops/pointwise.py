@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import sympy
@@ -291,6 +292,13 @@ def _fill(lw: LowererLike, value: Any) -> TensorRef:
         value = int(value) if value.is_integer else float(value)
     if not isinstance(value, bool | int | float):
         raise Unsupported("non-constant fill value")
+    if isinstance(value, float) and not math.isfinite(value) and not (dt.is_floating_point or dt == torch.bool):
+        # an integer tensor of inf or NaN: eager's torch.full raises. torch's decompositions make
+        # one only where nothing is written (the -inf pad of an amax over an empty dim, e.g. in
+        # log_softmax of an empty integer tensor), so an empty one gets 0; any other is an error
+        if not any(isinstance(s, int) and s == 0 for s in lw.out_val().shape):
+            raise Unsupported(f"fill value {value} cannot be converted to {dt} without overflow")
+        value = 0
     return lw.pointwise(lambda p: cast(Constant(value, torch.float64 if isinstance(value, float) else torch.int64), dt))
 
 
