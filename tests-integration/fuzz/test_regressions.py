@@ -36,3 +36,10 @@ def test_reduction_over_an_empty_expanded_dim_reads_nothing() -> None:
         return torch.amax(v0, dim=-1, keepdim=True), v0
 
     _compare(fn, x)
+
+
+def test_log_softmax_of_an_empty_integer_tensor() -> None:
+    """torch's decomposition pads the amax over the empty dim with full(-inf) in int64, which
+    lowering turned into an OverflowError (a strict compile failed; eager returns an empty
+    int64 tensor)."""
+    _compare(lambda x: (torch.log_softmax(x, dim=-3),), torch.randint(-4, 5, (0, 3, 0)))
