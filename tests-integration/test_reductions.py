@@ -23,7 +23,7 @@ def _strategies() -> list[str]:
 def _run(fn: Callable[..., object], *args: torch.Tensor, strategy: str = "auto") -> None:
     with knobs.override(fallback_on_error=False, reduction_strategy=strategy):
         out = torch.compile(fn, backend="coil")(*args)
-    torch.testing.assert_close(out, fn(*args))
+    torch.testing.assert_close(out, fn(*args), equal_nan=True)
     assert [f for s in COMPILED for f in s.fallbacks] == []
 
 
@@ -93,6 +93,19 @@ def test_arg_reductions(strategy: str, device: torch.device) -> None:
     x = torch.randn(5, 37, device=device)
     x[2] = 1.0  # ties: the first index wins, as in eager
     _run(lambda t: (t.argmax(1), t.argmin(0, keepdim=True), t.argmax(), t.max(1), t.min(dim=0)), x, strategy=strategy)
+
+
+@pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])
+def test_arg_reductions_take_the_first_nan(strategy: str, device: torch.device) -> None:
+    # eager: NaN is the extreme of argmax and argmin alike (found by the graph fuzzer: coil took
+    # the largest number, and an all-NaN row gave 2**31 - 1)
+    x = torch.randn(5, 37, device=device)
+    nan = float("nan")
+    x[1, 20] = x[1, 9] = x[1, 30] = nan  # row 1: the first NaN (9) in a later loop step than 0
+    x[3] = nan  # an all-NaN row
+    x[:, 4] = nan  # an all-NaN column
+    _run(lambda t: (t.argmax(1), t.argmin(1), t.argmin(0, keepdim=True), t.argmax(), t.max(1), t.min(dim=0)), x,
+         strategy=strategy)
 
 
 @pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])

@@ -626,7 +626,10 @@ class KernelWriter:
                 elif op.reduction_type in ("argmax", "argmin"):
                     cmp = ">" if op.reduction_type == "argmax" else "<"
                     take = self.tmp()
-                    self.emit(rs, f"{take} = xmask & rmask & ({v} {cmp} {a})")
+                    better = f"({v} {cmp} {a})"
+                    if register_dtype(op.acc_dtype).is_floating_point:  # a lane's first NaN wins, as eager's
+                        better = f"({better} | (({v} != {v}) & ({a} == {a})))"
+                    self.emit(rs, f"{take} = xmask & rmask & {better}")
                     self.emit(rs, f"{a} = tl.where({take}, {v}, {a})")
                     self.emit(rs, f"{a}_i = tl.where({take}, (rindex + xindex * 0).to(tl.int64), {a}_i)")
                 else:
@@ -644,7 +647,8 @@ class KernelWriter:
                     mx = self.g.members[self.online[i].max_index].op.output.name
                     self.emit(xs, f"{out} = tl.sum({accs[op.output.name]} * tl.exp({accs[mx]} - {xs.members[mx]}), 1)[:, None]")
                 elif op.reduction_type in ("argmax", "argmin"):
-                    self.emit(xs, self.arg_final(out, op.reduction_type, accs[op.output.name], f"{accs[op.output.name]}_i"))
+                    self.emit(xs, self.arg_final(out, op.reduction_type, accs[op.output.name], f"{accs[op.output.name]}_i",
+                                                 register_dtype(op.acc_dtype).is_floating_point))
                 else:
                     self.emit(xs, f"{out} = {self.final(op.reduction_type, accs[op.output.name], register_dtype(op.acc_dtype))}")
                 xs.members[op.output.name] = out
@@ -784,15 +788,23 @@ class KernelWriter:
         self.emit(rs, f"{masked} = tl.where(xmask & rmask, {v}, {self.init(op)})")
         out = self.tmp()
         if op.reduction_type in ("argmax", "argmin"):
-            self.emit(rs, self.arg_final(out, op.reduction_type, masked, "(rindex + xindex * 0).to(tl.int64)"))
+            self.emit(rs, self.arg_final(out, op.reduction_type, masked, "(rindex + xindex * 0).to(tl.int64)",
+                                         register_dtype(op.acc_dtype).is_floating_point))
         else:
             self.emit(rs, f"{out} = {self.final(op.reduction_type, masked, register_dtype(op.acc_dtype))}")
         return out
 
-    def arg_final(self, out: str, rtype: str, vals: str, idx: str) -> str:
-        """Index of the first extreme value along the row: the smallest index attaining it."""
+    def arg_final(self, out: str, rtype: str, vals: str, idx: str, is_float: bool) -> str:
+        """Index of the first extreme value along the row: the smallest index attaining it. For
+        floats a NaN is the extreme of both argmax and argmin, as in eager: a row holding NaN
+        gives its first NaN's index (`vals` and `idx` are per lane: the looped form keeps each
+        lane's first NaN, see the loop's update)."""
         ext = "tl.max" if rtype == "argmax" else "tl.min"
-        return (f"{out} = tl.min(tl.where({vals} == {ext}({vals}, 1)[:, None], {idx}, {BIG_INDEX}), 1)[:, None]")
+        hit = f"({vals} == {ext}({vals}, 1)[:, None])"
+        if is_float:
+            nan = f"({vals} != {vals})"
+            hit = f"tl.where(tl.max({nan}.to(tl.int8), 1)[:, None] > 0, {nan}, {hit})"
+        return f"{out} = tl.min(tl.where({hit}, {idx}, {BIG_INDEX}), 1)[:, None]"
 
     def _dims(self, scope: _Scope, prefix: str, index: str, dims: list[Expr]) -> None:
         stride: Expr = sympy.Integer(1)
