@@ -39,7 +39,8 @@ UNARY = ("exp", "tanh", "sigmoid", "relu", "abs", "neg")
 BINARY = ("add", "mul", "sub", "div", "maximum")
 SCALAR = ("add_s", "mul_s")
 CMPS = {"lt": "<", "gt": ">", "le": "<=", "ge": ">=", "eq": "==", "ne": "!="}
-REDUCTIONS = ("sum", "amax", "mean", "var", "std")  # var/std: correction 1 (torch's default)
+REDUCTIONS = ("sum", "amax", "amin", "prod", "mean", "var", "std", "argmax", "argmin")  # var/std: correction 1
+ARG_REDUCTIONS = ("argmax", "argmin")  # first index among ties, as eager
 DIMWISE = ("cumsum", "softmax", "log_softmax")  # same shape out, along one dim
 VIEWS = ("permute", "transpose", "reshape", "unsqueeze", "squeeze", "slice", "expand", "contiguous")
 
@@ -117,6 +118,10 @@ def render(op: Op, names: Sequence[str]) -> str:
         return f"{a[0]}.expand{tuple(p)!r}"
     if n == "contiguous":
         return f"{a[0]}.contiguous()"
+    if n == "cat":
+        return f"torch.cat([{a[0]}, {a[1]}], dim={p[0]})"
+    if n == "flip":
+        return f"torch.flip({a[0]}, dims={tuple(p)!r})"
     raise ValueError(f"unknown op {n}")
 
 
@@ -164,6 +169,10 @@ def apply(op: Op, args: Sequence[torch.Tensor]) -> torch.Tensor:
         return a[0].expand(*p)
     if n == "contiguous":
         return a[0].contiguous()
+    if n == "cat":
+        return torch.cat([a[0], a[1]], dim=p[0])  # type: ignore[arg-type]
+    if n == "flip":
+        return torch.flip(a[0], dims=p)  # type: ignore[arg-type]
     raise ValueError(f"unknown op {n}")
 
 
@@ -338,6 +347,12 @@ def _robust(
     # interpreter formulas against libm) exceed float32's default rtol after a second exp.
     if op.name == "exp" and args[0].numel() and args[0].float().abs().max().item() > 4:
         return False
+    if op.name in ARG_REDUCTIONS and not exact[0] and args[0].numel():
+        x = args[0].float() * (1 if op.name == "argmax" else -1)
+        dim = int(op.params[0])  # type: ignore[call-overload]
+        best = x.amax(dim=dim, keepdim=True)
+        if ((x >= best - _margin(args[0], low)).sum(dim=dim) > 1).any():
+            return False  # a near-tie: rounding may pick another index
     if op.name == "where" and not (exact[0] and exact[1]):
         a, b = torch.broadcast_tensors(args[0].float(), args[1].float())
         if a.numel() and ((a - b).abs() < _margin(a, low) + _margin(b, low)).any():
@@ -357,7 +372,7 @@ def _robust(
 
 def _is_exact(op: Op, exact: Sequence[bool], out: torch.Tensor) -> bool:
     """Whether every backend computes this value bit-exactly (so comparisons on it are safe)."""
-    if op.name in VIEWS or op.name in ("where", "where_b") or op.name == "amax":
+    if op.name in VIEWS or op.name in ("where", "where_b", "amax", "amin", "cat", "flip"):
         return all(exact[i] for i in range(len(exact)) if i >= (2 if op.name == "where" else 0))
     if op.name == "cast":
         return exact[0]
@@ -458,7 +473,8 @@ def _draw_op(draw: st.DrawFn, vals: list[torch.Tensor], split: bool = False) -> 
         return draw(st.one_of(st.just(n - 1), st.integers(0, n - 1)))
 
     kind = draw(st.sampled_from(
-        ["unary", "binary", "binary", "scalar", "where", "where_b", "cast", "reduce", "reduce", "view", "view", "view"]
+        ["unary", "binary", "binary", "scalar", "where", "where_b", "cast", "reduce", "reduce", "view", "view", "view",
+         "cat", "flip"]
         + ["reduce", "reduce"] * split
     ))
     if kind == "unary":
@@ -483,9 +499,18 @@ def _draw_op(draw: st.DrawFn, vals: list[torch.Tensor], split: bool = False) -> 
         return Op("where_b", (draw(st.sampled_from(bools)), pick(), draw(st.integers(0, n - 1))))
     if kind == "cast":
         return Op("cast", (pick(),), (draw(st.sampled_from(sorted(DTYPES))),))
+    if kind == "cat":
+        a, b = pick(), draw(st.integers(0, n - 1))
+        if vals[a].dim() == 0:
+            return None
+        return Op("cat", (a, b), (draw(st.integers(-vals[a].dim(), vals[a].dim() - 1)),))
     src = pick()
     x = vals[src]
     r = x.dim()
+    if kind == "flip":
+        if r == 0:
+            return None
+        return Op("flip", (src,), tuple(sorted(set(draw(st.lists(st.integers(0, r - 1), min_size=1, max_size=r))))))
     if kind == "reduce":
         if r == 0:
             return None

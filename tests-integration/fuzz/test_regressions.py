@@ -43,3 +43,9 @@ def test_log_softmax_of_an_empty_integer_tensor() -> None:
     lowering turned into an OverflowError (a strict compile failed; eager returns an empty
     int64 tensor)."""
     _compare(lambda x: (torch.log_softmax(x, dim=-3),), torch.randint(-4, 5, (0, 3, 0)))
+
+
+def test_argmin_of_a_nan_row_is_its_first_nan() -> None:
+    """argmin over a mean of an empty dim (NaN): eager gives index 0, coil gave 2**31 - 1 (its
+    'no index' sentinel: NaN never compared smaller)."""
+    _compare(lambda x: (torch.argmin(torch.mean(x, dim=0, keepdim=True), dim=0, keepdim=True),), torch.rand(0))
