@@ -466,7 +466,7 @@ def programs(draw: st.DrawFn, max_ops: int = 8, split: bool | None = None) -> Pr
 
 def _draw_op(draw: st.DrawFn, vals: list[torch.Tensor], split: bool = False) -> Op | None:
     """One op on `vals`, or None when the drawn kind does not apply. In split mode reductions are
-    drawn twice as often, and half of them reduce a long dim (>= 24) when the value has one."""
+    drawn four times as often, along a long dim (>= 24) whenever the value has one."""
     n = len(vals)
     # Prefer recent values so programs chain rather than fan out from the inputs.
     def pick() -> int:
@@ -475,7 +475,7 @@ def _draw_op(draw: st.DrawFn, vals: list[torch.Tensor], split: bool = False) -> 
     kind = draw(st.sampled_from(
         ["unary", "binary", "binary", "scalar", "where", "where_b", "cast", "reduce", "reduce", "view", "view", "view",
          "cat", "flip"]
-        + ["reduce", "reduce"] * split
+        + ["reduce"] * 6 * split
     ))
     if kind == "unary":
         return Op(draw(st.sampled_from(UNARY)), (pick(),))
@@ -515,7 +515,7 @@ def _draw_op(draw: st.DrawFn, vals: list[torch.Tensor], split: bool = False) -> 
         if r == 0:
             return None
         long = [d for d in range(r) if x.shape[d] >= 24]
-        dim = draw(st.sampled_from(long)) if split and long and draw(st.booleans()) else draw(st.integers(-r, r - 1))
+        dim = draw(st.sampled_from(long)) if split and long else draw(st.integers(-r, r - 1))
         name = draw(st.sampled_from(REDUCTIONS + DIMWISE))
         return Op(name, (src,), (dim,) if name in DIMWISE else (dim, draw(st.booleans())))
     view = draw(st.sampled_from(VIEWS))

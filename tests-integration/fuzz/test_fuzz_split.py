@@ -24,7 +24,7 @@ def test_fuzz_split_slice(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(reductions, "_split_plan", counted)
 
-    @settings(max_examples=16, derandomize=True, deadline=None, database=None,
+    @settings(max_examples=24, derandomize=True, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
     @given(programs(split=True))
     def run(prog: Program) -> None:
