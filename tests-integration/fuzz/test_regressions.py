@@ -43,6 +43,7 @@ def test_log_softmax_of_an_empty_integer_tensor() -> None:
     lowering turned into an OverflowError (a strict compile failed; eager returns an empty
     int64 tensor)."""
     _compare(lambda x: (torch.log_softmax(x, dim=-3),), torch.randint(-4, 5, (0, 3, 0)))
+    _compare(lambda x: (torch.log_softmax(x, dim=0),), torch.randint(-4, 5, (0,)))  # a pad of [1]
 
 
 def test_argmin_of_a_nan_row_is_its_first_nan() -> None:

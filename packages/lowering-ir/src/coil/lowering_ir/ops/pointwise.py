@@ -293,12 +293,16 @@ def _fill(lw: LowererLike, value: Any) -> TensorRef:
     if not isinstance(value, bool | int | float):
         raise Unsupported("non-constant fill value")
     if isinstance(value, float) and not math.isfinite(value) and not (dt.is_floating_point or dt == torch.bool):
-        # an integer tensor of inf or NaN: eager's torch.full raises. torch's decompositions make
-        # one only where nothing is written (the -inf pad of an amax over an empty dim, e.g. in
-        # log_softmax of an empty integer tensor), so an empty one gets 0; any other is an error
-        if not any(isinstance(s, int) and s == 0 for s in lw.out_val().shape):
-            raise Unsupported(f"fill value {value} cannot be converted to {dt} without overflow")
-        value = 0
+        # an integer tensor of inf or NaN (eager's torch.full raises): torch's decompositions pad
+        # an amax over an empty dim with full(-inf) (log_softmax of an empty integer tensor), an
+        # identity of max, so +-inf saturate to the dtype's extremes. NaN: 0 where nothing is
+        # written (a statically empty tensor), else an ATen fallback that raises as eager
+        if math.isinf(value):
+            value = torch.iinfo(dt).max if value > 0 else torch.iinfo(dt).min
+        elif any(isinstance(s, int) and s == 0 for s in lw.out_val().shape):
+            value = 0
+        else:
+            raise Unsupported(f"fill value {value} cannot be converted to {dt}")
     return lw.pointwise(lambda p: cast(Constant(value, torch.float64 if isinstance(value, float) else torch.int64), dt))
 
 
