@@ -92,6 +92,11 @@ class _Scope:
     is_r: bool = False
 
 
+def _row_has_nan(a: str) -> str:
+    """Triton text: whether each row of the [XBLOCK, RBLOCK] tile `a` holds a NaN, as [XBLOCK, 1]."""
+    return f"(tl.max(({a} != {a}).to(tl.int8), 1)[:, None] > 0)"
+
+
 class KernelWriter:
     """Writes one kernel's source. Use `generate(group, buffers, target)`."""
 
@@ -648,7 +653,7 @@ class KernelWriter:
                     self.emit(xs, f"{out} = tl.sum({accs[op.output.name]} * tl.exp({accs[mx]} - {xs.members[mx]}), 1)[:, None]")
                 elif op.reduction_type in ("argmax", "argmin"):
                     self.emit(xs, self.arg_final(out, op.reduction_type, accs[op.output.name], f"{accs[op.output.name]}_i",
-                                                 register_dtype(op.acc_dtype).is_floating_point))
+                                                 register_dtype(op.acc_dtype)))
                 else:
                     self.emit(xs, f"{out} = {self.final(op.reduction_type, accs[op.output.name], register_dtype(op.acc_dtype))}")
                 xs.members[op.output.name] = out
@@ -770,7 +775,7 @@ class KernelWriter:
         ext = {"max": "tl.max", "min": "tl.min"}
         if rtype in ext and acc.is_floating_point:
             if acc == torch.float64:
-                has_nan = f"(tl.max(({a} != {a}).to(tl.int8), 1)[:, None] > 0)"
+                has_nan = _row_has_nan(a)
                 return f"tl.where({has_nan}, float('nan'), {ext[rtype]}({a}, 1)[:, None])"
             return f"tl.reduce({a}, 1, _coil_{rtype}_nan)[:, None]"
         return {
@@ -789,21 +794,21 @@ class KernelWriter:
         out = self.tmp()
         if op.reduction_type in ("argmax", "argmin"):
             self.emit(rs, self.arg_final(out, op.reduction_type, masked, "(rindex + xindex * 0).to(tl.int64)",
-                                         register_dtype(op.acc_dtype).is_floating_point))
+                                         register_dtype(op.acc_dtype)))
         else:
             self.emit(rs, f"{out} = {self.final(op.reduction_type, masked, register_dtype(op.acc_dtype))}")
         return out
 
-    def arg_final(self, out: str, rtype: str, vals: str, idx: str, is_float: bool) -> str:
+    def arg_final(self, out: str, rtype: str, vals: str, idx: str, acc: torch.dtype) -> str:
         """Index of the first extreme value along the row: the smallest index attaining it. For
         floats a NaN is the extreme of both argmax and argmin, as in eager: a row holding NaN
         gives its first NaN's index (`vals` and `idx` are per lane: the looped form keeps each
         lane's first NaN, see the loop's update)."""
         ext = "tl.max" if rtype == "argmax" else "tl.min"
         hit = f"({vals} == {ext}({vals}, 1)[:, None])"
-        if is_float:
+        if acc.is_floating_point:
             nan = f"({vals} != {vals})"
-            hit = f"tl.where(tl.max({nan}.to(tl.int8), 1)[:, None] > 0, {nan}, {hit})"
+            hit = f"tl.where({_row_has_nan(vals)}, {nan}, {hit})"
         return f"{out} = tl.min(tl.where({hit}, {idx}, {BIG_INDEX}), 1)[:, None]"
 
     def _dims(self, scope: _Scope, prefix: str, index: str, dims: list[Expr]) -> None:
