@@ -118,7 +118,7 @@ def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: 
     budget = INTERP_BUDGET if interp else CUDA_BUDGET
     xp, rp = next_pow2(max(xnumel, 1)), next_pow2(max(rnumel, 1))
     if strategy == "auto":
-        if x_contiguous and not interp and (rp > OUTER_RBLOCK or budget // rp < min(xp, OUTER_XBLOCK)):
+        if x_contiguous and not interp and rp > OUTER_RBLOCK:  # (rows too long for a persistent [64, rp] block are too)
             tiny_grid = -(-xnumel // OUTER_XBLOCK) < SPLIT_MIN_PROGRAMS and rnumel <= OUTER_TINY_RMAX
             strategy = "persistent" if tiny_grid else "outer"
         else:
