@@ -465,8 +465,8 @@ def programs(draw: st.DrawFn, max_ops: int = 8, split: bool | None = None) -> Pr
 
 
 def _draw_op(draw: st.DrawFn, vals: list[torch.Tensor], split: bool = False) -> Op | None:
-    """One op on `vals`, or None when the drawn kind does not apply. In split mode reductions are
-    drawn four times as often, along a long dim (>= 24) whenever the value has one."""
+    """One op on `vals`, or None when the drawn kind does not apply. In split mode 8 of the 20
+    kinds are reductions (2 of 14 otherwise), along a long dim (>= 24) whenever the value has one."""
     n = len(vals)
     # Prefer recent values so programs chain rather than fan out from the inputs.
     def pick() -> int:
