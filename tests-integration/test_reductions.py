@@ -109,6 +109,25 @@ def test_arg_reductions_take_the_first_nan(strategy: str, device: torch.device) 
 
 
 @pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])
+def test_max_and_min_of_bools(strategy: str, device: torch.device) -> None:
+    # values are any/all, indices the first True (max) or False (min), as eager; these ran
+    # eagerly before (the OpInfo sweep's max.reduction_with_dim bool)
+    x = torch.rand(5, 37, device=device) > 0.6
+    x[1] = False  # an all-False row: max's index 0
+    x[2] = True  # an all-True row: min's index 0
+    x[:, 5] = True
+    _run(lambda t: (t.max(1), t.min(dim=0, keepdim=True), t.max(), t.min(), t.amax(1)), x, strategy=strategy)
+
+
+def test_scan_of_a_0d_tensor(device: torch.device) -> None:
+    # the value itself, in the scan's dtype (int64 for integers and bools); it ran eagerly before
+    # (the OpInfo sweep's cumsum samples)
+    x = torch.tensor(2.5, device=device)
+    _run(lambda t: (torch.cumsum(t, 0), torch.cumprod(t * 3, -1), torch.cumsum(t > 1, 0),
+                    torch.cumsum(t.int(), 0, dtype=torch.float64)), x)
+
+
+@pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])
 def test_scans(strategy: str, device: torch.device) -> None:
     x = torch.randn(5, 37, device=device)
     _run(lambda t: (torch.cumsum(t * 2, 1) + 1, torch.cumsum(t, 0), torch.cumprod(t[:, :6], 1),

@@ -320,50 +320,65 @@ def amax(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any = (), keepdim: bool
     return _reduce(lw, x, _dims(x, dims), keepdim, rtype, val, val.dtype)
 
 
+def _arg_dtype(x: Any) -> torch.dtype:
+    """What an arg reduction of `x` compares in: bools (max.dim and min.dim's indices) as int32
+    (0 < 1: the first True is max's, the first False min's, as eager), other dtypes as
+    `upcast_compute` says."""
+    if x.layout.dtype.is_complex:
+        raise Unsupported("arg reduction of a complex tensor")
+    return torch.int32 if x.layout.dtype == torch.bool else upcast_compute(x.layout.dtype)
+
+
+def _extreme(is_max: bool, dtype: torch.dtype) -> str:
+    """The reduction type of max (`is_max`) or min over `dtype`: any and all for bools."""
+    if dtype == torch.bool:
+        return "any" if is_max else "all"
+    return "max" if is_max else "min"
+
+
 @register(aten.argmax, aten.argmin)
 def argmax(lw: Lowerer, node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False) -> TensorRef:
-    if x.layout.dtype == torch.bool or x.layout.dtype.is_complex:
-        raise Unsupported("argmax of bool/complex")
+    if x.layout.dtype == torch.bool:  # eager raises ("does not support bool input"): so does the fallback
+        raise Unsupported("argmax/argmin of bool")
     rtype = "argmax" if node.target is aten.argmax.default else "argmin"
     val = lw.out_val()
     dims = _dims(x, dim)
     keep = keepdim and dim is not None
-    return _reduce(lw, x, dims, keep, rtype, val, upcast_compute(x.layout.dtype))
+    return _reduce(lw, x, dims, keep, rtype, val, _arg_dtype(x))
 
 
 @register(aten.max.dim, aten.min.dim)
 def max_dim(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, keepdim: bool = False) -> tuple[TensorRef, TensorRef]:
-    """(values, indices): a max/min and an argmax/argmin over the same rows (one kernel)."""
-    if x.layout.dtype == torch.bool:
-        raise Unsupported("max.dim of bool")
+    """(values, indices): a max/min and an argmax/argmin over the same rows (one kernel); over
+    bools, any/all and the index of the first True/False."""
     values_val, indices_val = lw.out_val()
     is_max = node.target is aten.max.dim
     dims = _dims(x, dim)
     # never split: the indices need a whole-row pass anyway, and both fuse into one kernel
-    values = _reduce(lw, x, dims, keepdim, "max" if is_max else "min", values_val, values_val.dtype, may_split=False)
-    indices = _reduce(lw, x, dims, keepdim, "argmax" if is_max else "argmin", indices_val, upcast_compute(x.layout.dtype))
+    values = _reduce(lw, x, dims, keepdim, _extreme(is_max, x.layout.dtype), values_val, values_val.dtype,
+                     may_split=False)
+    indices = _reduce(lw, x, dims, keepdim, "argmax" if is_max else "argmin", indices_val, _arg_dtype(x))
     return values, indices
 
 
 @register(aten.max.default, aten.min.default)
 def max_all(lw: Lowerer, node: torch.fx.Node, x: Any) -> TensorRef:
-    if x.layout.dtype == torch.bool:
-        raise Unsupported("max of bool")
     val = lw.out_val()
-    rtype = "max" if node.target is aten.max.default else "min"
+    rtype = _extreme(node.target is aten.max.default, x.layout.dtype)
     return _reduce(lw, x, _dims(x, None), False, rtype, val, val.dtype)
 
 
 @register(aten.cumsum, aten.cumprod)
 def scan(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, *, dtype: Any = None) -> TensorRef:
-    """Inclusive scans along `dim`: a Reduction whose result is stored at every position."""
+    """Inclusive scans along `dim`: a Reduction whose result is stored at every position (of a
+    0-d tensor: its value)."""
     from coil.lowering_ir.lowerer import index_symbols
     from coil.lowering_ir.nodes import Reduction
 
     val = lw.out_val()
     rank = len(x.layout.size)
-    if rank == 0:
-        raise Unsupported("scan of a 0-d tensor")
+    if rank == 0:  # one element: the scan is the value itself, in the output dtype
+        return lw.pointwise(lambda p: value_of(x, p, val.dtype))
     d = dim % rank
     out = lw.new_buffer(val)
     p = index_symbols("p", rank - 1)
