@@ -311,12 +311,17 @@ def prod(lw: Lowerer, node: torch.fx.Node, x: Any, dim: Any = None, keepdim: boo
     return _reduce(lw, x, _dims(x, dim), keepdim, "prod", val, val.dtype)
 
 
+def _extreme(is_max: bool, dtype: torch.dtype) -> str:
+    """The reduction type of max (`is_max`) or min over `dtype`: any and all for bools."""
+    if dtype == torch.bool:
+        return "any" if is_max else "all"
+    return "max" if is_max else "min"
+
+
 @register(aten.amax, aten.amin)
 def amax(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any = (), keepdim: bool = False) -> TensorRef:
     val = lw.out_val()
-    rtype = "max" if node.target is aten.amax.default else "min"
-    if x.layout.dtype == torch.bool:  # the max of bools is any, the min all
-        rtype = "any" if rtype == "max" else "all"
+    rtype = _extreme(node.target is aten.amax.default, x.layout.dtype)
     return _reduce(lw, x, _dims(x, dims), keepdim, rtype, val, val.dtype)
 
 
@@ -327,13 +332,6 @@ def _arg_dtype(x: Any) -> torch.dtype:
     if x.layout.dtype.is_complex:
         raise Unsupported("arg reduction of a complex tensor")
     return torch.int32 if x.layout.dtype == torch.bool else upcast_compute(x.layout.dtype)
-
-
-def _extreme(is_max: bool, dtype: torch.dtype) -> str:
-    """The reduction type of max (`is_max`) or min over `dtype`: any and all for bools."""
-    if dtype == torch.bool:
-        return "any" if is_max else "all"
-    return "max" if is_max else "min"
 
 
 @register(aten.argmax, aten.argmin)
