@@ -379,32 +379,40 @@ def _robust(
         best = x.amax(dim=dim, keepdim=True)
         if ((x >= best - _margin(args[0], low)).sum(dim=dim) > 1).any():
             return False  # a near-tie: rounding may pick another index
-    if op.name in (*ROUNDING, "any", "all") and args[0].is_floating_point() and not exact[0] and args[0].numel():
-        x, m = args[0].float(), _margin(args[0], low)
-        frac = (x - x.trunc()).abs()
-        if op.name == "round":
-            near = (frac - 0.5).abs() < m  # round half to even: the step sits at .5
-        elif op.name in ("floor", "ceil", "trunc"):
-            near = (frac < m) | (frac > 1 - m)
-        else:  # sign and truthiness change at zero
-            near = x.abs() < m
-        if near.any():
-            return False
+    if op.name in _STEPS and args[0].is_floating_point() and not exact[0] and _near_step(args[0], _STEPS[op.name], low):
+        return False
     if op.name == "where" and not (exact[0] and exact[1]):
         a, b = torch.broadcast_tensors(args[0].float(), args[1].float())
         if a.numel() and ((a - b).abs() < _margin(a, low) + _margin(b, low)).any():
             return False
     if op.name == "cast" and args[0].is_floating_point() and not exact[0]:
         to = DTYPES[str(op.params[0])]
-        x = args[0].float()
-        if to == torch.bool and x.numel() and (x.abs() < _margin(args[0], low)).any():
+        if to == torch.bool and _near_step(args[0], "zero", low):
             return False
-        if not to.is_floating_point and to != torch.bool and x.numel():
-            frac = (x - x.trunc()).abs()
-            m = _margin(args[0], low)
-            if ((frac < m) | (frac > 1 - m)).any():
-                return False
+        if not to.is_floating_point and to != torch.bool and _near_step(args[0], "integer", low):
+            return False
     return True
+
+
+# Where each op's result jumps (float inputs): round half to even at x.5, floor/ceil/trunc at the
+# integers, sign and truthiness at zero. Casts to integers and to bool jump where trunc and
+# truthiness do.
+_STEPS = {"round": "half", "floor": "integer", "ceil": "integer", "trunc": "integer",
+          "sign": "zero", "any": "zero", "all": "zero"}
+
+
+def _near_step(t: torch.Tensor, step: str, low: bool) -> bool:
+    """Whether a value of `t` lies within rounding distance (`_margin`) of a `step` ("integer",
+    "half": x.5, or "zero"), where another computation of it may land on the other side."""
+    if not t.numel():
+        return False
+    x, m = t.float(), _margin(t, low)
+    if step == "zero":
+        return bool((x.abs() < m).any())
+    frac = (x - x.trunc()).abs()
+    if step == "half":
+        return bool(((frac - 0.5).abs() < m).any())
+    return bool(((frac < m) | (frac > 1 - m)).any())
 
 
 def _is_exact(op: Op, exact: Sequence[bool], out: torch.Tensor) -> bool:
