@@ -186,8 +186,8 @@ def _run_one(name: str, out: Path | None, run: bool = True, cpu: bool = False) -
 
 def _tree_path(inherited: str | None) -> str:
     """PYTHONPATH for a case: this tree's package sources first, so that the dump is of the
-    code beside this script whatever else the environment puts on the path (session 19
-    compared two trees through a PYTHONPATH naming one of them, and got identical dumps)."""
+    code beside this script whatever else the environment puts on the path (a PYTHONPATH that
+    names another tree must not make two dumps of different trees identical)."""
     srcs = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))] + [str(ROOT / "meta" / "src")]
     return os.pathsep.join(srcs + ([inherited] if inherited else []))
 

@@ -144,7 +144,7 @@ def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
     global _runs
     # only between two runs of one process: torch._dynamo.reset() imports ~140 modules
     # (Inductor's codegen among them) that a process's first compile otherwise imports inside
-    # the clock, as `coil bench`'s first calls do (docs/perf.md, session 27)
+    # the clock, as `coil bench`'s first calls do
     if _runs:
         torch._dynamo.reset()
     _runs += 1
@@ -160,7 +160,7 @@ def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
     prof = cProfile.Profile() if profile or dump else None
     with _timed_parts(sched_times):
         # the clock starts before torch.compile, as `coil bench`'s does: Inductor imports its
-        # compiler there (coil's costs ~0.04 s)
+        # compiler there
         t0, c0 = time.perf_counter(), time.process_time()
         if prof is not None:
             prof.enable()

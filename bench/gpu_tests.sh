@@ -1,10 +1,50 @@
 #!/usr/bin/env bash
-# The end-to-end suite and the demo on a GPU (device tool): bash bench/gpu_tests.sh
+# coil's tests on the GPU machine, from the root of a copy of the tree that carries coil's wheels
+# in .whl/ (bench/README.md: how to build and carry them, and the device call).
+#
+#   bash bench/gpu_tests.sh                      # the runtime's GPU tests, the end-to-end suite, `coil demo`
+#   bash bench/gpu_tests.sh PYTEST_ARG ...       # pytest over what is named, e.g.
+#                                                #   tests-integration/test_reductions.py -k online
+#   bash bench/gpu_tests.sh opinfo [SWEEP_ARG ...]   # the OpInfo sweep with samples made on CUDA
+#
+# The end-to-end suite (tests-integration) runs its CUDA paths when a GPU is present; the tests
+# known to fail there are marked by tests-integration/gpu_known_failures.py. The OpInfo sweep
+# (tests-integration/opinfo/README.md) defaults here to float32 and bfloat16, one sample per
+# (op, dtype), 16 spawned workers, 90 s a pair, COIL_COMPILE_WORKERS=0 in each (the sweep's
+# workers are the parallelism); its arguments replace those defaults one by one (argparse keeps
+# the last), and its results go to $OUT/opinfo (sweep.jsonl and the summaries, written as it goes).
+# Logs go to $OUT (default bench-out): runtime_gpu.log, integration.log, demo.log, pytest.log,
+# opinfo.log. TESTS_S bounds each pytest or sweep run in seconds (default 540).
+# Exit status: that of the last run that failed, else 0.
 set -u
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 COIL_CACHE_DIR=/tmp/coil-cache
-python3 -m pytest -q -p no:cacheprovider tests-integration 2>&1 | tail -15 | tee "$OUT/integration.log"
-python3 -m pytest -q -p no:cacheprovider packages/runtime/tests -m gpu 2>&1 | tail -5 | tee "$OUT/runtime_gpu.log"
-python3 -m coil.backend.cli demo 2>&1 | grep -v '^\[transformers\]' | tee "$OUT/demo.log"
+source bench/device_env.sh
+status=0
+run() {  # run LOG CMD...: CMD with its output in $OUT/LOG and its summary lines printed
+  local log=$1
+  shift
+  echo "== $*"
+  timeout "${TESTS_S:-540}" "$@" > "$OUT/$log" 2>&1 || { status=$?; echo "   exit $status (log: $OUT/$log)"; }
+  grep -E "passed|failed|error|xfailed|FAILED|^ERROR|Timeout" "$OUT/$log" | grep -v -i "warning" | tail -15
+}
+pytest_q() { python3 -m pytest -q -p no:cacheprovider -rfEx "$@"; }
+
+if [ $# -eq 0 ]; then
+  run runtime_gpu.log pytest_q packages/runtime/tests -m gpu
+  run integration.log pytest_q tests-integration
+  echo "== coil demo"
+  coil demo > "$OUT/demo.log" 2>&1 || { status=$?; echo "   exit $status"; }
+  grep -v '^\[transformers\]' "$OUT/demo.log" | tail -20
+elif [ "$1" = opinfo ]; then
+  shift
+  out=$(cd "$OUT" && pwd)/opinfo
+  echo "== OpInfo sweep on CUDA $*"
+  ( cd tests-integration && COIL_OPINFO_DEVICE=cuda COIL_COMPILE_WORKERS=0 timeout "${TESTS_S:-540}" \
+      python3 opinfo/sweep.py --dtypes float32,bfloat16 --max-samples 1 --jobs 16 --timeout 90 \
+      --out "$out" "$@" ) > "$OUT/opinfo.log" 2>&1 || { status=$?; echo "   exit $status (log: $OUT/opinfo.log)"; }
+  [ -f "$out/sweep.jsonl" ] && echo "   $(wc -l < "$out/sweep.jsonl") (op, dtype) pairs recorded"
+  [ -f "$out/summary.md" ] && head -15 "$out/summary.md"
+  tail -5 "$OUT/opinfo.log"
+else
+  run pytest.log pytest_q "$@"
+fi
+exit $status

@@ -1,19 +1,21 @@
-"""A Triton 3.6 miscompile on the H200, kept as a standalone repro (no coil import).
+"""A Triton 3.6 miscompile on the GPU, kept as a standalone reproducer (no coil import).
 
     python bench/triton_miscompile/check.py [N]      (CUDA; N images, default 2)
 
-kernel0.py is the kernel coil generated (before session 4's change of warps) for ResNet-50's
-stem backward in channels-last bf16: the max_pool2d(3, 2, 1) backward over int8 window offsets,
-fused with the ReLU mask and the cast to fp32. Inputs are built with eager ops (batch norm +
-ReLU, max_pool2d_with_indices, the offsets derived from eager's indices), and the expected output
-is eager's max_pool2d_with_indices_backward, masked. Prints, per (XBLOCK, num_warps), the
-fraction of outputs off by more than 0.1 and the kernel time (triton.testing.do_bench, median).
+kernel0.py is a kernel coil generated for ResNet-50's stem backward in channels-last bf16: the
+max_pool2d(3, 2, 1) backward over int8 window offsets, fused with the ReLU mask and the cast to
+fp32. Inputs are built with eager ops (batch norm + ReLU, max_pool2d_with_indices, the offsets
+derived from eager's indices), and the expected output is eager's
+max_pool2d_with_indices_backward, masked. Prints, per (XBLOCK, num_warps), the fraction of
+outputs off by more than 0.1 and the kernel time (triton.testing.do_bench, median).
 
-Measured 2026-11-22 (H200, torch 2.11, Triton 3.6): XBLOCK 1024 with 4 warps and 512 with 2
-warps gave 5.0 % wrong outputs (a whole window's gradient routed to the wrong input); 1024 with
-2, 8 or 16 warps, 512 with 4 or 8, 256 with 2 and 2048 with 8 were right; so were the same text
-under TRITON_INTERPRET=1, and the text with any one of its nine accumulations dropped, or with
-int64 indices.
+With Triton 3.6, XBLOCK 1024 with 4 warps and 512 with 2 warps (8 elements a thread) route a
+whole window's gradient to the wrong input for a few percent of the outputs; other
+configurations, the same text under TRITON_INTERPRET=1, and the text with any one of its nine
+accumulations dropped or with int64 indices are right. This is why coil's pointwise rule
+(triton-codegen `config.choose`) gives 1024-wide blocks 2 warps and offers 1024 / 4 only to
+kernels with plain loads. The figures of the last run are in docs/perf.md; rerun it on a new
+Triton to see whether the rule can go.
 """
 
 from __future__ import annotations
