@@ -2,8 +2,8 @@
 
 cuBLAS runs its tensor-core kernels only when every matrix's leading dimension is a multiple of
 16 bytes. A vocabulary of 50 257 (GPT-2) or 30 522 (BERT) makes the logits' rows 100 514 and
-61 044 bytes long, and the projection onto them falls back to an ``align1`` kernel seven times
-slower on an H200 (1.67 ms instead of 0.23 ms for GPT-2's LM head at 4x512 tokens).
+61 044 bytes long, and the projection onto them falls back to an ``align1`` kernel several
+times slower (docs/perf.md has the figures).
 
 The pass keeps every value and every shape; only strides change:
 
@@ -11,14 +11,14 @@ The pass keeps every value and every shape; only strides change:
   ``W`` the graph computes (an LM head's weight cast to bf16 under autocast), ``W`` itself is
   padded with zero rows to ``N_pad`` and every other user of ``W`` (a graph output too: the
   forward saves it for the backward) reads its first rows, same shape and strides, so one
-  buffer serves both (GPT-2: 73.6 MiB less at the end of the forward) and the pad fuses into
+  buffer serves both (one ``[V, D]`` weight copy less at the end of the forward) and the pad fuses into
   ``W``'s producer; the result is the slice ``[:, :N]`` of the aligned ``[M, N_pad]`` product;
 * when ``B`` is column-major with an aligned leading dimension but not computed here (an
   inference graph's ``t(W)`` of a weight that is a graph input), the product is split by
   columns instead: ``cat([A @ B[:, :N8], A @ B[:, N8:]], 1)`` with ``N8`` the largest aligned
   width <= ``N`` (bias sliced alike), so no padded copy of ``W`` is made and the result is
-  contiguous: ``bench/lm_head_probe.py`` on an H100, GPT-2's LM head (2048 x 768 x 50 257,
-  bf16) 0.477 ms and 196 MiB of scratch against 0.566 ms and 270 MiB for the padded weight;
+  contiguous; this is faster than padding the weight and needs less scratch memory (the
+  figures for GPT-2's LM head are in docs/perf.md);
 * any other product with an unaligned result is computed on a ``B`` (and bias) padded with
   zero columns to ``N_pad``, and the result is the slice ``[:, :N]``;
 * an operand whose rows are unaligned is traced back through views to the tensor that owns its
