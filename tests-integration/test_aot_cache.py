@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 from coil.backend import COMPILED, coil_backend
-from coil.backend.aot_cache import PortableGraph, portable_module
+from coil.backend.caches.aot_cache import PortableGraph, portable_module
 from coil.backend.stats import BACKEND_CALLS
 from fresh_process import run_mlp
 from models import MLP
@@ -24,11 +24,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 # what the fresh process reports: the worst error against eager, each backend call's AOT-cache
 # verdict, torch's cache counters, what each coil graph came from, and whether the process built
-# coil's decomposition table (coil.backend.lazy_table: only AOTAutograd's tracing reads it)
+# coil's decomposition table (coil.backend.pipeline.lazy_table: only AOTAutograd's tracing reads it)
 REPORT = ('{"err": err, "calls": [c.aot_cache for c in BACKEND_CALLS], "counters": dict(counters["aot_autograd"]), '
           '"graphs": [{"name": s.name, "graph_cache": s.graph_cache, "aot_cache": s.aot_cache, '
           '"stages": sorted(s.stage_times), "kernels": s.kernels} for s in COMPILED], '
-          '"table_built": __import__("coil.backend.compile", fromlist=["_"])._decomposition_table.cache_info().currsize}')
+          '"table_built": __import__("coil.backend.pipeline.compile", fromlist=["_"])._decomposition_table.cache_info().currsize}')
 
 
 def _run(root: Path, **env_extra: str) -> dict[str, Any]:
@@ -104,7 +104,7 @@ def test_aot_cache_off_is_logged_and_the_old_path_runs(caplog: pytest.LogCapture
 
 def test_graph_run_eagerly_is_not_stored(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
                                          tmp_path: Path) -> None:
-    import coil.backend.compile as compile_mod
+    import coil.backend.pipeline.compile as compile_mod
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("lowering broken on purpose")
@@ -190,7 +190,7 @@ def test_a_portable_graph_module_pickles_its_tensors_by_value() -> None:
 def test_the_backward_module_torch_stores_is_portable(monkeypatch: pytest.MonkeyPatch) -> None:
     """The module made portable is the partitioner's backward (the one torch pickles into the
     entry; the backward compiler only gets a copy), and its lifted constant pickles by value."""
-    import coil.backend.aot_cache as aot_cache_module
+    import coil.backend.caches.aot_cache as aot_cache_module
 
     made: list[torch.fx.GraphModule] = []
     real = aot_cache_module.portable_module

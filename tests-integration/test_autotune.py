@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import coil.backend.autotune as backend_autotune
+import coil.backend.pipeline.autotune as backend_autotune
 import pytest
 import torch
-from coil.backend import COMPILED, GraphStats, knobs
+from coil.backend import COMPILED, GraphStats
+from coil.backend.config.knobs import knobs
 from coil.runtime import autotune, timing
 from coil.triton_codegen import KernelConfig, KernelSource
 
@@ -298,8 +299,8 @@ def test_autotune_is_off_by_default_under_the_interpreter(monkeypatch: pytest.Mo
 def test_the_aot_cache_entry_holds_the_tuned_specs(tuning: Timer, device: torch.device) -> None:
     """What torch's AOTAutograd cache would pickle (CoilOutputCode) carries the tuned wrapper and
     specs: loading it (as a warm process does) times nothing and launches the chosen configs."""
-    from coil.backend import aot_cache, graph_cache
-    from coil.backend.compile import _compile_for_aot_cache, load_portable
+    from coil.backend.caches import aot_cache, graph_cache
+    from coil.backend.pipeline.compile import _compile_for_aot_cache, load_portable
     from coil.lowering_ir import decomposition_table
     from torch.fx.experimental.proxy_tensor import make_fx
 

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 from check import run_both
-from coil.backend import COMPILED, knobs
+from coil.backend import COMPILED
+from coil.backend.config.knobs import knobs
 from coil.fx_passes import knobs as fx_knobs
 from torch import nn
 

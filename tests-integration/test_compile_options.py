@@ -1,5 +1,5 @@
 """torch.compile's `mode` and `options` reach coil as knob overrides for that one compile
-(coil.backend.options): they change what is compiled (forward and backward), stay scoped to the
+(coil.backend.config.options): they change what is compiled (forward and backward), stay scoped to the
 call, and a bad mode, option name or value is an error that names it. Oracle: eager PyTorch."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 import torch
-from coil.backend import COMPILED, knobs
-from coil.backend.options import MODES, resolve
+from coil.backend import COMPILED
+from coil.backend.config.knobs import knobs
+from coil.backend.config.options import MODES, resolve
 
 
 def _step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -63,7 +64,7 @@ def test_a_mode_turns_training_graphs_off_for_that_compile(device: torch.device,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """What the forward's and the backward's compiles see (training CUDA graphs are on by
     default; "max-autotune-no-cudagraphs" turns them off for that compile only)."""
-    import coil.backend.compile as backend_compile
+    import coil.backend.pipeline.compile as backend_compile
 
     seen: list[tuple[str, bool]] = []
     real = backend_compile._compile

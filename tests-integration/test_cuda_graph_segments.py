@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
-from coil.backend.knobs import knobs
+from coil.backend.config.knobs import knobs
 from coil.backend.stats import COMPILED
 from coil.runtime import cudagraph
 
@@ -462,7 +462,7 @@ def test_gpu_a_loss_graph_after_a_graph_break_reads_the_logits_in_place(runners:
     assert loss_forward.borrowed and not loss_forward.mutated_indices, "the logits are read in place"
 
 
-# -- module buffers as static inputs (coil.backend.static_inputs) ------------------------------
+# -- module buffers as static inputs (coil.backend.pipeline.static_inputs) ------------------------------
 
 
 class ConvBN(torch.nn.Module):
@@ -488,7 +488,7 @@ def _train_convbn(device: torch.device, runners: list[Any] | None = None
     """Three SGD steps of ConvBN, eager and coil from the same weights; per step the losses,
     gradients and buffers of both checked equal. Returns both models and the recorded
     (kind, input shapes, static indices) of every coil graph compiled."""
-    import coil.backend.compile as backend_compile
+    import coil.backend.pipeline.compile as backend_compile
 
     recorded: list[tuple[Any, ...]] = []
     real = backend_compile.dynamo_static_inputs

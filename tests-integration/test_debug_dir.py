@@ -15,7 +15,8 @@ from typing import Any
 import coil.lowering_ir.registry as registry
 import pytest
 import torch
-from coil.backend import COMPILED, CoilCompileError, compile_graph, knobs
+from coil.backend import COMPILED, CoilCompileError, compile_graph
+from coil.backend.config.knobs import knobs
 from models import TransformerBlock
 
 aten = torch.ops.aten

@@ -1,4 +1,4 @@
-"""coil's frontend cache (COIL_FRONTEND_CACHE, coil.backend.frontend_cache): an inference graph
+"""coil's frontend cache (COIL_FRONTEND_CACHE, coil.backend.caches.frontend_cache): an inference graph
 compiled once is served to a later compile of the same Dynamo graph without AOTAutograd, in a
 new process too; results equal eager; grad mode and autocast are handled as AOTAutograd's
 runtime wrapper does; what it cannot serve exactly (training graphs, mutated inputs, outputs
@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 import torch
-from coil.backend import COMPILED, coil_backend, knobs
-from coil.backend.frontend_cache import NAMESPACE
+from coil.backend import COMPILED, coil_backend
+from coil.backend.caches.frontend_cache import NAMESPACE
+from coil.backend.config.knobs import knobs
 from coil.backend.stats import BACKEND_CALLS
 from coil.runtime import disk_cache
 from fresh_process import run_mlp

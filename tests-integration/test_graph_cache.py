@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import torch
 from check import run_both
-from coil.backend import COMPILED, knobs
-from coil.backend.graph_cache import NAMESPACE
+from coil.backend import COMPILED
+from coil.backend.caches.graph_cache import NAMESPACE
+from coil.backend.config.knobs import knobs
 from coil.runtime import disk_cache
 from fresh_process import run_mlp
 from models import MLP

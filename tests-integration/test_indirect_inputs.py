@@ -1,4 +1,4 @@
-"""A backward graph's tangents read through a pointer table (coil.backend.indirect_inputs),
+"""A backward graph's tangents read through a pointer table (coil.backend.pipeline.indirect_inputs),
 end to end: backend="coil", its Triton kernels (the CPU interpreter here, with
 COIL_INDIRECT_INPUTS=always; on a GPU the default `auto` applies to the CUDA-graph runs).
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from coil.backend import COMPILED, knobs
+from coil.backend import COMPILED
+from coil.backend.config.knobs import knobs
 
 N = 512  # 512 x 512 fp32 tangents: 1 MiB, the smallest read through the table
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import coil.backend.compile as compile_mod
+import coil.backend.pipeline.compile as compile_mod
 import pytest
 import torch
 import torch.nn.functional as F
-from coil.backend import COMPILED, knobs
+from coil.backend import COMPILED
+from coil.backend.config.knobs import knobs
 from coil.wrapper_codegen import Allocate
 
 N, V = 12, 37

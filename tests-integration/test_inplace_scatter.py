@@ -14,7 +14,8 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from coil.backend import COMPILED, knobs
+from coil.backend import COMPILED
+from coil.backend.config.knobs import knobs
 
 
 def _compiled(fn: Callable[..., object], *args: torch.Tensor) -> object:

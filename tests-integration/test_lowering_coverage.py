@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from coil.backend import COMPILED, knobs
+from coil.backend import COMPILED
+from coil.backend.config.knobs import knobs
 from torch._dynamo.utils import counters
 
 Make = Callable[[torch.device], tuple[torch.Tensor, ...]]

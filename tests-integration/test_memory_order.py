@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 from check import run_both
-from coil.backend import COMPILED, knobs
+from coil.backend import COMPILED
+from coil.backend.config.knobs import knobs
 from models import TransformerBlock
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 import torch
-from coil.backend import COMPILED, knobs
+from coil.backend import COMPILED
+from coil.backend.config.knobs import knobs
 
 aten = torch.ops.aten
 NAN, INF = math.nan, math.inf

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from coil.backend import COMPILED, knobs
+from coil.backend import COMPILED
+from coil.backend.config.knobs import knobs
 
 
 def _fallbacks() -> list[str]:

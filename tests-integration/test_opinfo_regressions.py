@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 import torch
-from coil.backend import COMPILED, knobs
+from coil.backend import COMPILED
+from coil.backend.config.knobs import knobs
 
 
 def _compiled(fn: Callable[..., Any], *args: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Casts of parameters recomputed in the backward instead of saved (coil.backend.param_casts),
+"""Casts of parameters recomputed in the backward instead of saved (coil.backend.pipeline.param_casts),
 end to end: an autocast training step compiled by backend="coil" (CPU autocast to bfloat16
 here, Triton's interpreter; CUDA on the GPU) against the same step in eager mode, with the
 partition post-process seen to act."""
@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import torch
-from coil.backend import aot_cache, knobs
+from coil.backend.caches import aot_cache
+from coil.backend.config.knobs import knobs
 
 
 class MLP(torch.nn.Module):

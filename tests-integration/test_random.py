@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import torch
-from coil.backend import COMPILED, knobs
+from coil.backend import COMPILED
+from coil.backend.config.knobs import knobs
 
 
 def _fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:

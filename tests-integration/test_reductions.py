@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from coil.backend import COMPILED, knobs
+from coil.backend import COMPILED
+from coil.backend.config.knobs import knobs
 
 
 def _strategies() -> list[str]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import coil.backend.compile as backend_compile
+import coil.backend.pipeline.compile as backend_compile
 import pytest
 import torch
-from coil.backend import COMPILED, CoilCheckError, knobs
+from coil.backend import COMPILED, CoilCheckError
+from coil.backend.config.knobs import knobs
 from coil.wrapper_codegen import Allocate, Free, WrapperProgram
 
 

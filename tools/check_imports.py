@@ -35,6 +35,8 @@ def declared(pyproject: Path) -> tuple[str, set[str], set[str]]:
     data = tomllib.loads(pyproject.read_text())["project"]
     own = "coil.backend" if data["name"] == "coil" else coil_import(data["name"])
     allowed: set[str] = {own}
+    if data["name"] == "coil":
+        allowed.add("coil.bench")  # the `coil` distribution ships the backend and its bench harness
     for req in data.get("dependencies", []):
         name = re.split(r"[<>=!~ \[;]", req, maxsplit=1)[0]
         allowed |= {coil_import(name)} if name.startswith("coil-") else PROVIDES.get(name, {name})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from coil.backend.bench import select, suite_names
-from coil.backend.cli import main
+from coil.backend.cli.main import main
+from coil.bench.runner import select, suite_names
 
 
 def test_bench_without_cuda_exits_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
@@ -41,7 +41,7 @@ def test_a_model_case_whose_process_fails_is_reported_not_raised(tmp_path: objec
     before writing its result gives an error entry naming its exit status, and the bench goes on."""
     from pathlib import Path
 
-    from coil.backend.bench_models import run_model_in_process
+    from coil.bench.models import run_model_in_process
 
     res = run_model_in_process("no_such_model_train_amp", Path(str(tmp_path)), ("eager", "coil"))
     assert res["kind"] == "model"
@@ -57,8 +57,8 @@ def test_the_warm_process_reports_where_each_graph_came_from(monkeypatch: pytest
     import subprocess
     from types import SimpleNamespace
 
-    from coil.backend import bench_models
     from coil.backend.stats import COMPILED, GraphStats
+    from coil.bench import models as bench_models
 
     saved = list(COMPILED)
     try:  # what the warm process prints, from its COMPILED

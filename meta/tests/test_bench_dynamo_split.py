@@ -8,8 +8,8 @@ import time
 
 import pytest
 import torch
-from coil.backend.bench import _dynamo_split, targets
-from coil.backend.bench_models import dynamo_report
+from coil.bench.models import dynamo_report
+from coil.bench.runner import _dynamo_split, targets
 
 
 def test_a_real_compile_is_split_into_tracing_and_the_backend_within_its_wall_time() -> None:

@@ -1,4 +1,4 @@
-"""coil.backend.bench_rounds: interleaved timing rounds and the round-by-round comparison, and how
+"""coil.bench.rounds: interleaved timing rounds and the round-by-round comparison, and how
 `coil bench` reports a micro case behind Inductor."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from coil.backend.bench import targets
-from coil.backend.bench_rounds import interleaved, paired
+from coil.bench.rounds import interleaved, paired
+from coil.bench.runner import targets
 
 
 def test_every_call_is_timed_once_a_round_in_rotating_order() -> None:

@@ -6,10 +6,10 @@ import os
 from typing import Any
 
 import pytest
-from coil.backend import bench_models
-from coil.backend.bench import targets
-from coil.backend.bench_models import WARM_RUNS, WARM_RUNS_ENV, warm_median, warm_runs, warm_starts
-from coil.backend.cli import main
+from coil.backend.cli.main import main
+from coil.bench import models as bench_models
+from coil.bench.models import WARM_RUNS, WARM_RUNS_ENV, warm_median, warm_runs, warm_starts
+from coil.bench.runner import targets
 
 
 def test_the_median_of_the_processes_is_reported() -> None:

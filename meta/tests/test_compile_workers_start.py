@@ -22,8 +22,7 @@ def _graph(device: str) -> torch.fx.GraphModule:
                                                              ("cpu", False, False)])
 def test_workers_start_for_a_real_gpu_compile_only(monkeypatch: pytest.MonkeyPatch, device: str,
                                                    interpret: bool, starts: bool) -> None:
-    from coil.backend import compile as backend_compile
-
+    from coil.backend.pipeline import compile as backend_compile
     calls: list[int] = []
     monkeypatch.setattr(backend_compile, "prestart_compile_workers", lambda: calls.append(1))
     monkeypatch.setattr(backend_compile, "interpreter_enabled", lambda device: interpret)

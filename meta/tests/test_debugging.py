@@ -6,13 +6,14 @@ import sys
 import types
 from typing import Any
 
-import coil.backend.progress as progress
+import coil.backend.pipeline.progress as progress
 import pytest
 import torch
-from coil.backend import CoilCheckError, knobs
-from coil.backend.checks import LifetimeTracker, check_outputs
-from coil.backend.dump import Span
-from coil.backend.logs import ARTEFACTS, selected
+from coil.backend import CoilCheckError
+from coil.backend.config.knobs import knobs
+from coil.backend.debug.checks import LifetimeTracker, check_outputs
+from coil.backend.debug.dump import Span
+from coil.backend.debug.logs import ARTEFACTS, selected
 
 
 def test_coil_logs_selection() -> None:

@@ -6,8 +6,9 @@ from importlib.metadata import entry_points
 
 import coil.backend
 import pytest
-from coil.backend import KNOBS, GraphStats, knobs
-from coil.backend.cli import main
+from coil.backend import KNOBS, GraphStats
+from coil.backend.cli.main import main
+from coil.backend.config.knobs import knobs
 
 
 def test_knob_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,7 +42,7 @@ def test_unknown_knob_is_an_error() -> None:
 
 def test_autotune_modes(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
-    from coil.backend.autotune import enabled, mode
+    from coil.backend.pipeline.autotune import enabled, mode
     from coil.runtime.knobs import override
 
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")

@@ -1,11 +1,11 @@
-"""coil.backend.lazy_table: the decomposition table is built at its first read, once."""
+"""coil.backend.pipeline.lazy_table: the decomposition table is built at its first read, once."""
 
 from __future__ import annotations
 
 import threading
 
 import torch
-from coil.backend.lazy_table import LazyTable
+from coil.backend.pipeline.lazy_table import LazyTable
 from coil.lowering_ir import decomposition_table
 
 
@@ -44,7 +44,7 @@ def test_concurrent_first_reads_build_once() -> None:
 
 
 def test_the_backends_table_equals_lowering_irs_and_is_a_copy() -> None:
-    from coil.backend.compile import _decompositions
+    from coil.backend.pipeline.compile import _decompositions
 
     a, b = _decompositions(), _decompositions()
     ref = decomposition_table()

@@ -1,4 +1,4 @@
-"""recompute_param_casts on partitions torch's min-cut partitioner makes (coil.backend.param_casts):
+"""recompute_param_casts on partitions torch's min-cut partitioner makes (coil.backend.pipeline.param_casts):
 which saved tensors become parameters, and that the pair still computes eager's gradients."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from coil.backend.param_casts import recompute_param_casts
+from coil.backend.pipeline.param_casts import recompute_param_casts
 from torch._functorch.aot_autograd import aot_function, make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 

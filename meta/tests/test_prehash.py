@@ -1,4 +1,4 @@
-"""coil.backend.prehash: importing coil.backend hashes torch's and Triton's sources on a thread
+"""coil.backend.caches.prehash: importing coil.backend hashes torch's and Triton's sources on a thread
 (COIL_PREHASH), and the keys it leaves cached are those a process without it computes."""
 
 from __future__ import annotations
@@ -46,6 +46,5 @@ def test_the_thread_leaves_the_keys_torch_computes_cached() -> None:
 
 
 def test_start_runs_once_per_process() -> None:
-    from coil.backend import prehash
-
+    from coil.backend.caches import prehash
     assert prehash.start() is None  # importing coil.backend started it (or the knob is off)

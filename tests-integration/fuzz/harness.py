@@ -39,8 +39,7 @@ def tolerances(dtype: torch.dtype, low: bool = False) -> dict[str, float]:
 def check(prog: Program) -> None:
     """Raise (AssertionError for a mismatch, anything else for a crash) unless coil matches eager."""
     import coil.backend
-    from coil.backend import knobs
-
+    from coil.backend.config.knobs import knobs
     torch._dynamo.reset()
     coil.backend.reset()
     fn = prog.function()

@@ -7,7 +7,7 @@ finding starts as a strict xfail naming the bug, and loses the marker with the f
 from __future__ import annotations
 
 import torch
-from coil.backend import knobs
+from coil.backend.config.knobs import knobs
 
 
 def _compare(fn, *args: torch.Tensor, **tol: float) -> None:  # type: ignore[no-untyped-def]

@@ -394,7 +394,7 @@ def run_case(op: Any, dtype: str, index: int, sample: Any, graphs: list[Any], br
     compiled = torch.compile(fn, backend="coil", fullgraph=False, dynamic=False)
     result: CaseResult | None = None
     try:
-        with coil.backend.knobs.override(fallback_on_error=True), warnings.catch_warnings():
+        with coil.backend.config.knobs.override(fallback_on_error=True), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(0)
             actual = compiled(*comp_args)

@@ -5,10 +5,10 @@ Public API: `coil_backend` (also registered as backend="coil"), `compile_graph`,
 Debugging (knobs COIL_LOGS, COIL_DEBUG_DIR, COIL_CHECK_*): docs/debugging.md.
 """
 
-from coil.backend.compile import coil_backend, compile_graph
+from coil.backend.caches.prehash import start as _start_prehash
+from coil.backend.config.knobs import KNOBS, knobs
 from coil.backend.errors import CoilCheckError, CoilCompileError
-from coil.backend.knobs import KNOBS, knobs
-from coil.backend.prehash import start as _start_prehash
+from coil.backend.pipeline.compile import coil_backend, compile_graph
 from coil.backend.stats import COMPILED, GraphStats, reset
 
 _start_prehash()

@@ -41,9 +41,9 @@ class GraphStats:
     # "segment k: captured (n launches)", "...: eager (why)", "...: uncaptured (why)"
     cuda_graph_segments: list[str] = field(default_factory=list)
     # inputs a CUDA graph of this graph uses in place besides its nn.Parameters: the module
-    # buffers Dynamo marked static (coil.backend.static_inputs); forward and inference graphs
+    # buffers Dynamo marked static (coil.backend.pipeline.static_inputs); forward and inference graphs
     static_inputs: tuple[int, ...] = ()
-    # autotuning (COIL_AUTOTUNE; coil.backend.autotune): kernels whose launch configuration was
+    # autotuning (COIL_AUTOTUNE; coil.backend.pipeline.autotune): kernels whose launch configuration was
     # chosen among candidates (timed now or found in the tuning cache), how many of them left
     # their default, how many choices came from the tuning cache (nothing timed), and each tuned
     # kernel's kept configuration ("XBLOCK=.. RBLOCK=.. warps=.. grid=(..)", "(default)" if kept)
@@ -90,7 +90,7 @@ class BackendCall:
     pre_grad_s: float = 0.0
     aot_s: float = 0.0
     aot_cache: str = "off"  # torch's AOTAutograd cache: "hit", "miss", "bypass" or "off" (not used)
-    # coil's frontend cache (coil.backend.frontend_cache): "hit" (AOTAutograd not called), "miss"
+    # coil's frontend cache (coil.backend.caches.frontend_cache): "hit" (AOTAutograd not called), "miss"
     # or "off"; the seconds of its look-up and load; after a miss "stored" or why not, when off
     # why it was not used
     frontend_cache: str = "off"

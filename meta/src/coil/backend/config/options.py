@@ -1,7 +1,7 @@
 """Per-compile settings: `torch.compile(model, backend="coil", mode=..., options={...})`.
 
 torch hands a custom backend `mode` (when not "default") and `options` as keyword arguments.
-`resolve` turns them into knob overrides (coil.backend.knobs names) for that one compile:
+`resolve` turns them into knob overrides (coil.backend.config.knobs names) for that one compile:
 
 - `mode` (applied first): "default" (nothing), "reduce-overhead" (CUDA graphs for inference and
   training graphs: `cuda_graphs`, `cuda_graphs_training`), "max-autotune" (autotuning of every
@@ -28,7 +28,7 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from coil.backend.knobs import KNOBS, knobs
+from coil.backend.config.knobs import KNOBS, knobs
 
 MODES: dict[str, dict[str, Any]] = {
     "default": {},

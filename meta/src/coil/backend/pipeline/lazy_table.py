@@ -2,7 +2,7 @@
 
 Building `lowering_ir.decomposition_table()` costs 0.1-0.2 s per process (torch's
 `core_aten_decompositions()` materialises the CompositeImplicitAutograd ops). AOTAutograd reads
-the table only when it traces; a hit in its cache (`coil.backend.aot_cache`: every warm start)
+the table only when it traces; a hit in its cache (`coil.backend.caches.aot_cache`: every warm start)
 never reads it, so a warm start should not pay for it. `LazyTable(build)` calls `build` on the
 first read of any kind (a key, its length, iteration) and never again; until then it holds
 nothing. Reads are those of a plain dict, so `{**table}`, `dict(table)` and `table or {}` (how

@@ -37,8 +37,8 @@ from collections.abc import Callable, Sequence
 
 import sympy
 import torch
-from coil.backend import logs
-from coil.backend.knobs import knobs
+from coil.backend.config.knobs import knobs
+from coil.backend.debug import logs
 from coil.backend.stats import GraphStats
 from coil.lowering_ir import LoweredGraph
 from coil.runtime import KernelSpec, interpreter_enabled

@@ -29,10 +29,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch.fx
-from coil.backend import logs
-from coil.backend.dump import format_ir, format_memory_plan, format_schedule, spans, timeline_csv
-from coil.backend.knobs import knobs
-from coil.backend.reproduce import capture, write_repro
+from coil.backend.config.knobs import knobs
+from coil.backend.debug import logs
+from coil.backend.debug.dump import (
+    format_ir,
+    format_memory_plan,
+    format_schedule,
+    spans,
+    timeline_csv,
+)
+from coil.backend.debug.reproduce import capture, write_repro
 from coil.lowering_ir import LoweredGraph
 from coil.memory_planner import Block, timeline_png
 from coil.scheduler import Schedule

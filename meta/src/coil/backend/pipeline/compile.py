@@ -24,23 +24,25 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-from coil.backend import aot_cache, autotune, frontend_cache, graph_cache, indirect_inputs, logs
-from coil.backend import options as compile_options
-from coil.backend.aot_cache import CoilOutputCode, PortableGraph
-from coil.backend.artefacts import Artefacts
-from coil.backend.checks import (
+from coil.backend.caches import aot_cache, frontend_cache, graph_cache
+from coil.backend.caches.aot_cache import CoilOutputCode, PortableGraph
+from coil.backend.config import options as compile_options
+from coil.backend.config.knobs import knobs
+from coil.backend.debug import logs
+from coil.backend.debug.artefacts import Artefacts
+from coil.backend.debug.checks import (
     TRACKER,
     LifetimeTracker,
     check_outputs,
     instrument_wrapper,
     returned_storage,
 )
-from coil.backend.dump import spans
+from coil.backend.debug.dump import spans
 from coil.backend.errors import CoilCompileError
-from coil.backend.knobs import knobs
-from coil.backend.lazy_table import LazyTable
-from coil.backend.progress import compile_with_progress
-from coil.backend.static_inputs import dynamo_static_inputs, marked_static
+from coil.backend.pipeline import autotune, indirect_inputs
+from coil.backend.pipeline.lazy_table import LazyTable
+from coil.backend.pipeline.progress import compile_with_progress
+from coil.backend.pipeline.static_inputs import dynamo_static_inputs, marked_static
 from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats, format_stage_times
 from coil.fx_passes import adopt_input_strides, run_post_grad_passes, run_pre_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
@@ -480,7 +482,7 @@ def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, mod
     """The torch.compile backend (registered as "coil" through the torch_dynamo_backends entry point).
 
     `mode` and `options` (torch.compile's) become knob overrides for this compile
-    (coil.backend.options; a ValueError names a bad one). With the AOT cache usable
+    (coil.backend.config.options; a ValueError names a bad one). With the AOT cache usable
     (`aot_cache.unusable`), the compilers are torch's serializable ones and a hit in torch's
     AOTAutograd cache returns without tracing or compiling; otherwise (the reason is logged at
     INFO) AOTAutograd runs with plain compilers, as before."""
@@ -593,7 +595,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
 
 def _from_frontend(entry: frontend_cache.Entry, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
                    ) -> Callable[..., Any] | None:
-    """The callable of a frontend-cache hit (coil.backend.frontend_cache), or None when the entry
+    """The callable of a frontend-cache hit (coil.backend.caches.frontend_cache), or None when the entry
     does not load (logged at INFO; the caller compiles as on a miss and stores it again)."""
     try:
         cached = graph_cache.parse(entry.text, aot_cache.ENTRY_KEY)

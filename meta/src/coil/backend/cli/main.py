@@ -8,7 +8,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     """`coil demo` / `coil bench`: run a real model with backend="coil", or benchmark it."""
-    from coil.backend.bench import suite_names
+    from coil.bench.runner import suite_names
 
     parser = argparse.ArgumentParser(prog="coil", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                             "package), so that the warm one can skip Dynamo's tracing")
     args = parser.parse_args(argv)
     if args.cmd == "demo":
-        from coil.backend.demo import run_demo
+        from coil.backend.cli.demo import run_demo
 
         return run_demo()
     if args.cmd == "bench":
@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         import os
 
-        from coil.backend.bench import ROUNDS, run
-        from coil.backend.bench_models import PRECOMPILE_ENV, WARM_RUNS_ENV
+        from coil.bench.models import PRECOMPILE_ENV, WARM_RUNS_ENV
+        from coil.bench.runner import ROUNDS, run
 
         if args.warm_runs is not None:
             if args.warm_runs < 1:

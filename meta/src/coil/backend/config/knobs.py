@@ -94,7 +94,7 @@ KNOBS: dict[str, Knob] = {
     "frontend_cache": Knob("COIL_FRONTEND_CACHE", True, bool,
                            "reuse a compiled inference graph keyed on the Dynamo graph itself, from "
                            "<COIL_CACHE_DIR>/frontend/, skipping AOTAutograd, its cache key and its imports on a hit "
-                           "(coil.backend.frontend_cache); needs COIL_GRAPH_CACHE"),
+                           "(coil.backend.caches.frontend_cache); needs COIL_GRAPH_CACHE"),
     "prehash": Knob("COIL_PREHASH", True, bool,
                     "on importing coil.backend, hash torch's and Triton's sources (the keys of AOTAutograd's and "
                     "Triton's caches, which every process's first compile computes) on a daemon thread, so that "

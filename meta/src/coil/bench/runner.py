@@ -13,7 +13,7 @@ then the median of `triton.testing.do_bench` (CUDA events), the peak memory of o
 are memory reserved too; for a model case measured in the mode's warm-start process, which runs
 that mode alone: `bench_models.own_process_peak`), and accuracy with the PyTorch benchmark harness's rule against an fp64 reference:
 RMSE(mode) <= 3 * RMSE(eager) + tol / 10 (tol 1e-2 for bf16, 1e-4 for fp32). Micro cases are timed after all
-modes have compiled, in interleaved rounds (`--rounds`, default 5; coil.backend.bench_rounds): a
+modes have compiled, in interleaved rounds (`--rounds`, default 5; coil.bench.rounds): a
 mode's time is the median of its rounds, and coil is compared with Inductor round by round. They
 also report achieved GB/s (bytes of the inputs read + output written / median time) against a
 device-to-device copy of a same-size tensor measured in the same run.
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coil.backend.bench_models import (
+from coil.bench.models import (
     EST_S,
     MODEL_CASES,
     SPECS,
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 ROWS, COLS = 16384, 8192
 MODES = ("eager", "inductor", "coil")
 MULTIPLIER = 3.0
-# interleaved timing rounds of a micro case (coil.backend.bench_rounds; `coil bench --rounds`)
+# interleaved timing rounds of a micro case (coil.bench.rounds; `coil bench --rounds`)
 ROUNDS = 5
 
 
@@ -296,7 +296,7 @@ class Ctx:
 
 def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES, rounds: int = ROUNDS) -> dict[str, Any]:
     """One micro case in every mode: each mode's cold compile and first call, accuracy and warm
-    peak in turn; then the modes' times in `rounds` interleaved rounds (coil.backend.bench_rounds),
+    peak in turn; then the modes' times in `rounds` interleaved rounds (coil.bench.rounds),
     each round one `do_bench` median per mode. A mode's `ms` is the median of its rounds
     (`ms_rounds` has them all); `coil_vs_inductor` compares the two round by round."""
     import torch
@@ -357,7 +357,7 @@ def _time_in_rounds(res: dict[str, Any], calls: dict[str, Callable[[], object]],
     Dynamo, so every mode but the last compiles again on its first call here (into the last
     mode's cache folders), outside the timing."""
     import torch
-    from coil.backend.bench_rounds import interleaved, paired
+    from coil.bench.rounds import interleaved, paired
 
     with torch.no_grad():
         for mode, call in list(calls.items()):

@@ -55,8 +55,8 @@ from typing import Any
 
 import torch
 import torch.fx
-from coil.backend import logs
-from coil.backend.knobs import KNOBS, knobs
+from coil.backend.config.knobs import KNOBS, knobs
+from coil.backend.debug import logs
 from coil.fx_passes import knobs as fx_knobs
 from coil.lowering_ir.knobs import inline_enabled, split_reduction_min
 from coil.runtime import KernelSpec, TensorArg, disk_cache

@@ -6,7 +6,7 @@ imports Inductor's compiler and every Inductor device backend (`FxGraphHashDetai
 `init_backend_registration()`; 231 modules, 1.02 s of import time on the H100 machine, torch
 2.11). This cache sits in front of it: keyed on the Dynamo graph as the backend receives it, it
 holds the one compiled inference graph AOTAutograd made of it, and a hit calls that graph
-directly. (`coil.backend.compile` also imports AOTAutograd only when it calls it; with
+directly. (`coil.backend.pipeline.compile` also imports AOTAutograd only when it calls it; with
 backend="coil" given by name, torch's backend registry imports it anyway, through
 `torch._dynamo.backends.common`.)
 
@@ -61,9 +61,9 @@ from typing import Any
 
 import torch
 import torch.fx
-from coil.backend import graph_cache
-from coil.backend.aot_cache import ENTRY_KEY, pack_tensor, torch_refusal, unpack_tensor
-from coil.backend.knobs import knobs
+from coil.backend.caches import graph_cache
+from coil.backend.caches.aot_cache import ENTRY_KEY, pack_tensor, torch_refusal, unpack_tensor
+from coil.backend.config.knobs import knobs
 from coil.runtime import disk_cache
 from coil.runtime.knobs import knobs as runtime_knobs
 

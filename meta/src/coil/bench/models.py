@@ -278,7 +278,7 @@ def own_process_peak(step: Callable[[], Any]) -> dict[str, Any]:
     mode inherits the allocator state the modes before it left: after Inductor's run, coil's GPT-2
     step held 408 MiB more free memory pinned in the ordinary pool than alone (3430 vs 3102 MiB
     reserved, the same 605 MiB live; bench/memory_probe.py, H100, 2026-11-26)."""
-    from coil.backend.bench import _warm_peak
+    from coil.bench.runner import _warm_peak
 
     for _ in range(ACCURACY_CALL - 1):  # to the replayed call
         step()
@@ -294,7 +294,7 @@ def new_process_first_call(case: str, mode: str, env: dict[str, str]
     there (`dynamo_report`: graphs traced, Dynamo-cache counters). The process of a mode other
     than coil runs with COIL_PREHASH=0: it imports coil.backend too, whose hashing thread would
     otherwise give that mode's first call coil's head start."""
-    cmd = [sys.executable, "-m", "coil.backend.bench_models", case, mode]
+    cmd = [sys.executable, "-m", "coil.bench.models", case, mode]
     extra = {"TORCH_CACHING_PRECOMPILE": "1"} if precompile_requested() else {}
     if mode != "coil":
         extra["COIL_PREHASH"] = "0"
@@ -384,7 +384,7 @@ def run_model(case: str, cold: Callable[[str], Any], modes: tuple[str, ...]) -> 
     """Measure one model case in every mode. `cold(tag)` is a context manager with empty caches
     that yields the cache environment (for the warm-compile process)."""
     import torch
-    from coil.backend.bench import _bench, _coil_graphs, _warm_peak
+    from coil.bench.runner import _bench, _coil_graphs, _warm_peak
 
     spec, kind = _split(case)
     base = _model(spec)
@@ -491,7 +491,7 @@ def run_model_in_process(case: str, root: Path, modes: tuple[str, ...]) -> dict[
     CUDA-graph pools) is counted in this case's memory or time."""
     fd, name = tempfile.mkstemp(suffix=".json", dir=root)
     os.close(fd)
-    cmd = [sys.executable, "-m", "coil.backend.bench_models", "--case", case, str(root), ",".join(modes), name]
+    cmd = [sys.executable, "-m", "coil.bench.models", "--case", case, str(root), ",".join(modes), name]
     try:
         p = subprocess.run(cmd, timeout=3600)
         code: object = p.returncode
@@ -505,7 +505,7 @@ def run_model_in_process(case: str, root: Path, modes: tuple[str, ...]) -> dict[
 
 
 def main(argv: list[str]) -> int:
-    """`python -m coil.backend.bench_models CASE MODE`: print the first call's seconds, each coil
+    """`python -m coil.bench.models CASE MODE`: print the first call's seconds, each coil
     graph's cache verdicts, what Dynamo did (`dynamo_report`) and the step's own-process warm
     peak (`own_process_peak`);
     `... --case CASE ROOT MODES OUT.json`: `run_model` for one case (modes comma-separated, cold
@@ -513,7 +513,7 @@ def main(argv: list[str]) -> int:
     import coil.backend  # noqa: F401  (registers backend="coil")
 
     if argv[:1] == ["--case"]:
-        from coil.backend.bench import _cold
+        from coil.bench.runner import _cold
 
         case, root, modes, out = argv[1:]
         res = run_model(case, functools.partial(_cold, Path(root)), tuple(modes.split(",")))

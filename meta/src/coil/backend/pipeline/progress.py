@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from coil.backend.knobs import knobs
+from coil.backend.config.knobs import knobs
 from coil.runtime import KernelSpec, compile_kernels
 from coil.runtime.knobs import knobs as runtime_knobs
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from coil.backend.dump import Span
+from coil.backend.debug.dump import Span
 from coil.backend.errors import CoilCheckError
 from coil.wrapper_codegen import (
     Allocate,

@@ -41,9 +41,9 @@ from typing import Any
 
 import torch
 import torch.fx
-from coil.backend import graph_cache
-from coil.backend.knobs import knobs
-from coil.backend.param_casts import recompute_param_casts
+from coil.backend.caches import graph_cache
+from coil.backend.config.knobs import knobs
+from coil.backend.pipeline.param_casts import recompute_param_casts
 from coil.runtime.knobs import knobs as runtime_knobs
 from torch._inductor.output_code import OutputCode
 
@@ -191,7 +191,7 @@ class CoilOutputCode(OutputCode):
     `BypassAOTAutogradCache` when the graph is not storable (`refusal`: an eager fallback, a
     constant without plain data). Unpickling checks the payload's sha256 and parses it
     (ValueError when either fails: torch then skips the file); `post_compile` rebuilds the
-    callable (`coil.backend.compile.load_portable`).
+    callable (`coil.backend.pipeline.compile.load_portable`).
     """
 
     def __init__(self, kind: str, call: Callable[[list[Any]], Any], graph: PortableGraph | None,
@@ -241,7 +241,7 @@ class CoilOutputCode(OutputCode):
         if self._call is not None:
             return
         assert self.graph is not None
-        from coil.backend.compile import load_portable
+        from coil.backend.pipeline.compile import load_portable
 
         parsed = self._parsed or graph_cache.parse(self.graph.text, ENTRY_KEY)
         self._call = load_portable(self.kind, parsed, self.graph.constants, self.static_inputs)

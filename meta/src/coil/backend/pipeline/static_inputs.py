@@ -21,7 +21,7 @@ static). Contract:
 `marked_static(gm, example_inputs)` gives the same list without AOTAutograd, from the Dynamo
 graph's placeholders (`meta["tensor_dict"]["_dynamo_static_input_type"]`, the mark AOTAutograd
 reads to build `static_input_indices`), for a graph whose inputs are the Dynamo graph's one to
-one (a frontend-cache hit, coil.backend.frontend_cache); `()` when the counts differ.
+one (a frontend-cache hit, coil.backend.caches.frontend_cache); `()` when the counts differ.
 
 A static input must keep its address across calls: if one moves (the user assigned a new buffer),
 the runner stops replaying, with one warning, and runs its graph's kernels directly.

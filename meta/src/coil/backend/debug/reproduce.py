@@ -221,8 +221,11 @@ def main():
     gm = build(inputs)
     expected = gm(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
 
-    from coil.backend import COMPILED, compile_graph, knobs
+    from coil.backend import COMPILED
 
+    from coil.backend import compile_graph
+
+    from coil.backend.config.knobs import knobs
     with knobs.override(fallback_on_error=False):
         compiled = compile_graph(gm, inputs, kind=KIND)
     stats = COMPILED[-1]

@@ -1,0 +1,1 @@
+"""The `coil` console script and its `demo` command."""

@@ -1,0 +1,1 @@
+"""Settings: the knobs coil.backend reads and the per-compile `options`/`mode` of torch.compile."""

@@ -1,0 +1,1 @@
+"""Debugging artefacts: the debug dir, artefact logs, text dumps, repro scripts and run-time self-checks."""
