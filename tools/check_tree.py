@@ -1,0 +1,100 @@
+"""Check the tree's house rules (run by `nox -s lint`, so by CI).
+
+1. The tree describes coil as it is: no text refers to numbered rounds of past work ("session 12",
+   "gpu_session12a.sh"), and only docs/perf.md, whose tables must say when and where each figure
+   was measured, and the OpInfo sweep's generated results, which stamp their run, carry dates.
+2. Small files and functions: no Python file over MAX_FILE_LINES lines, no function over
+   MAX_FUNCTION_LINES (classes may be longer: their methods are counted one by one).
+3. One knob registry: `os.environ`, `os.getenv` and `os.putenv` appear only in ENVIRON_FILES.
+
+Fails naming the file, line and rule of each violation. Stdlib only: runs before anything is
+installed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_FILE_LINES = 800
+MAX_FUNCTION_LINES = 120
+# The registry reads the environment for every knob; the bench harness starts each measured mode
+# in a child process with its own cache folders, which it hands over as environment variables.
+ENVIRON_FILES = frozenset({
+    "packages/knobs/src/coil/knobs/registry.py",
+    "meta/src/coil/bench/models.py",
+})
+DATED = ("docs/perf.md", "tests-integration/opinfo/results/")
+SKIPPED = frozenset({"uv.lock", "tools/check_tree.py"})
+
+HISTORY = re.compile(r"\bsessions? ?\d+|\bgpu_session|\bsession\d+[a-z]?\b|\bround \d+ of (?:work|measurement)",
+                     re.IGNORECASE)
+DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+ENVIRON = re.compile(r"\bos\.(?:environ|getenv|putenv)\b|\bfrom os import [^\n]*\b(?:environ|getenv|putenv)\b")
+TEXT_SUFFIXES = frozenset({".py", ".md", ".sh", ".toml", ".txt", ".cfg", ".ini", ".yml", ".yaml", ".json", ""})
+
+
+def tracked() -> list[str]:
+    """The repository's tracked files, relative to ROOT."""
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    return [f for f in out.splitlines() if f not in SKIPPED and (ROOT / f).is_file()]
+
+
+def history_words(path: str, text: str) -> list[str]:
+    """Lines naming past rounds of work, or dated outside DATED."""
+    bad = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if HISTORY.search(line):
+            bad.append(f"{path}:{no}: names a past round of work: {line.strip()[:90]}")
+        elif not path.startswith(DATED) and DATE.search(line):
+            bad.append(f"{path}:{no}: a date outside docs/perf.md: {line.strip()[:90]}")
+    return bad
+
+
+def sizes(path: str, text: str) -> list[str]:
+    """A Python file over MAX_FILE_LINES, or functions over MAX_FUNCTION_LINES."""
+    bad = []
+    lines = text.count("\n")
+    if lines > MAX_FILE_LINES:
+        bad.append(f"{path}: {lines} lines (at most {MAX_FILE_LINES})")
+    for node in ast.walk(ast.parse(text, path)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                bad.append(f"{path}:{node.lineno}: function {node.name} is {length} lines "
+                           f"(at most {MAX_FUNCTION_LINES})")
+    return bad
+
+
+def environ_reads(path: str, text: str) -> list[str]:
+    """Environment access outside the knob registry (ENVIRON_FILES)."""
+    if path in ENVIRON_FILES:
+        return []
+    return [f"{path}:{no}: reads the environment outside the knob registry (coil.knobs)"
+            for no, line in enumerate(text.splitlines(), 1) if ENVIRON.search(line)]
+
+
+def main() -> int:
+    bad: list[str] = []
+    for path in tracked():
+        if Path(path).suffix not in TEXT_SUFFIXES:
+            continue
+        try:
+            text = (ROOT / path).read_text()
+        except UnicodeDecodeError:
+            continue
+        bad += history_words(path, text)
+        if path.endswith(".py"):
+            bad += sizes(path, text) + environ_reads(path, text)
+    for line in bad:
+        print(line)
+    print(f"tree rules: {len(bad)} violations")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
