@@ -125,7 +125,7 @@ def test_graph_run_eagerly_is_not_stored(caplog: pytest.LogCaptureFixture, monke
 
 def test_portable_graph_pickles_its_constants_by_value_under_fake_mode() -> None:
     """torch pickles entries while AOTAutograd's FakeTensorMode may be active; a constant must
-    travel as bytes (torch 2.11 refused to copy a real CUDA tensor to the CPU there), and come
+    travel as bytes (torch 2.11 refuses to copy a real CUDA tensor to the CPU there), and come
     back with its dtype, size, stride, storage offset and values."""
     consts = {
         "transposed_bf16": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3).t(),

@@ -7,7 +7,7 @@ eager's strides. Pointwise kernels over channels-last tensors run their loops in
 
 On CUDA, TF32 is off for these tests (`fp32_convolutions`): cuDNN picks other algorithms for
 channels-last and contiguous operands, and with TF32 they differ by ~1e-3 relative, above the
-1e-4 tolerance (measured on an H200: 37 % of a conv-bn-relu-conv output's elements).
+1e-4 tolerance (on about a third of a conv-bn-relu-conv output's elements).
 """
 
 from __future__ import annotations

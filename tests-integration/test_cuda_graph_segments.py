@@ -357,11 +357,9 @@ def test_gpu_training_graphs_hold_no_more_memory_than_uncaptured_steps() -> None
     peak without them (when the forward held its saved activations it was ~30 % above).
 
     Measured in a new process (`_deep_peaks`): after other GPU tests in the same process (the
-    runtime's `test_gpu_fast.py`) the ordinary pool kept segments that earlier tests' live
-    blocks pin; the uncaptured steps reused their free space and the graphs' pool could not, so
-    the test failed there with the code of before and after session 24 alike (525 vs 359 MiB,
-    H100, docs/perf.md session 24) and passed alone. History: failed from session 11 to 15 (326
-    vs 270 MiB), passes since session 16's cuBLAS workspace made apart from the warm-ups' blocks."""
+    runtime's `test_gpu_fast.py`) the ordinary pool keeps segments that earlier tests' live
+    blocks pin; the uncaptured steps reuse their free space and the graphs' pool cannot, so the
+    comparison would measure the earlier tests, not the graphs."""
     import json
     import subprocess
     import sys

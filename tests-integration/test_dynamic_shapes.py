@@ -65,7 +65,7 @@ def test_indexing_with_symbolic_sizes(case: str, device: torch.device) -> None:
         # interpolate computes its scale as a 0-d CPU tensor from the size symbol; coil launches
         # every kernel of a graph on one device, so the CPU scalar's kernel fails the device
         # check and the graph runs eagerly (moving such 0-d CPU computations onto the graph's
-        # device is not done yet). Seen on an H200, 2026-11-22.
+        # device is not done yet).
         pytest.xfail("0-d CPU scalar computation inside a CUDA graph")
     fn, make = INDEXING[case]
     compiled = torch.compile(fn, backend="coil", dynamic=True)

@@ -42,8 +42,8 @@ def test_fallback_op_runs_through_aten(device: torch.device) -> None:
 def test_compiled_training_step_with_backward_inside(device: torch.device) -> None:
     """A whole training step compiled (forward, `loss.backward()`, the optimizer step): Dynamo
     breaks the graph at `backward()`, and AOTAutograd compiles the backward lazily inside it.
-    coil's compiler and the compiled backward must run there, not be traced by Dynamo (which
-    used to trace them with fake tensors and crash inside Triton's launcher). Oracle: the same
+    coil's compiler and the compiled backward must run there, not be traced by Dynamo (tracing
+    them with fake tensors would crash inside Triton's launcher). Oracle: the same
     steps in eager, from the same weights."""
     cls, shape = MODELS["mlp"]
     torch.manual_seed(0)

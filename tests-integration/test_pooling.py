@@ -149,9 +149,9 @@ def test_small_cnn_with_max_and_avg_pool_is_native(device: torch.device) -> None
 
 def test_bn_relu_maxpool_backward_channels_last_bf16(device: torch.device) -> None:
     """ResNet's stem backward in channels-last bf16 (batch norm -> ReLU -> max pool): the fused
-    gradient equals the unfused one and eager's. On an H200 with Triton 3.6 the fused max-pool
-    backward kernel was miscompiled at XBLOCK 1024 / 4 warps (5 % of gradients routed to the
-    wrong input; bench/triton_miscompile/check.py); the CUDA size here is the one that failed."""
+    gradient equals the unfused one and eager's. With Triton 3.6 the fused max-pool backward
+    kernel is miscompiled at XBLOCK 1024 / 4 warps (a few percent of gradients routed to the
+    wrong input; bench/triton_miscompile/check.py); the CUDA size here is one that shows it."""
     big = device.type == "cuda"
     shape = (1, 64, 112, 112) if big else (2, 8, 16, 16)
     torch.manual_seed(0)

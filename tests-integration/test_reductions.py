@@ -98,8 +98,8 @@ def test_arg_reductions(strategy: str, device: torch.device) -> None:
 
 @pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])
 def test_arg_reductions_take_the_first_nan(strategy: str, device: torch.device) -> None:
-    # eager: NaN is the extreme of argmax and argmin alike (found by the graph fuzzer: coil took
-    # the largest number, and an all-NaN row gave 2**31 - 1)
+    # eager: NaN is the extreme of argmax and argmin alike, so an arg reduction returns the first
+    # NaN's index, and an all-NaN row its first element (not the largest number's index, nor 2**31 - 1)
     x = torch.randn(5, 37, device=device)
     nan = float("nan")
     x[1, 20] = x[1, 9] = x[1, 30] = nan  # row 1: the first NaN (9) in a later loop step than 0
@@ -245,7 +245,7 @@ def test_softmax_over_any_dim_is_one_kernel(dim: int, device: torch.device) -> N
     # out between kernels
     _run(lambda x: (x.softmax(dim), x.log_softmax(dim)), torch.randn(4, 19, 33, device=device))
     assert sum(s.kernels for s in COMPILED) == 1, [k for s in COMPILED for k in s.kernel_sources]
-    if dim != 2:  # COIL_FUSION_VISIT_ORDER=0: the earlier fusion, exp(x - max) written out
+    if dim != 2:  # COIL_FUSION_VISIT_ORDER=0: fusion without visit order, exp(x - max) written out
         torch._dynamo.reset()
         COMPILED.clear()
         with knobs.override(fusion_visit_order=False):

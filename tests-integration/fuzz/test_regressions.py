@@ -1,7 +1,7 @@
 """Failures the graph fuzzer found, reduced to minimal torch functions.
 
-Each was an xfail(strict=True) until its fix landed; they are plain regression tests now. A new
-finding starts as a strict xfail naming the bug, and loses the marker with the fix.
+A new finding starts as a strict xfail naming the bug and loses the marker with the fix; the
+fixed ones stay as plain regression tests.
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def op_key(op: Any) -> str:
 
 def device() -> str:
     """Where samples are made and compiled: COIL_OPINFO_DEVICE, default "cpu" (kernels in Triton's
-    interpreter); "cuda" sweeps the GPU (`bench/gpu_session18h.sh`)."""
+    interpreter); "cuda" sweeps the GPU (`bash bench/gpu_tests.sh opinfo`)."""
     return os.environ.get("COIL_OPINFO_DEVICE", "cpu")
 
 
@@ -352,8 +352,8 @@ def _same(a: Any, b: Any) -> bool:
 def depends_on_seed(fn: Callable[..., Any], args: Any, expected: Any) -> bool:
     """Whether eager `fn` gives other values under another seed (then coil's generator, which
     differs from eager's by design, cannot be compared value by value). Up to SEED_TRIES seeds:
-    a small random output can repeat under one other seed (three Bernoulli draws do 1 time in 8:
-    bfloat16 bernoulli failed so in session 18's GPU sweep)."""
+    a small random output can repeat under one other seed (three Bernoulli draws do 1 time in 8,
+    and a single other seed would then compare values coil cannot match)."""
     with torch.no_grad():
         for seed in range(1, SEED_TRIES + 1):
             torch.manual_seed(seed)

@@ -76,7 +76,8 @@ def test_opinfo(ops: dict[str, Any], name: str, dtype: str) -> None:
 
 @pytest.mark.parametrize(("name", "dtype"), NATIVE, ids=[f"{n}-{d}" for n, d in NATIVE])
 def test_native(ops: dict[str, Any], name: str, dtype: str) -> None:
-    """Random ops included: OpInfo's wrapper_set_seed used to break their graphs (see README)."""
+    """Random ops included: OpInfo's wrapper_set_seed would break their graphs, so the harness
+    calls them unwrapped (see README)."""
     res = run_pair(ops[name], dtype, max_samples=MAX_SAMPLES, timeout=300)
     assert all(c.passed for c in res.cases), [c.reason for c in res.cases if not c.passed]
     assert res.native, res.not_native
