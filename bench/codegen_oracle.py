@@ -13,7 +13,7 @@ buffers in set order). `dump` also sets COIL_ORDER_TIME=0 unless `--order-time S
 memory planner's order search is bounded by wall time, so on a graph where it runs out of time
 (GPT-2's large backward) the step order it picks moves with the machine's load, and two dumps
 of the same code differ; with 0 the fused order is kept and everything else is deterministic.
-`dump` sets COIL_DEBUG_DIR=DIR/<case> (coil.backend.artefacts: one folder per compiled graph)
+`dump` sets COIL_DEBUG_DIR=DIR/<case> (coil.backend.debug.artefacts: one folder per compiled graph)
 and notes the tree's path in DIR/tree.txt; `--no-run` skips the kernel launches (the
 interpreter's run is most of a large case's time; the compile and its artefacts are the same,
 the outputs garbage). `diff` compares, graph by graph, what must stay identical — every kernel
@@ -157,7 +157,7 @@ def _run_one(name: str, out: Path | None, run: bool = True, cpu: bool = False) -
 
     sys.path.insert(0, str(ROOT / "bench"))
     import coil.backend
-    import coil.backend.compile as backend_compile
+    import coil.backend.pipeline.compile as backend_compile
     import compile_profile  # type: ignore[import-not-found]
     from coil.backend.stats import COMPILED, stage_totals
     from coil.runtime.kernel import Kernel

@@ -9,7 +9,7 @@ fp32, batch 1 x seq tokens; on CUDA when available, else on the CPU with kernels
 interpreter), compiled with `torch.compile(model, backend="coil")`; the first call is timed:
 inference under `torch.no_grad()`, or a training step (forward, `loss.backward()`).
 `--case` takes a `coil bench` model case instead (e.g. gpt2_infer_bf16, gpt2_train_amp,
-bert_base_infer_bf16: CUDA, the bench's batch, dtype and step; coil.backend.bench_models), and
+bert_base_infer_bf16: CUDA, the bench's batch, dtype and step; coil.bench.models), and
 `--compiler inductor` compiles with `torch.compile`'s default for comparison. Prints:
 
 - first call (from `torch.compile` to the end of the first run, as `coil bench` counts it) and
@@ -120,8 +120,8 @@ def _gpt2_step(mode: str, layers: int, seq: int, device: torch.device) -> tuple[
 
 
 def _case_step(case: str) -> tuple[Any, Callable[[Any], None]]:
-    """A `coil bench` model case's model and step (coil.backend.bench_models)."""
-    from coil.backend import bench_models as bm
+    """A `coil bench` model case's model and step (coil.bench.models)."""
+    from coil.bench import models as bm
 
     spec, kind = bm._split(case)
     model = bm._model(spec)

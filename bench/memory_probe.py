@@ -3,7 +3,7 @@
     python bench/memory_probe.py CASE [MODES]     (MODES comma-separated, default eager,inductor,coil)
     python bench/memory_probe.py --print FILE...  (summarise the JSON lines of earlier runs)
 
-Runs `coil.backend.bench_models.run_model` for CASE exactly as `coil bench` does (one process,
+Runs `coil.bench.models.run_model` for CASE exactly as `coil bench` does (one process,
 the modes in turn, the fp64 reference alive), with the caching allocator recording every
 allocation's Python stack. At each mode's warm peak it prints one JSON line: the bench's figures
 (`peak_mib`, `peak_allocated_mib`, memory by pool), and the blocks still allocated after the call,
@@ -102,9 +102,9 @@ def main(argv: list[str]) -> int:
             summarise(path)
         return 0
     import coil.backend  # noqa: F401  (registers backend="coil")
-    import coil.backend.bench as bench
+    import coil.bench.runner as bench
     import torch
-    from coil.backend import bench_models as bm
+    from coil.bench import models as bm
 
     case = argv[0]
     modes = tuple((argv[1] if len(argv) > 1 else "eager,inductor,coil").split(","))

@@ -24,8 +24,8 @@ ITERS = 5
 
 
 def _model(case: str) -> tuple[Any, Any]:
-    """The model of a `coil bench` model case and its step function (coil.backend.bench_models)."""
-    from coil.backend import bench_models as bm
+    """The model of a `coil bench` model case and its step function (coil.bench.models)."""
+    from coil.bench import models as bm
 
     spec, kind = bm._split(case)
     m = bm._model(spec)
