@@ -29,6 +29,7 @@ def test_public_api_snapshot():
         "output_buffers",
         "plan",
         "planner_graph",
+        "scatter_groups",
         "schedule",
     ]
     for name in S.__all__:

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import torch
 from coil.lowering_ir import Scatter
-from coil.scheduler import KernelGroup
-from coil.triton_codegen import CodegenOptions, KernelSource, generate, generate_scatter
+from coil.scheduler import KernelGroup, scatter_groups
+from coil.triton_codegen import CodegenOptions, KernelSource, generate
 
 DEBUG = CodegenOptions(debug_asserts=True)
 
@@ -110,7 +110,7 @@ def _run_scatter(tk: Any, x: torch.Tensor, i: torch.Tensor, v: torch.Tensor) -> 
     sched = tk.schedule(_index_put, x, i, v)
     (op,) = [st for st in sched.steps if isinstance(st, Scatter)]
     bufs = sched.graph.buffers()
-    kernels = generate_scatter(op, bufs, "interpret", options=DEBUG)
+    kernels = [generate(g, bufs, "interpret", options=DEBUG) for g in scatter_groups(op)]
     assert [k.debug for k in kernels] == [False, True]  # the init kernel is a plain copy
     env = {"arg0": x, "arg1": i, "arg2": v, op.output.name: torch.empty_like(x)}
     for k in kernels:

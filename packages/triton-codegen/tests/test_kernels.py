@@ -148,7 +148,7 @@ def test_cuda_bfloat16_casts_from_ints_round_on_the_float32_bits(dtype):
     # cast to float32 by its own op first, so it is a float32 source here too)
     import coil.lowering_ir as L
     from coil.scheduler import schedule
-    from coil.triton_codegen.scatter import generate_schedule
+    from coil.triton_codegen import generate_schedule
     from torch.fx.experimental.proxy_tensor import make_fx
 
     x = torch.arange(7).to(dtype)

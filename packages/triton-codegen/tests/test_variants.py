@@ -359,9 +359,9 @@ def test_plain_loads_are_floating_affine_and_unmasked_by_data(tk):
     assert not plain(lambda j: (j * 2,), i)
     assert not plain(lambda a: (torch.nn.functional.pad(a, (1, 1)) * 2,), x)
     from coil.lowering_ir import Scatter
-    from coil.triton_codegen import generate_scatter
+    from coil.scheduler import scatter_groups
 
     s = tk.schedule(lambda a, j: (torch.index_put(a, (j[0],), a[0], accumulate=True),), x, i)
     (op,) = [st for st in s.steps if isinstance(st, Scatter)]
-    init, scatter = generate_scatter(op, s.graph.buffers(), "cuda")
+    init, scatter = (generate(g, s.graph.buffers(), "cuda") for g in scatter_groups(op))
     assert init.plain_loads and not scatter.plain_loads

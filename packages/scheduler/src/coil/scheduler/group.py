@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sympy
-from coil.lowering_ir import Expr, Pointwise, Reduction
+from coil.lowering_ir import Expr, Pointwise, Reduction, Scatter
 from coil.scheduler.canonical import LoopNest, LoopOrder, canonicalize, syms
 
 
@@ -32,10 +32,11 @@ class FusionIllegal(Exception):
 
 @dataclass(eq=False)
 class Member:
-    """One operation inside a group, its loops mapped to the group's dims."""
+    """One operation inside a group, its loops mapped to the group's dims. `op` is a Scatter
+    only in a Scatter's own scatter group (`coil.scheduler.scatter`)."""
 
-    op: Pointwise | Reduction
-    kind: str  # "x", "r" or "reduce"
+    op: Pointwise | Reduction | Scatter
+    kind: str  # "x", "r", "reduce" or "scan"
     nest: LoopNest
     # node symbol -> linear expression of group dim symbols
     mapping: dict[sympy.Symbol, Expr]
@@ -69,7 +70,7 @@ class KernelGroup:
         return sympy.Mul(*self.r_dims) if self.r_dims else sympy.Integer(1)
 
     @property
-    def ops(self) -> list[Pointwise | Reduction]:
+    def ops(self) -> list[Pointwise | Reduction | Scatter]:
         return [m.op for m in self.members]
 
     def origins(self) -> list[str]:
@@ -204,9 +205,11 @@ def _classify(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr, order: Lo
     raise FusionIllegal(f"{op.name}: {numel} elements do not fit a group of ({x_numel}, {r_numel})")
 
 
-def _mapping(sizes: Sequence[Expr], node_syms: Sequence[sympy.Symbol], dims: Sequence[Expr],
-             dim_syms: Sequence[sympy.Symbol]) -> dict[sympy.Symbol, Expr]:
-    """Express each node loop variable as a linear combination of the refined group dims."""
+def loop_mapping(sizes: Sequence[Expr], node_syms: Sequence[sympy.Symbol], dims: Sequence[Expr],
+                 dim_syms: Sequence[sympy.Symbol]) -> dict[sympy.Symbol, Expr]:
+    """Each node loop variable (`node_syms`, over `sizes`) as a linear combination of the group
+    dim symbols `dim_syms` (over `dims`, a refinement of `sizes`); FusionIllegal when `dims` do
+    not refine `sizes`."""
     got = _mapping_memo(tuple(sizes), tuple(node_syms), tuple(dims), tuple(dim_syms))
     if isinstance(got, str):
         raise FusionIllegal(got)
@@ -216,7 +219,7 @@ def _mapping(sizes: Sequence[Expr], node_syms: Sequence[sympy.Symbol], dims: Seq
 @functools.lru_cache(maxsize=1 << 14)
 def _mapping_memo(sizes: tuple[Expr, ...], node_syms: tuple[sympy.Symbol, ...], dims: tuple[Expr, ...],
                   dim_syms: tuple[sympy.Symbol, ...]) -> tuple[tuple[sympy.Symbol, Expr], ...] | str:
-    """`_mapping` memoised (the FusionIllegal message as a str): every fusion attempt re-plans
+    """`loop_mapping` memoised (the FusionIllegal message as a str): every fusion attempt re-plans
     its members, mostly over the same loops and dims."""
     try:
         return tuple(_compute_mapping(sizes, node_syms, dims, dim_syms).items())
@@ -277,9 +280,9 @@ def plan(name: str, ops: Sequence[Pointwise | Reduction], outside_readers: set[s
     xs, rs = syms(X_PREFIX, len(x_dims)), syms(R_PREFIX + "d", len(r_dims))
     members: list[Member] = []
     for op, kind, nest in classified:
-        mapping = _mapping(nest.x_sizes, nest.x_syms, x_dims, xs)
+        mapping = loop_mapping(nest.x_sizes, nest.x_syms, x_dims, xs)
         if kind != "x":
-            mapping.update(_mapping(nest.r_sizes, nest.r_syms, r_dims, rs))
+            mapping.update(loop_mapping(nest.r_sizes, nest.r_syms, r_dims, rs))
         members.append(Member(op, kind, nest, mapping, order_of[id(op)]))
     group = KernelGroup(name, members, x_dims, r_dims)
     _check_dependencies(group, set(rs))

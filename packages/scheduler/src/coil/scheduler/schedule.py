@@ -1,4 +1,4 @@
-"""`schedule(graph)`: a LoweredGraph -> Schedule (kernel groups and externs in execution order)."""
+"""`schedule(graph)`: a LoweredGraph -> Schedule (kernel groups, scatters and externs in execution order)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from coil.lowering_ir import Buffer, ExternKernel, LoweredGraph, ReinterpretView
 from coil.scheduler.fusion import FusionLog, fuse
 from coil.scheduler.group import KernelGroup
 from coil.scheduler.ordering import OrderReport, order_steps
+from coil.scheduler.scatter import scatter_groups
 
 Step = KernelGroup | ExternKernel | Scatter
 
@@ -23,7 +24,19 @@ class Schedule:
     order: OrderReport | None = None  # peaks before/after memory-aware ordering, when it ran
 
     def kernels(self) -> list[KernelGroup]:
+        """The steps that are kernel groups (a Scatter's two groups not included)."""
         return [s for s in self.steps if isinstance(s, KernelGroup)]
+
+    def kernel_groups(self) -> list[KernelGroup]:
+        """Every kernel the schedule runs, in step order: each KernelGroup step, and each
+        Scatter's init and scatter groups (`scatter_groups`); extern steps run no kernel."""
+        out: list[KernelGroup] = []
+        for s in self.steps:
+            if isinstance(s, KernelGroup):
+                out.append(s)
+            elif isinstance(s, Scatter):
+                out.extend(scatter_groups(s))
+        return out
 
     def scatters(self) -> list[Scatter]:
         return [s for s in self.steps if isinstance(s, Scatter)]

@@ -1,6 +1,6 @@
 """coil.triton_codegen: Triton kernel source for coil's kernel groups.
 
-Public API (see README.md): `generate`, `generate_scatter`, `generate_schedule`, `KernelSource`,
+Public API (see README.md): `generate` (one kernel group), `generate_schedule`, `KernelSource`,
 `CodegenOptions`, `KernelConfig`, `choose`, `STRATEGIES`, `texpr`; for autotuning `candidates`
 (launch configurations worth timing) and `variants` (a kernel under each of them), and
 `looped_alternatives` / `other_strategy` (a persistent kernel's loop over r as candidates too),
@@ -19,9 +19,9 @@ from coil.triton_codegen.config import (
 )
 from coil.triton_codegen.indirect import indirect
 from coil.triton_codegen.kernel import KernelSource, generate
-from coil.triton_codegen.scatter import generate_scatter, generate_schedule
+from coil.triton_codegen.schedule import generate_schedule
 from coil.triton_codegen.variants import other_strategy, reread_alternative, variants
 
 __all__ = ["STRATEGIES", "CodegenOptions", "KernelConfig", "KernelSource", "candidates", "choose", "generate",
-           "generate_scatter", "generate_schedule", "indirect", "looped_alternatives", "other_strategy", "reread_alternative",
+           "generate_schedule", "indirect", "looped_alternatives", "other_strategy", "reread_alternative",
            "texpr", "variants"]
