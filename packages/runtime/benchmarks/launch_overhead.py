@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 import triton
-from coil.runtime import CudaGraphRunner, KernelSpec, TensorArg, compile_kernels
+from coil.runtime import CudaGraphRunner, KernelSpec, ReplayPolicy, TensorArg, compile_kernels
 from coil.runtime.compile import clear_memo
 from coil.runtime.knobs import override
 
@@ -137,7 +137,7 @@ def main() -> None:
 
     a, b = torch.randn(N, device=device), torch.randn(N, device=device)
     runner = CudaGraphRunner(chain_call(fast), [a, b])
-    runner_nc = CudaGraphRunner(chain_call(fast), [a, b], clone_outputs=False)
+    runner_nc = CudaGraphRunner(chain_call(fast), [a, b], policy=ReplayPolicy(clone_outputs=False))
     ref = chain_call(slow)([a, b])[0]
     got = runner([a, b])[0]
     assert torch.equal(ref, got), "graph replay differs from eager"

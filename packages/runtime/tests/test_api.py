@@ -10,10 +10,12 @@ import sys
 import coil.runtime as runtime
 
 EXPECTED_ALL = [
+    "CaptureSpec",
     "CudaGraphRunner",
     "Kernel",
     "KernelCompileError",
     "KernelSpec",
+    "ReplayPolicy",
     "SegmentedRunner",
     "TensorArg",
     "compile_kernels",
@@ -30,21 +32,13 @@ EXPECTED_SIGNATURES = {
     "prefetch_kernels": "(specs: 'Sequence[KernelSpec]', device: 'torch.device') -> 'None'",
     "Kernel.__call__": "(self, grid: 'tuple[int, ...]', *args: 'object') -> 'None'",
     "CudaGraphRunner.__init__": (
-        "(self, call: 'BoxedCall', example_inputs: 'Sequence[Any]', "
-        "static_input_indices: 'Iterable[int] | None' = None, *, also_static: 'Iterable[int]' = (), "
-        "mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
-        "pool: 'Any' = None, launches: 'int | None' = None, "
-        "input_buffers: 'Mapping[int, torch.Tensor] | None' = None, static_outputs: 'Iterable[int] | str' = (), "
-        "borrow_inputs: 'bool' = False, hold_outputs: 'bool' = True, indirect: 'Any' = None, "
-        "device: 'torch.device | None' = None, lazy_clones: 'bool' = False) -> 'None'"
+        "(self, call: 'BoxedCall', example_inputs: 'Sequence[Any]', spec: 'CaptureSpec | None' = None, "
+        "policy: 'ReplayPolicy | None' = None) -> 'None'"
     ),
     "CudaGraphRunner.__call__": "(self, inputs: 'list[Any]') -> 'tuple[Any, ...]'",
     "cudagraphify": (
-        "(call: 'BoxedCall', static_input_indices: 'Iterable[int] | None' = None, *, "
-        "also_static: 'Iterable[int]' = (), mutated_input_indices: 'Iterable[int]' = (), clone_outputs: 'bool' = True, "
-        "pool: 'Any' = None, launches: 'int | None' = None, static_outputs: 'Iterable[int] | str' = (), "
-        "borrow_inputs: 'bool' = False, hold_outputs: 'bool' = True, indirect: 'Any' = None, "
-        "device: 'torch.device | None' = None, lazy_clones: 'bool' = False) -> 'Callable[[list[Any]], tuple[Any, ...]]'"
+        "(call: 'BoxedCall', spec: 'CaptureSpec | None' = None, policy: 'ReplayPolicy | None' = None) "
+        "-> 'Callable[[list[Any]], tuple[Any, ...]]'"
     ),
     "SegmentedRunner.__init__": (
         "(self, plan: 'Mapping[str, Any]', *, capture: 'bool', "
@@ -64,6 +58,23 @@ EXPECTED_FIELDS = {
         ("num_warps", "int"),
         ("num_stages", "int"),
         ("debug", "bool"),
+    ],
+    "CaptureSpec": [
+        ("static_input_indices", "tuple[int, ...] | None"),
+        ("also_static", "tuple[int, ...]"),
+        ("mutated_input_indices", "tuple[int, ...]"),
+        ("indirect", "Any"),
+        ("device", "torch.device | None"),
+        ("launches", "int | None"),
+    ],
+    "ReplayPolicy": [
+        ("clone_outputs", "bool"),
+        ("static_outputs", "tuple[int, ...] | str"),
+        ("hold_outputs", "bool"),
+        ("lazy_clones", "bool"),
+        ("pool", "Any"),
+        ("borrow_inputs", "bool"),
+        ("input_buffers", "Mapping[int, torch.Tensor] | None"),
     ],
 }
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from coil.runtime import CudaGraphRunner, compile_kernels, cudagraphify
+from coil.runtime import CaptureSpec, CudaGraphRunner, ReplayPolicy, compile_kernels, cudagraphify
 from coil.runtime.knobs import override
 
 pytestmark = [
@@ -147,7 +147,7 @@ def test_cuda_graph_runner_mutated_inputs_and_extern_ops(cache_dir: Path) -> Non
 
     x, m = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
     counter = torch.zeros(4, device="cuda")
-    run = cudagraphify(call, static_input_indices=[2])
+    run = cudagraphify(call, CaptureSpec(static_input_indices=(2,)))
     first = run([x, counter, m])
     assert torch.equal(counter, torch.ones(4, device="cuda"))  # mutated once by the warm-up
     assert torch.allclose(first[0], x @ m)
@@ -161,7 +161,7 @@ def test_cuda_graph_runner_mutated_inputs_and_extern_ops(cache_dir: Path) -> Non
 
 def test_cuda_graph_runner_without_clones_aliases_static_outputs(cache_dir: Path) -> None:
     runner = CudaGraphRunner(lambda args: (args[0] * 2,), [torch.ones(8, device="cuda")],
-                             clone_outputs=False)
+                             policy=ReplayPolicy(clone_outputs=False))
     first = runner([torch.ones(8, device="cuda")])[0]
     second = runner([torch.full((8,), 3.0, device="cuda")])[0]
     assert first is second and torch.equal(first, torch.full((8,), 6.0, device="cuda"))
@@ -188,7 +188,7 @@ def test_a_graph_of_factory_ops_only_takes_its_device(cache_dir: Path) -> None:
     def call(args: list[Any]) -> tuple[Any, ...]:
         return (torch.arange(6, device="cuda") * 2.0, torch.full((2, 3), 7, device="cuda"))
 
-    runner = CudaGraphRunner(call, [], device=torch.device("cuda"))
+    runner = CudaGraphRunner(call, [], CaptureSpec(device=torch.device("cuda")))
     assert runner.capture_error is None and runner.graph is not None
     for _ in range(2):
         got = runner([])
@@ -242,8 +242,8 @@ def _backward(args: list[Any]) -> tuple[Any, ...]:
 
 def _fw_bw_pair() -> tuple[Any, Any, torch.Tensor]:
     w = torch.nn.Parameter(torch.randn(1024, 1024, device="cuda") / 32)
-    return cudagraphify(_forward, hold_outputs=False), cudagraphify(_backward, borrow_inputs=True,
-                                                                     hold_outputs=False), w
+    return (cudagraphify(_forward, policy=ReplayPolicy(hold_outputs=False)),
+            cudagraphify(_backward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False)), w)
 
 
 def _step_inputs(step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -317,8 +317,8 @@ def test_backward_capture_reuses_the_consumed_input(cache_dir: Path) -> None:
     for hold in (True, False):
         w = torch.nn.Parameter(torch.randn(1024, 1024, device="cuda") / 32)
         if hold:
-            fw = cudagraphify(_forward, static_outputs=(0,))
-            bw = cudagraphify(_backward, borrow_inputs=True, static_outputs="fresh")
+            fw = cudagraphify(_forward, policy=ReplayPolicy(static_outputs=(0,)))
+            bw = cudagraphify(_backward, policy=ReplayPolicy(borrow_inputs=True, static_outputs="fresh"))
         else:
             fw, bw, w = _fw_bw_pair()
         with _recording() as made:
@@ -419,7 +419,7 @@ def test_a_kept_one_element_output_does_not_stop_the_replay(cache_dir: Path) -> 
     is cloned per call, not handed out, so keeping it neither stops the next replay nor sees its
     value overwritten; the big output is still handed out."""
     w = torch.nn.Parameter(torch.randn(1024, 1024, device="cuda") / 32)
-    fw = cudagraphify(_with_loss, hold_outputs=False)
+    fw = cudagraphify(_with_loss, policy=ReplayPolicy(hold_outputs=False))
     losses, wanted = [], []
     with _recording() as made:
         for step in range(4):
@@ -498,7 +498,7 @@ def test_lazy_clones_copy_only_what_the_caller_keeps(cache_dir: Path) -> None:
     """lazy_clones=True: outputs are the graph's memory until the next replay; one the caller
     keeps is copied away first (its values and aliasing stay), one it drops is not copied; a view
     the caller made stops the handing out (one uncaptured call, then clones)."""
-    runner = CudaGraphRunner(_split_pair, [torch.randn(64, 8, device="cuda")], lazy_clones=True)
+    runner = CudaGraphRunner(_split_pair, [torch.randn(64, 8, device="cuda")], policy=ReplayPolicy(lazy_clones=True))
     lazy = runner._lazy
     assert lazy is not None and lazy.indices == (0, 1, 2) and runner.graph is not None
     kept: list[tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = []
@@ -540,7 +540,7 @@ def test_lazy_clones_leave_conjugate_and_input_outputs_cloned(cache_dir: Path) -
         return (z.conj(), w, x * w)
 
     w = torch.nn.Parameter(torch.randn(4, 6, device="cuda"), requires_grad=False)
-    runner = CudaGraphRunner(call, [torch.randn(4, 6, device="cuda"), w], lazy_clones=True)
+    runner = CudaGraphRunner(call, [torch.randn(4, 6, device="cuda"), w], policy=ReplayPolicy(lazy_clones=True))
     assert runner._lazy is not None and runner._lazy.indices == (2,)
     for _ in range(2):
         x = torch.randn(4, 6, device="cuda")
@@ -553,7 +553,7 @@ def test_lazy_clones_stop_replaying_when_a_caller_resizes_an_output(cache_dir: P
     """Growing a handed-out output reallocates the storage it shares with the graph's static
     output; the runner must notice and stop replaying (a replay would write the graph's old memory
     and hand out the caller's new one)."""
-    runner = CudaGraphRunner(_split_pair, [torch.randn(64, 8, device="cuda")], lazy_clones=True)
+    runner = CudaGraphRunner(_split_pair, [torch.randn(64, 8, device="cuda")], policy=ReplayPolicy(lazy_clones=True))
     out = runner([torch.randn(64, 8, device="cuda")])
     with pytest.warns(UserWarning, match="resized"):
         torch.add(torch.ones(100, device="cuda"), 1.0, out=out[2])

@@ -1,5 +1,5 @@
 """GPU tests: a CUDA graph whose kernel reads an input through a pointer table
-(`CudaGraphRunner(indirect=...)`): each replay reads the caller's new tensor in place, and the
+(`CaptureSpec(indirect=...)`): each replay reads the caller's new tensor in place, and the
 runner makes no buffer for it.
 
 Run on the device tool (`pytest -m gpu`); skipped where CUDA is absent.
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from coil.runtime import CudaGraphRunner, KernelSpec, TensorArg, compile_kernels
+from coil.runtime import CaptureSpec, CudaGraphRunner, KernelSpec, TensorArg, compile_kernels
 
 pytestmark = [
     pytest.mark.gpu,
@@ -65,7 +65,7 @@ def test_replays_read_each_callers_tensor_in_place() -> None:
 
     w = torch.nn.Parameter(torch.randn(N, device="cuda"), requires_grad=False)
     x0 = torch.randn(N, device="cuda")
-    runner = CudaGraphRunner(call, [x0, w], indirect=table)
+    runner = CudaGraphRunner(call, [x0, w], CaptureSpec(indirect=table))
     assert runner.graph is not None and runner.indirect_indices == (0,)
     assert runner._copy_idx == () and runner._static_inputs[0] is None  # no buffer, no reference kept
     torch.testing.assert_close(runner.first_outputs[0], x0 * w)
@@ -108,7 +108,7 @@ def test_a_call_from_another_stream_waits_for_the_last_replay(through_table: boo
         return (out,)
 
     w = torch.nn.Parameter(torch.randn(N, device="cuda"), requires_grad=False)
-    runner = CudaGraphRunner(call, [torch.randn(N, device="cuda"), w], indirect=table)
+    runner = CudaGraphRunner(call, [torch.randn(N, device="cuda"), w], CaptureSpec(indirect=table))
     assert runner.graph is not None
     x1, x2 = torch.randn(N, device="cuda"), torch.randn(N, device="cuda")
     a, b = torch.cuda.Stream(), torch.cuda.Stream()

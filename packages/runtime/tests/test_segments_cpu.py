@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from coil.runtime import SegmentedRunner
+from coil.runtime import CaptureSpec, ReplayPolicy, SegmentedRunner
 from coil.runtime.liveness import StorageLiveness
 
 
@@ -109,14 +109,12 @@ class _EmulatedGraph:
 
     made: list[_EmulatedGraph] = []  # noqa: RUF012
 
-    def __init__(self, call: Any, example_inputs: Any, static_input_indices: Any = None, *,
-                 clone_outputs: bool = True, launches: int | None = None,
-                 input_buffers: dict[int, torch.Tensor] | None = None) -> None:
-        assert clone_outputs is False and launches is not None
+    def __init__(self, call: Any, example_inputs: Any, spec: CaptureSpec, policy: ReplayPolicy) -> None:
+        assert policy.clone_outputs is False and spec.launches is not None
         self.call = call
         inputs = list(example_inputs)
-        self.static = set(static_input_indices or ())
-        self.buffers = dict(input_buffers or {})
+        self.static = set(spec.static_input_indices or ())
+        self.buffers = dict(policy.input_buffers or {})
         self.first_outputs: tuple[Any, ...] | None = tuple(call(list(inputs)))
         self._static_inputs = list(inputs)
         for i, x in enumerate(inputs):

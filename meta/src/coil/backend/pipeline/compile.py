@@ -343,18 +343,19 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
 
         return SegmentedRunner(plan, capture=True, also_static=stats.static_inputs,
                                report=stats.cuda_graph_segments)
-    from coil.runtime import cudagraphify
+    from coil.runtime import CaptureSpec, ReplayPolicy, cudagraphify
 
     if kind in ("forward", "backward"):
         # outputs handed out uncloned, not held (coil.runtime.handouts); inputs that an earlier
         # training graph handed out (a backward's saved activations, a loss graph's logits after a
         # graph break) are read in place, in that graph's pool, and freed once read as in eager;
         # a backward's tangents read through the wrapper's pointer table are read where they are
-        return cudagraphify(call, also_static=stats.static_inputs, launches=launches, borrow_inputs=True,
-                            hold_outputs=False, indirect=getattr(call, "indirect", None), device=device)
+        spec = CaptureSpec(also_static=stats.static_inputs, indirect=getattr(call, "indirect", None), device=device,
+                           launches=launches)
+        return cudagraphify(call, spec, ReplayPolicy(borrow_inputs=True, hold_outputs=False))
     # inference: outputs handed out uncloned, copied away before the next replay only if still held
-    return cudagraphify(call, also_static=stats.static_inputs, launches=launches, device=device,
-                        lazy_clones=knobs.cuda_graph_lazy_clones)
+    spec = CaptureSpec(also_static=stats.static_inputs, device=device, launches=launches)
+    return cudagraphify(call, spec, ReplayPolicy(lazy_clones=knobs.cuda_graph_lazy_clones))
 
 
 def _from_cache(name: str, stats: GraphStats, cached: graph_cache.CachedGraph,

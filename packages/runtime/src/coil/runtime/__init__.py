@@ -7,7 +7,8 @@ parallel (in worker processes, `compile_pool`; `prestart_compile_workers` starts
 interpreter. See the package README for the cache
 layout and the knobs (`coil.runtime.knobs`). GPU launches bind Triton's compiled launcher after the
 first launch (`fast_launch`); `CudaGraphRunner`/`cudagraphify` capture a boxed callable into a
-CUDA graph; `SegmentedRunner` replays a graph's capturable segments and runs the steps between
+CUDA graph (told the graph's facts by a `CaptureSpec` and how to hand out outputs by a
+`ReplayPolicy`); `SegmentedRunner` replays a graph's capturable segments and runs the steps between
 them eagerly.
 
 Importing this package imports neither torch nor triton: both are imported on first use.
@@ -16,6 +17,7 @@ Importing this package imports neither torch nor triton: both are imported on fi
 from coil.runtime.compile import compile_kernels, prefetch_kernels
 from coil.runtime.compile_pool import prestart_compile_workers
 from coil.runtime.cudagraph import CudaGraphRunner, cudagraphify
+from coil.runtime.cudagraph_options import CaptureSpec, ReplayPolicy
 from coil.runtime.errors import KernelCompileError
 from coil.runtime.interpreter import interpreter_enabled
 from coil.runtime.kernel import Kernel
@@ -23,10 +25,12 @@ from coil.runtime.segments import SegmentedRunner
 from coil.runtime.spec import KernelSpec, TensorArg
 
 __all__ = [
+    "CaptureSpec",
     "CudaGraphRunner",
     "Kernel",
     "KernelCompileError",
     "KernelSpec",
+    "ReplayPolicy",
     "SegmentedRunner",
     "TensorArg",
     "compile_kernels",

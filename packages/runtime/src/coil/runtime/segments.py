@@ -22,7 +22,7 @@ first call (which runs eagerly as the runners' warm-ups and returns that result)
 - graph inputs that are `nn.Parameter`s (or listed in `static_input_indices`), and those in
   `also_static` (a module's buffers), are static inputs;
 - a value made by an earlier captured segment is a *borrowed* input: the later graph reads the
-  earlier graph's static output in place, no copy (`CudaGraphRunner(input_buffers=...)`); if the
+  earlier graph's static output in place, no copy (`ReplayPolicy(input_buffers=...)`); if the
   producer ran uncaptured for a call, the consumer does too for that call;
 - values made by an eager segment, and other graph inputs, are copied into static buffers;
 - segment runners return their static outputs uncloned (`clone_outputs=False`): segments inside
@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from coil.runtime.cudagraph import CudaGraphRunner
+from coil.runtime.cudagraph_options import CaptureSpec, ReplayPolicy
 
 log = logging.getLogger("coil.runtime")
 
@@ -151,8 +152,8 @@ class SegmentedRunner:
             producer = self._runners.get(j) if j is not None else None
             if j is not None and producer is not None and producer.graph is not None:
                 buffers[i] = producer.graph_outputs[list(self._segments[j]["outputs"]).index(n)]
-        runner = CudaGraphRunner(seg["fn"], vals, static, clone_outputs=False, launches=seg["launches"],
-                                 input_buffers=buffers)
+        spec = CaptureSpec(static_input_indices=tuple(static), launches=seg["launches"])
+        runner = CudaGraphRunner(seg["fn"], vals, spec, ReplayPolicy(clone_outputs=False, input_buffers=buffers))
         self._runners[k] = runner
         first = runner.first_outputs
         runner.first_outputs = None

@@ -1,0 +1,107 @@
+"""The CUDA streams and device state around CUDA-graph warm-ups, captures and replays.
+
+Every `CudaGraphRunner` on a device warms up and captures on one shared side stream
+(`side_stream`): cuBLAS keeps a workspace per stream and the caching allocator caches blocks per
+stream, so a stream per runner would hold both once per runner. Replays run on the caller's
+current stream; `after_last_replay` orders a call from another stream after the last replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger("coil.runtime")
+
+_SIDE_STREAMS: dict[int, Any] = {}
+_BLAS_READY: set[tuple[int, int]] = set()  # (thread, device) whose side-stream cuBLAS workspace exists
+_LAST_REPLAY: dict[int, Any] = {}  # device index -> the stream of the last replay on it
+
+
+def side_stream(device: torch.device) -> torch.cuda.Stream:
+    """The side stream every runner on `device` warms up and captures on."""
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(index)  # type: ignore[no-untyped-call]
+    stream: torch.cuda.Stream = _SIDE_STREAMS[index]
+    return stream
+
+
+def after_last_replay(device: torch.device) -> None:
+    """Order the current stream after the last replay on `device` when that ran on another stream.
+
+    A replay writes graph memory from the current stream before the graph runs: copied inputs into
+    their static buffers, a pointer table's addresses, and then the static outputs and pool memory
+    the graph itself writes. An earlier replay enqueued on another stream may still be reading or
+    writing the same memory (its static inputs, the table, the pool's buffers, a clone of its
+    outputs), and nothing else orders the two streams. So a call from a new stream waits for all
+    the work enqueued on the last one (`Stream.wait_stream`, an event on the GPU; the host does not
+    block). Calls that stay on one stream, the usual case, pay one comparison."""
+    import torch
+
+    current = torch.cuda.current_stream(device)
+    key = current.device_index
+    last = _LAST_REPLAY.get(key)
+    if last is not None and last != current:
+        current.wait_stream(last)
+    _LAST_REPLAY[key] = current
+
+
+def blas_workspace_apart(device: torch.device, side: torch.cuda.Stream) -> None:
+    """Make this thread's cuBLAS workspace for `side` in a segment of its own, once per thread and
+    device, before a warm-up runs there.
+
+    torch allocates one workspace per handle and stream, at the first matmul, and keeps it for the
+    process's life. Allocated during a warm-up, it would land in whatever free block the side
+    stream cached from an earlier runner's warm-up, and that whole segment of freed warm-up
+    buffers could then never be released (`empty_cache` frees whole segments only). So the cached
+    free blocks are released first (`empty_cache`, first calls only) and the workspace is made
+    right away (docs/perf.md has the memory this saves on a training step)."""
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (threading.get_ident(), index)
+    if key in _BLAS_READY or torch.cuda.is_current_stream_capturing():
+        return
+    _BLAS_READY.add(key)
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    with torch.cuda.device(device), torch.cuda.stream(side):
+        torch.cuda.current_blas_handle()  # type: ignore[no-untyped-call]
+
+
+def generators_out_of_capture() -> None:
+    """After a failed capture: every CUDA device's default generator gets a copy of its state
+    (same seed and offset) that is not marked as capturing.
+
+    When an op invalidates a capture (a host sync, a cuSOLVER info check), torch's
+    `CUDAGraph.capture_end` raises at cudaStreamEndCapture before its generator epilogue, and the
+    generator stays marked: every later random op in the process would fail with "Offset
+    increment outside graph capture encountered unexpectedly"."""
+    import torch
+
+    for gen in torch.cuda.default_generators:
+        try:
+            gen.graphsafe_set_state(gen.clone_state())
+        except (AttributeError, RuntimeError) as exc:  # an older torch without graph-safe states
+            log.debug("CudaGraphRunner: generator state not replaced (%s)", exc)
+
+
+def record_stream(t: torch.Tensor, stream: torch.cuda.Stream) -> None:
+    """`t.record_stream(stream)`, also for a tensor with a lazy conjugate or negative bit (an
+    fft's output can be a conjugate view), where torch's record_stream fails with "Expected
+    Tensor but got None": the bit is dropped through a view over the same memory, which is what
+    the caching allocator tracks."""
+    import torch
+
+    if t.is_conj():
+        t = t.conj()  # the conjugate of a conjugate view: the same memory, the bit cleared
+    if t.is_neg():
+        t = torch._neg_view(t)
+    t.record_stream(stream)

@@ -1,0 +1,138 @@
+"""Runners that share memory: who lends its static outputs, and who captured into which pool.
+
+A runner that borrows another's static outputs (a training backward reading its forward's saved
+activations) reads them in place and captures into the lender's memory pool ("Shared pools" in
+`coil.runtime.cudagraph`). This module keeps the two registries that rule needs, weakly:
+
+* `OWNERS`: runners whose static outputs are handed out uncloned (`ReplayPolicy.static_outputs`),
+  which `borrowed_inputs` searches for a copied input's memory;
+* `POOL_MEMBERS`: the runners of each memory pool in capture order, which the liveness checks
+  walk (a replay must not overwrite what a runner captured later in the pool handed out).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from coil.runtime.cudagraph import CudaGraphRunner
+    from coil.runtime.graph_inputs import InputRoles
+
+OWNERS: weakref.WeakSet[CudaGraphRunner] = weakref.WeakSet()
+POOL_MEMBERS: dict[Any, list[weakref.ref[CudaGraphRunner]]] = {}
+
+
+def join_pool(runner: CudaGraphRunner, pool: Any) -> None:
+    """Record `runner` as the latest capture in `pool`."""
+    POOL_MEMBERS.setdefault(pool, []).append(weakref.ref(runner))
+
+
+def earlier_members(runner: CudaGraphRunner, pool: Any) -> Iterator[weakref.ref[CudaGraphRunner]]:
+    """References to the runners captured into `pool` before `runner`."""
+    for ref in POOL_MEMBERS.get(pool, ()):
+        if ref() is runner:
+            return
+        yield ref
+
+
+def later_members(runner: CudaGraphRunner, pool: Any) -> Iterator[CudaGraphRunner]:
+    """The live runners captured into `pool` after `runner`."""
+    later = False
+    for ref in POOL_MEMBERS.get(pool, ()):
+        other = ref()
+        if other is runner:
+            later = True
+        elif later and other is not None:
+            yield other
+
+
+def owned_static_output(x: torch.Tensor, hold_outputs: bool = True
+                        ) -> tuple[CudaGraphRunner, torch.Tensor | None, int] | None:
+    """The live runner whose handed-out output `x` is, that output (None for a runner that does
+    not hold its outputs) and its index; or None. With `hold_outputs=False` only runners of that
+    mode whose outputs are still the capture's own tensors lend."""
+    for owner in list(OWNERS):
+        if owner.hold_outputs != hold_outputs:
+            continue
+        if owner.handouts is not None:
+            if owner.handouts.replaying:
+                continue
+            for k, slot in owner.handouts.slots.items():
+                if slot.matches(x):
+                    return owner, None, k
+            continue
+        for k in owner._alias_idx:
+            t = owner._static_outputs[k]
+            if (t.data_ptr() == x.data_ptr() and t.shape == x.shape and t.stride() == x.stride()
+                    and t.dtype == x.dtype and t.device == x.device):
+                return owner, t, k
+    return None
+
+
+def borrowed_inputs(inputs: Sequence[Any], roles: InputRoles, given: Mapping[int, Any], hold_outputs: bool
+                    ) -> tuple[dict[int, Any], dict[int, tuple[CudaGraphRunner, int]], CudaGraphRunner | None]:
+    """`given` (input index -> static buffer) plus the copied inputs that are a live runner's
+    handed-out outputs, all from one lender's pool; the lent ones (`hold_outputs=False`: input
+    index -> (lender, its output index)); and the lender (None when nothing was found)."""
+    borrowed = dict(given)
+    lent: dict[int, tuple[CudaGraphRunner, int]] = {}
+    lender: CudaGraphRunner | None = None
+    for i in roles.copy_candidates(borrowed):
+        found = owned_static_output(inputs[i], hold_outputs)
+        if found is not None and (lender is None or found[0]._pool == lender._pool):
+            lender = lender or found[0]
+            borrowed[i] = found[1] if found[1] is not None else inputs[i]
+            if not hold_outputs:
+                lent[i] = (found[0], found[2])
+        del found
+    return borrowed, lent, lender
+
+
+class PoolGuard:
+    """The checks a runner that does not hold its outputs (`hold_outputs=False`) makes before
+    each replay, against the runners captured before it in its pool ("Handed-out outputs" in
+    `coil.runtime.cudagraph`). Built right after the capture.
+
+    * `consumed`: the borrowed inputs whose memory the capture reused (their lender's first-call
+      tensors were referenced by the capture alone), grouped by the lender's storage; each must
+      be referenced by the call's input list alone, since the replay overwrites it after reading.
+    * The outputs of earlier members that were referenced at capture were kept out of this
+      runner's memory; any other of their outputs must be unreferenced now.
+    """
+
+    def __init__(self, runner: CudaGraphRunner, pool: Any, lent: Mapping[int, tuple[CudaGraphRunner, int]]) -> None:
+        self.consumed: tuple[int, ...] = tuple(i for i, (lender, k) in sorted(lent.items())
+                                               if lender.handouts is None or k not in lender.handouts.live())
+        groups: dict[int, tuple[CudaGraphRunner, int, list[int]]] = {}
+        for i in self.consumed:
+            lender, k = lent[i]
+            assert lender.handouts is not None
+            groups.setdefault(lender.handouts.slots[k].storage_ptr, (lender, k, []))[2].append(i)
+        self._groups = [(ptr, lender, k, tuple(idx)) for ptr, (lender, k, idx) in groups.items()]
+        self._protected: list[tuple[weakref.ref[CudaGraphRunner], frozenset[int]]] = []
+        for ref in earlier_members(runner, pool):
+            other = ref()
+            if other is not None and other.handouts is not None:
+                self._protected.append((ref, frozenset(other.handouts.live())))
+
+    def conflict(self, inputs: Sequence[Any]) -> str | None:
+        """Why this replay could overwrite memory an earlier member's handed-out output still
+        needs, or None."""
+        mine = set()
+        for ptr, lender, k, idx in self._groups:
+            assert lender.handouts is not None
+            extra = lender.handouts.extra_refs(k)
+            if extra is None or extra > len({id(inputs[i]) for i in idx}):
+                return f"input {idx[0]}, which this graph overwrites after reading it, is referenced elsewhere"
+            mine.add(ptr)
+        for ref, protected in self._protected:
+            other = ref()
+            if other is None or other.handouts is None:
+                continue
+            for k in other.handouts.live():
+                if k not in protected and other.handouts.slots[k].storage_ptr not in mine:
+                    return "an output of a graph captured earlier in the pool is in use where this graph's buffers lie"
+        return None
