@@ -12,6 +12,7 @@ from coil.lowering_ir import (
     Buffer,
     ConstantBuffer,
     InputBuffer,
+    LoweredGraph,
     ReinterpretView,
     Scatter,
     SymbolInput,
@@ -89,12 +90,32 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
           check_inputs: bool = False) -> WrapperProgram:
     """Wrapper IR for `sched`; `launches` maps each kernel group name to its launch facts.
 
+    The steps: bind the inputs (`_input_lines`), find each buffer's first and last step
+    (`_Lifetimes`), plan storage reuse and in-place scatters (`_Builder.plan_storage`), then per
+    step place its outputs, emit its call and free what dies there (`_Builder.step`), and return.
+
     With `check_inputs`, a CheckInput line per tensor input (after the sizes are bound, before
     any step) makes the wrapper raise ValueError on an input of another shape, stride, dtype or
     device than the graph was compiled for, so no kernel runs on memory it was not made for.
     Leave it off where the caller already guards inputs (Dynamo does).
     """
     g = sched.graph
+    lines = _input_lines(g, check_inputs)
+    constants = {c.name: c.value for c in g.constants if isinstance(c, ConstantBuffer) and c.value is not None}
+    builder = _Builder(sched, launches, lines, constants)
+    if reuse:
+        builder.plan_storage()
+    builder.free_unread_inputs()
+    for i, st in enumerate(sched.steps):
+        builder.step(i, st)
+    builder.views_done.clear()
+    lines.append(Return(tuple(builder.ref(o) for o in g.outputs)))
+    return WrapperProgram(lines, constants, builder.plan, builder.fallback_ops, builder.blockers)
+
+
+def _input_lines(g: LoweredGraph, check_inputs: bool) -> list[Line]:
+    """Unpack the inputs, bind each size symbol first seen in an input's shape (SizeOf), and,
+    with `check_inputs`, check every tensor input (CheckInput)."""
     lines: list[Line] = []
     names: list[str | None] = [
         b.name if isinstance(b, InputBuffer) else b.symbol.name if isinstance(b, SymbolInput) else None
@@ -111,152 +132,195 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     if check_inputs:
         lines += [CheckInput(b.name, b.index, ints(b.layout.size), ints(b.layout.stride), b.layout.dtype,
                              b.layout.device) for b in g.inputs if isinstance(b, InputBuffer)]
-    constants = {c.name: c.value for c in g.constants if isinstance(c, ConstantBuffer) and c.value is not None}
-    buffers = g.buffers()
-    steps = sched.steps
-    n = len(steps)
-    # -- lifetimes -----------------------------------------------------------------------
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for i, st in enumerate(steps):
-        reads = step_reads(st)
-        for r in reads:
-            last[r] = i
-        for w in step_writes(st):
-            first.setdefault(w, i)
-    for i, st in enumerate(steps):  # a result nobody reads dies right after the step making it
-        for w in step_writes(st):
-            last.setdefault(w, i)
-    out_storage = {o.storage.name for o in g.outputs if isinstance(o, Buffer | ReinterpretView)}
-    for o in out_storage:
-        last[o] = n
-    inputs = {b.name for b in g.inputs if isinstance(b, InputBuffer)} | set(constants)
-    # only kernel stores are allocated by the wrapper, so only they can take a donor's storage;
-    # a donor assigned to an extern result (which ATen allocates) is simply freed as usual
-    allocated = kernel_stores(steps)
-    # a Scatter whose base dies at it writes into the base's storage: the storage's lifetime
-    # runs from the base's first step to the last of the scatter outputs that take it over
-    inplace = inplace_scatters(steps, buffers, last, out_storage | inputs) if reuse else {}
-    renamed = {base: out for out, base in inplace.items()}
+    return lines
 
-    def current(name: str) -> str:
+
+@dataclass
+class _Lifetimes:
+    """Step of each buffer's first write and last read (`n`, one past the last step, for the
+    storages the graph returns); a result nobody reads dies right after the step making it."""
+
+    first: dict[str, int]
+    last: dict[str, int]
+    out_storage: set[str]
+
+    @staticmethod
+    def of(steps: Sequence[Any], g: LoweredGraph) -> _Lifetimes:
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for i, st in enumerate(steps):
+            for r in step_reads(st):
+                last[r] = i
+            for w in step_writes(st):
+                first.setdefault(w, i)
+        for i, st in enumerate(steps):
+            for w in step_writes(st):
+                last.setdefault(w, i)
+        out_storage = {o.storage.name for o in g.outputs if isinstance(o, Buffer | ReinterpretView)}
+        for o in out_storage:
+            last[o] = len(steps)
+        return _Lifetimes(first, last, out_storage)
+
+
+class _Builder:
+    """The state of one `build`: the lines so far, which variable holds which storage, and what
+    each step frees."""
+
+    def __init__(self, sched: Schedule, launches: dict[str, KernelLaunch], lines: list[Line],
+                 constants: dict[str, torch.Tensor]) -> None:
+        g = sched.graph
+        self.g = g
+        self.steps = sched.steps
+        self.launches = launches
+        self.lines = lines
+        self.constants = constants
+        self.buffers = g.buffers()
+        self.life = _Lifetimes.of(self.steps, g)
+        self.inputs = {b.name for b in g.inputs if isinstance(b, InputBuffer)} | set(constants)
+        # only kernel stores are allocated by the wrapper, so only they can take a donor's storage;
+        # a donor assigned to an extern result (which ATen allocates) is simply freed as usual
+        self.allocated = kernel_stores(self.steps)
+        self.inplace: dict[str, str] = {}  # scatter output -> the base whose storage it takes
+        self.renamed: dict[str, str] = {}  # base -> scatter output
+        self.plan: ReusePlan | None = None
+        self.live_storage: dict[str, str] = {}  # buffer -> storage owner variable
+        self.freed_by_step: dict[int, list[str]] = {}
+        n = len(self.steps)
+        for b, e in self.life.last.items():
+            if b not in self.life.out_storage and e < n:
+                self.freed_by_step.setdefault(e, []).append(b)
+        self.taken: set[str] = set()  # buffers whose storage lives on under a new name
+        self.views_done: set[str] = set()
+        self.step_views: list[str] = []
+        self.fallback_ops: list[str] = []
+        self.blockers: dict[int, str] = {}
+        self.device = graph_device(g)
+
+    def current(self, name: str) -> str:
         """The buffer that holds `name`'s storage last (itself unless scatters take it over)."""
-        while name in renamed:
-            name = renamed[name]
+        while name in self.renamed:
+            name = self.renamed[name]
         return name
 
-    plan: ReusePlan | None = None
-    if reuse:
+    def plan_storage(self) -> None:
+        """Storage reuse: in-place scatters (a Scatter whose base dies at it writes into the base's
+        storage, whose lifetime then runs from the base's first step to the last of the scatter
+        outputs that take it over), then `plan_reuse` over every other buffer's lifetime."""
+        life = self.life
+        self.inplace = inplace_scatters(self.steps, self.buffers, life.last, life.out_storage | self.inputs)
+        self.renamed = {base: out for out, base in self.inplace.items()}
         lifetimes = []
-        for b in [w for st in steps for w in step_writes(st)]:
-            if b in inplace:
+        for b in [w for st in self.steps for w in step_writes(st)]:
+            if b in self.inplace:
                 continue  # its storage's lifetime is its base's
-            buf = buffers[b]
+            buf = self.buffers[b]
             extent = sympy.sympify(buf.layout.storage_extent())
             pool = f"{buf.layout.device}/{buf.layout.dtype}"
             if isinstance(extent, sympy.Integer):
                 nbytes = int(extent) * buf.layout.dtype.itemsize
             else:  # symbolic: reuse only between buffers of the very same size expression
                 pool += f"/{extent}"
-                hinted = sympy.sympify(extent.xreplace(g.symbol_hints))
+                hinted = sympy.sympify(extent.xreplace(self.g.symbol_hints))
                 nbytes = int(hinted) * buf.layout.dtype.itemsize if hinted.is_Integer else 1
-            lifetimes.append(BufferLifetime(b, nbytes, first[b], last[current(b)], pool))
+            lifetimes.append(BufferLifetime(b, nbytes, life.first[b], life.last[self.current(b)], pool))
         plan = plan_reuse(lifetimes)
-    live_storage: dict[str, str] = {}  # buffer -> storage owner variable
-    freed_by_step: dict[int, list[str]] = {}
-    for b, e in last.items():
-        if b not in out_storage and e < n:
-            freed_by_step.setdefault(e, []).append(b)
-    taken: set[str] = set()
-    if plan is not None:
-        taken = {current(d) for b, d in plan.storage.items() if d != b and b in allocated}
-    views_done: set[str] = set()
-    fallback_ops: list[str] = []
-    blockers: dict[int, str] = {}
-    device = graph_device(g)
+        self.plan = plan
+        self.taken = {self.current(d) for b, d in plan.storage.items() if d != b and b in self.allocated}
 
-    def ref(t: Any) -> Any:
+    def ref(self, t: Any) -> Any:
+        """An argument tree with buffers as Refs (a view's View line emitted once per step) and
+        sizes as ints or size expressions."""
         if isinstance(t, ReinterpretView):
-            if t.name not in views_done:
-                lines.append(View(t.name, t.base.name, ints(t.layout.size), ints(t.layout.stride), ints([t.layout.offset])[0]))
-                views_done.add(t.name)
-                step_views.append(t.name)
+            if t.name not in self.views_done:
+                self.lines.append(View(t.name, t.base.name, ints(t.layout.size), ints(t.layout.stride),
+                                       ints([t.layout.offset])[0]))
+                self.views_done.add(t.name)
+                self.step_views.append(t.name)
             return Ref(t.name)
         if isinstance(t, Buffer):
             return Ref(t.name)
         if isinstance(t, list):
-            return [ref(x) for x in t]
+            return [self.ref(x) for x in t]
         if isinstance(t, tuple):
-            return tuple(ref(x) for x in t)
+            return tuple(self.ref(x) for x in t)
         if isinstance(t, dict):
-            return {k: ref(v) for k, v in t.items()}
+            return {k: self.ref(v) for k, v in t.items()}
         if isinstance(t, sympy.Expr):
             return ints([t])[0]
         if isinstance(t, torch.SymInt):  # a size the graph returns (a forward's SymInt outputs)
             return ints([t.node.expr])[0]
         return t
 
-    def place(buf: Buffer) -> bool:
+    def place(self, buf: Buffer) -> bool:
         """Allocate a kernel-written buffer, or take over its donor's storage per the plan (or
         its base's, for a Scatter in place); True when it took a donor's storage."""
         size, stride = ints(buf.layout.size), ints(buf.layout.stride)
-        if buf.name in inplace:
-            donor = inplace[buf.name]
+        if buf.name in self.inplace:
+            donor = self.inplace[buf.name]
         else:
-            donor = current(plan.storage.get(buf.name, buf.name)) if plan is not None else buf.name
-        if donor != buf.name and donor in live_storage:
-            lines.append(Reuse(buf.name, donor, size, stride))
-            live_storage[buf.name] = live_storage.pop(donor)
+            donor = self.current(self.plan.storage.get(buf.name, buf.name)) if self.plan is not None else buf.name
+        if donor != buf.name and donor in self.live_storage:
+            self.lines.append(Reuse(buf.name, donor, size, stride))
+            self.live_storage[buf.name] = self.live_storage.pop(donor)
             return True
-        lines.append(Allocate(buf.name, size, stride, buf.layout.dtype, buf.layout.device))
-        live_storage[buf.name] = buf.name
+        self.lines.append(Allocate(buf.name, size, stride, buf.layout.dtype, buf.layout.device))
+        self.live_storage[buf.name] = buf.name
         return False
 
-    step_views: list[str] = []
-    for inp in g.inputs:  # inputs no step reads and nobody returns: drop them at once
-        if isinstance(inp, InputBuffer) and inp.name not in last:
-            lines.append(Free(inp.name))
-    for i, st in enumerate(steps):
-        views_done.clear()  # a view variable lives for one step only (it would keep its base alive)
-        step_views.clear()
+    def free_unread_inputs(self) -> None:
+        """Inputs no step reads and nobody returns: dropped at once."""
+        for inp in self.g.inputs:
+            if isinstance(inp, InputBuffer) and inp.name not in self.life.last:
+                self.lines.append(Free(inp.name))
+
+    def step(self, i: int, st: Any) -> None:
+        """Step `i`: its call, then Free lines for its views and for what dies at it."""
+        self.views_done.clear()  # a view variable lives for one step only (it would keep its base alive)
+        self.step_views.clear()
         if isinstance(st, KernelGroup | Scatter):
-            took = {w: place(buffers[w]) for w in step_writes(st)}
-            if isinstance(st, KernelGroup):
-                parts = [st.name]
-            elif st.output.name in inplace and took[st.output.name]:  # the base's values are there
-                parts = [f"{st.name}_scatter"]
-            else:
-                parts = [f"{st.name}_init", f"{st.name}_scatter"]
-            for kname in parts:
-                ln = launches[kname]
-                lines.append(KernelCall(ln.name, (*ints([ln.grid]), 1, 1), ln.pointer_args, ints(ln.size_args)))
+            self.kernel_step(st)
         else:
-            if st.fallback:
-                fallback_ops.append(str(st.kernel))
-            # results nothing reads are not laid out (ATen may return them other than the meta
-            # function says: embedding_bag's offset2bag is empty on some CPU paths)
-            unused = set(freed_by_step.get(i, []))
-            expect = tuple((b.name, ints(b.layout.size), ints(b.layout.stride)) for b in st.outputs
-                           if b.name not in unused)
-            results = ref(st.results) if st.results is not None else None
-            call = ExternCall(op_name(st.kernel), ref(st.args), tuple((k, ref(v)) for k, v in st.kwargs.items()),
-                              results, expect if st.fallback else ())
-            why = capture_blocker(st, device)
-            if why is not None:
-                blockers[len(lines)] = why
-            lines.append(call)
-            for w in step_writes(st):
-                live_storage[w] = w
-        lines.extend(Free(v) for v in step_views)
-        for b in freed_by_step.get(i, []):
-            if b in taken and b not in inputs:
+            self.extern_step(i, st)
+        self.lines.extend(Free(v) for v in self.step_views)
+        for b in self.freed_by_step.get(i, []):
+            if b in self.taken and b not in self.inputs:
                 continue  # its storage lives on under a new name
-            if b in constants:
+            if b in self.constants:
                 continue  # captured by the wrapper for its whole life
-            if b in live_storage or b in inputs:
-                lines.append(Free(b))
-                live_storage.pop(b, None)
-    views_done.clear()
-    outs = tuple(ref(o) for o in g.outputs)
-    lines.append(Return(outs))
-    return WrapperProgram(lines, constants, plan, fallback_ops, blockers)
+            if b in self.live_storage or b in self.inputs:
+                self.lines.append(Free(b))
+                self.live_storage.pop(b, None)
+
+    def kernel_step(self, st: KernelGroup | Scatter) -> None:
+        """Place the outputs, then launch the group's kernel (a Scatter: its init copy, unless it
+        writes in place over its base's values, then the scatter)."""
+        took = {w: self.place(self.buffers[w]) for w in step_writes(st)}
+        if isinstance(st, KernelGroup):
+            parts = [st.name]
+        elif st.output.name in self.inplace and took[st.output.name]:  # the base's values are there
+            parts = [f"{st.name}_scatter"]
+        else:
+            parts = [f"{st.name}_init", f"{st.name}_scatter"]
+        for kname in parts:
+            ln = self.launches[kname]
+            self.lines.append(KernelCall(ln.name, (*ints([ln.grid]), 1, 1), ln.pointer_args, ints(ln.size_args)))
+
+    def extern_step(self, i: int, st: Any) -> None:
+        """The ATen call (fallback layouts enforced on results something reads; a capture blocker
+        recorded); its results own fresh storage."""
+        if st.fallback:
+            self.fallback_ops.append(str(st.kernel))
+        # results nothing reads are not laid out (ATen may return them other than the meta
+        # function says: embedding_bag's offset2bag is empty on some CPU paths)
+        unused = set(self.freed_by_step.get(i, []))
+        expect = tuple((b.name, ints(b.layout.size), ints(b.layout.stride)) for b in st.outputs
+                       if b.name not in unused)
+        results = self.ref(st.results) if st.results is not None else None
+        call = ExternCall(op_name(st.kernel), self.ref(st.args), tuple((k, self.ref(v)) for k, v in st.kwargs.items()),
+                          results, expect if st.fallback else ())
+        why = capture_blocker(st, self.device)
+        if why is not None:
+            self.blockers[len(self.lines)] = why
+        self.lines.append(call)
+        for w in step_writes(st):
+            self.live_storage[w] = w
