@@ -29,8 +29,8 @@ while [ $# -gt 0 ]; do
 done
 [ ${#suites[@]} -gt 0 ] || suites=(micro)
 
-# every case coil bench knows, from its --list line "cases: ..."
-all_cases=$(coil bench --list | sed -n 's/^cases: //p')
+# every case coil bench knows (`coil bench --list`: one name a line)
+all_cases=$(coil bench --list | grep -E '^[a-z0-9_]+$')
 [ -n "$all_cases" ] || { echo "coil bench --list printed no cases"; exit 1; }
 expand() {
   local c
