@@ -157,172 +157,207 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
     (`peak_bound.LiveProfile`, the planner's model over the operation order) is at most the
     unfused peak times (1 + peak_slack), plus `peak_bound.TOLERATED_BYTES`: fusion never raises
     the peak past that bound. None: no bound."""
-    ops = list(operations)
-    pos = {id(op): i for i, op in enumerate(ops)}
-    writer = {b.name: op for op in ops for b in op.outputs}
-    readers: dict[str, list[Operation]] = {}
-    for op in ops:
-        for r in op.reads():
-            readers.setdefault(r, []).append(op)
-    # group id per op; groups as lists of ops
-    gid: dict[int, int] = {}
-    groups: dict[int, list[Operation]] = {}
-    for i, op in enumerate(ops):
-        gid[id(op)] = i
-        groups[i] = [op]
+    fusion = _Fusion(operations, graph_outputs, log, peak_slack if enabled else None, visit_order)
+    if enabled:
+        fusion.merge_greedily()
+    return fusion.steps(fusion.execution_order())
 
-    op_reads = {id(op): op.reads() for op in ops}
-    # sympy sizes are slow to evaluate: each op's emptiness and output bytes, once per op
-    empty = {id(op): _empty(op) for op in ops}
-    nbytes_memo: dict[tuple[int, str], int] = {}
-    epilogue_memo: dict[tuple[int, int], bool] = {}
 
-    def nbytes(op: Operation, name: str) -> int:
+class _Fusion:
+    """The state of one `fuse`: the groups of operations (one per op to start with), their
+    dependency DAG, the plans of merged groups and the live-bytes profile; its methods are the
+    steps of `fuse`."""
+
+    def __init__(self, operations: Sequence[Operation], graph_outputs: set[str], log: FusionLog | None,
+                 peak_slack: float | None, visit_order: bool) -> None:
+        self.ops = ops = list(operations)
+        self.graph_outputs = graph_outputs
+        self.log = log
+        self.peak_slack = peak_slack
+        self.visit_order = visit_order
+        self.pos = {id(op): i for i, op in enumerate(ops)}
+        self.writer = {b.name: op for op in ops for b in op.outputs}
+        self.readers: dict[str, list[Operation]] = {}
+        for op in ops:
+            for r in op.reads():
+                self.readers.setdefault(r, []).append(op)
+        # group id per op; groups as lists of ops
+        self.gid: dict[int, int] = {}
+        self.groups: dict[int, list[Operation]] = {}
+        for i, op in enumerate(ops):
+            self.gid[id(op)] = i
+            self.groups[i] = [op]
+        self.op_reads = {id(op): op.reads() for op in ops}
+        # sympy sizes are slow to evaluate: each op's emptiness and output bytes, once per op
+        self.empty = {id(op): _empty(op) for op in ops}
+        self.nbytes_memo: dict[tuple[int, str], int] = {}
+        self.epilogue_memo: dict[tuple[int, int], bool] = {}
+        # the cycle check before a merge: `merge_dag` (a topological order of the groups bounds the search)
+        self.dag = MergeDag({g: self.compute_preds(g) for g in self.groups})
+        self.profile = LiveProfile(ops, graph_outputs, self.nbytes) if peak_slack is not None else None
+        self.plans: dict[int, KernelGroup] = {}
+        self.order_of: dict[int, LoopOrder] = {}  # op id -> the loop order of its group's plan (default "store")
+
+    def nbytes(self, op: Operation, name: str) -> int:
         key = (id(op), name)
-        got = nbytes_memo.get(key)
+        got = self.nbytes_memo.get(key)
         if got is None:
-            got = nbytes_memo[key] = _nbytes(op, name)
+            got = self.nbytes_memo[key] = _nbytes(op, name)
         return got
 
-    def compute_preds(g: int) -> set[int]:
+    def compute_preds(self, g: int) -> set[int]:
+        """The groups group `g` depends on: writers of what it reads, and, for an extern that
+        mutates a buffer, the earlier readers of that buffer."""
         out: set[int] = set()
-        for op in groups[g]:
-            for r in op_reads[id(op)]:
-                w = writer.get(r)
-                if w is not None and gid[id(w)] != g:
-                    out.add(gid[id(w)])
+        for op in self.groups[g]:
+            for r in self.op_reads[id(op)]:
+                w = self.writer.get(r)
+                if w is not None and self.gid[id(w)] != g:
+                    out.add(self.gid[id(w)])
             if isinstance(op, ExternKernel):
                 for m in op.mutates:
-                    for rd in readers.get(m, []):
-                        if pos[id(rd)] < pos[id(op)] and gid[id(rd)] != g:
-                            out.add(gid[id(rd)])
+                    for rd in self.readers.get(m, []):
+                        if self.pos[id(rd)] < self.pos[id(op)] and self.gid[id(rd)] != g:
+                            out.add(self.gid[id(rd)])
         return out
 
-    # the cycle check before a merge: `merge_dag` (a topological order of the groups bounds the search)
-    dag = MergeDag({g: compute_preds(g) for g in groups})
-
-    def outside_readers(members: list[Operation]) -> set[str]:
+    def outside_readers(self, members: list[Operation]) -> set[str]:
+        """The buffers `members` write that an operation outside them reads."""
         ids = {id(m) for m in members}
         out: set[str] = set()
         for m in members:
             for b in m.outputs:
-                if any(id(r) not in ids for r in readers.get(b.name, [])):
+                if any(id(r) not in ids for r in self.readers.get(b.name, [])):
                     out.add(b.name)
         return out
 
-    profile = LiveProfile(ops, graph_outputs, nbytes) if enabled and peak_slack is not None else None
-    plans: dict[int, KernelGroup] = {}
-    order_of: dict[int, LoopOrder] = {}  # op id -> the loop order of its group's plan (default "store")
-
-    def try_plan(names: str, merged: list[Operation], shared: str) -> KernelGroup:
+    def try_plan(self, names: str, merged: list[Operation], shared: str) -> KernelGroup:
         """Plan `merged` with the first loop orders that work (`_order_candidates`)."""
         pw = [o for o in merged if isinstance(o, Pointwise | Reduction)]
-        base: dict[int, LoopOrder] = {id(o): order_of.get(id(o), "store") for o in pw}
+        base: dict[int, LoopOrder] = {id(o): self.order_of.get(id(o), "store") for o in pw}
         first: FusionIllegal | None = None
-        for orders in _order_candidates(pw, base, shared, writer.get(shared), visit_order):
+        for orders in _order_candidates(pw, base, shared, self.writer.get(shared), self.visit_order):
             try:
-                return plan(names, pw, outside_readers(merged), graph_outputs, orders)
+                return plan(names, pw, self.outside_readers(merged), self.graph_outputs, orders)
             except FusionIllegal as e:
                 first = first or e
         assert first is not None
         raise first
 
-    if enabled:
+    def fusible(self, op: Operation) -> bool:
+        return isinstance(op, Pointwise | Reduction) and not _is_scan(op) and not self.empty[id(op)]
+
+    def candidates(self) -> list[tuple[int, Operation, Operation, str]]:
+        """(bytes saved, first op, second op, shared buffer) of every pair of ops in different
+        groups that share a buffer, best first: producer -> consumer (an epilogue weighted by
+        EPILOGUE_WEIGHT), and two readers of a buffer of more than HORIZONTAL_MIN_BYTES."""
+        cands: list[tuple[int, Operation, Operation, str]] = []
+        for op in self.ops:
+            if not self.fusible(op):
+                continue
+            for r in self.op_reads[id(op)]:
+                w = self.writer.get(r)
+                if w is not None and self.fusible(w) and self.gid[id(w)] != self.gid[id(op)]:
+                    ek = (id(w), id(op))
+                    if ek not in self.epilogue_memo:
+                        self.epilogue_memo[ek] = _epilogue(w, op)
+                    weight = EPILOGUE_WEIGHT if self.epilogue_memo[ek] else 1
+                    cands.append((2 * self.nbytes(w, r) * weight, w, op, r))
+                if r in self.writer and self.nbytes(self.writer[r], r) <= HORIZONTAL_MIN_BYTES:
+                    continue  # sharing a scalar (an RNG seed) saves nothing: no horizontal fusion
+                for other in self.readers.get(r, []):
+                    if other is not op and self.fusible(other) and self.gid[id(other)] != self.gid[id(op)]:
+                        cands.append((self.nbytes(self.writer[r], r) if r in self.writer else 1, other, op, r))
+        cands.sort(key=lambda c: -c[0])
+        return cands
+
+    def record(self, a: int, b: int, taken: bool, reason: str) -> None:
+        if self.log is not None:
+            self.log.attempts.append((self.groups[a][0].name, self.groups[b][0].name, taken, reason))
+
+    def attempt(self, first_op: Operation, second_op: Operation, shared: str) -> bool:
+        """Merge the groups the two ops are in now (earlier fusions of this pass included) when
+        that makes no cycle, keeps the peak of live bytes within the bound and plans; whether it did."""
+        a, b = self.gid[id(first_op)], self.gid[id(second_op)]
+        if a == b:
+            return False
+        merged = sorted(self.groups[a] + self.groups[b], key=lambda o: self.pos[id(o)])
+        names = f"{self.groups[a][0].name}+{self.groups[b][0].name}"
+        if self.dag.creates_cycle(a, b):
+            self.record(a, b, False, "would create a cycle through another kernel")
+            return False
+        if self.profile is not None:
+            bound = self.profile.unfused_peak * (1.0 + (self.peak_slack or 0.0))
+            after = self.profile.peak_if_merged(self.groups[a], self.groups[b])
+            if after > bound + TOLERATED_BYTES:
+                self.record(a, b, False, f"would raise the peak of live bytes to {after} (bound {int(bound)}, "
+                                         f"the unfused peak)")
+                return False
+        try:
+            p = self.try_plan(names, merged, shared)
+        except FusionIllegal as e:
+            self.record(a, b, False, str(e))
+            return False
+        if self.profile is not None:
+            self.profile.merge(self.groups[a], self.groups[b])
+        self.record(a, b, True, "fused")
+        keep, drop = min(a, b), max(a, b)
+        self.dag.merge(a, b, keep)
+        self.groups[keep] = merged
+        for o in self.groups.pop(drop):
+            self.gid[id(o)] = keep
+        self.plans.pop(drop, None)
+        self.plans[keep] = p
+        self.order_of.update({id(m.op): m.order for m in p.members})
+        return True
+
+    def merge_greedily(self) -> None:
+        """Try every candidate pair, best first, until a pass over them fuses nothing."""
         changed = True
         while changed:
             changed = False
-            cands: list[tuple[int, Operation, Operation, str]] = []
-            for op in ops:
-                if not isinstance(op, Pointwise | Reduction) or _is_scan(op) or empty[id(op)]:
-                    continue
-                for r in op_reads[id(op)]:
-                    w = writer.get(r)
-                    if isinstance(w, Pointwise | Reduction) and not _is_scan(w) and not empty[id(w)] \
-                            and gid[id(w)] != gid[id(op)]:
-                        ek = (id(w), id(op))
-                        if ek not in epilogue_memo:
-                            epilogue_memo[ek] = _epilogue(w, op)
-                        weight = EPILOGUE_WEIGHT if epilogue_memo[ek] else 1
-                        cands.append((2 * nbytes(w, r) * weight, w, op, r))
-                    if r in writer and nbytes(writer[r], r) <= HORIZONTAL_MIN_BYTES:
-                        continue  # sharing a scalar (an RNG seed) saves nothing: no horizontal fusion
-                    for other in readers.get(r, []):
-                        if other is not op and isinstance(other, Pointwise | Reduction) and not _is_scan(other) \
-                                and not empty[id(other)] and gid[id(other)] != gid[id(op)]:
-                            cands.append((nbytes(writer[r], r) if r in writer else 1, other, op, r))
-            cands.sort(key=lambda c: -c[0])
-            for _, first_op, second_op, shared in cands:
-                # the groups the two ops are in now (earlier fusions of this pass included)
-                a, b = gid[id(first_op)], gid[id(second_op)]
-                if a == b:
-                    continue
-                merged = sorted(groups[a] + groups[b], key=lambda o: pos[id(o)])
-                names = f"{groups[a][0].name}+{groups[b][0].name}"
-                if dag.creates_cycle(a, b):
-                    if log is not None:
-                        log.attempts.append((groups[a][0].name, groups[b][0].name, False, "would create a cycle through another kernel"))
-                    continue
-                if profile is not None:
-                    bound = profile.unfused_peak * (1.0 + (peak_slack or 0.0))
-                    after = profile.peak_if_merged(groups[a], groups[b])
-                    if after > bound + TOLERATED_BYTES:
-                        if log is not None:
-                            log.attempts.append((groups[a][0].name, groups[b][0].name, False,
-                                                 f"would raise the peak of live bytes to {after} (bound {int(bound)}, "
-                                                 f"the unfused peak)"))
-                        continue
-                try:
-                    p = try_plan(names, merged, shared)
-                except FusionIllegal as e:
-                    if log is not None:
-                        log.attempts.append((groups[a][0].name, groups[b][0].name, False, str(e)))
-                    continue
-                if profile is not None:
-                    profile.merge(groups[a], groups[b])
-                if log is not None:
-                    log.attempts.append((groups[a][0].name, groups[b][0].name, True, "fused"))
-                keep, drop = min(a, b), max(a, b)
-                dag.merge(a, b, keep)
-                groups[keep] = merged
-                for o in groups.pop(drop):
-                    gid[id(o)] = keep
-                plans.pop(drop, None)
-                plans[keep] = p
-                order_of.update({id(m.op): m.order for m in p.members})
-                changed = True
-    # order: Kahn's algorithm, earliest original position first
-    order: list[int] = []
-    indeg = {g: len(dag.preds[g]) for g in groups}
-    succ: dict[int, set[int]] = {g: set() for g in groups}
-    for g in groups:
-        for pg in dag.preds[g]:
-            succ[pg].add(g)
-    ready = sorted((min(pos[id(o)] for o in groups[g]), g) for g in groups if indeg[g] == 0)
+            for _, first_op, second_op, shared in self.candidates():
+                changed |= self.attempt(first_op, second_op, shared)
 
-    heapq.heapify(ready)
-    while ready:
-        _, g = heapq.heappop(ready)
-        order.append(g)
-        for s in succ[g]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(ready, (min(pos[id(o)] for o in groups[s]), s))
-    if len(order) != len(groups):
-        raise RuntimeError("scheduler: dependency cycle between kernel groups")
-    result: list[KernelGroup | ExternKernel | Scatter] = []
-    for g in order:
-        members = groups[g]
-        if len(members) == 1 and isinstance(members[0], ExternKernel | Scatter):
-            result.append(members[0])
-            continue
-        kg = plans.get(g)
-        if kg is None:
-            kg = plan(members[0].name, members, outside_readers(members), graph_outputs)  # type: ignore[arg-type]
-        result.append(kg)
-    for i, step in enumerate(result):
-        if isinstance(step, KernelGroup):
-            step.name = kernel_name(i, step.origins())
-    return result
+    def execution_order(self) -> list[int]:
+        """The groups in a topological order: Kahn's algorithm, earliest original position first."""
+        order: list[int] = []
+        groups, pos = self.groups, self.pos
+        indeg = {g: len(self.dag.preds[g]) for g in groups}
+        succ: dict[int, set[int]] = {g: set() for g in groups}
+        for g in groups:
+            for pg in self.dag.preds[g]:
+                succ[pg].add(g)
+        ready = sorted((min(pos[id(o)] for o in groups[g]), g) for g in groups if indeg[g] == 0)
+        heapq.heapify(ready)
+        while ready:
+            _, g = heapq.heappop(ready)
+            order.append(g)
+            for s in succ[g]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(ready, (min(pos[id(o)] for o in groups[s]), s))
+        if len(order) != len(groups):
+            raise RuntimeError("scheduler: dependency cycle between kernel groups")
+        return order
+
+    def steps(self, order: list[int]) -> list[KernelGroup | ExternKernel | Scatter]:
+        """One step per group in `order`: externs and scatters as they are, the others planned
+        (a group fusion did not merge is planned here), kernel groups named by `kernel_name`."""
+        result: list[KernelGroup | ExternKernel | Scatter] = []
+        for g in order:
+            members = self.groups[g]
+            if len(members) == 1 and isinstance(members[0], ExternKernel | Scatter):
+                result.append(members[0])
+                continue
+            kg = self.plans.get(g)
+            if kg is None:
+                kg = plan(members[0].name, members, self.outside_readers(members), self.graph_outputs)  # type: ignore[arg-type]
+            result.append(kg)
+        for i, step in enumerate(result):
+            if isinstance(step, KernelGroup):
+                step.name = kernel_name(i, step.origins())
+        return result
 
 
 def kernel_name(index: int, origins: list[str]) -> str:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 
 import torch
-from coil.triton_codegen.kernel import KernelSource
+from coil.triton_codegen.kernel_source import KernelSource
 from coil.triton_codegen.optable import tl_dtype
 
 ALIGN = 16  # bytes: the alignment the loaded address is declared to have

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import sympy
 from coil.lowering_ir import Expr
 from coil.triton_codegen.config import KernelConfig, candidates, looped_alternatives
-from coil.triton_codegen.kernel import KernelSource
+from coil.triton_codegen.kernel_source import KernelSource
 
 TUNED_STRATEGIES = ("persistent", "looped", "outer")
 
