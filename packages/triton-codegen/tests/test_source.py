@@ -20,7 +20,7 @@ P0, P1, P2 = sympy.symbols("p0 p1 p2", integer=True, nonnegative=True)
 
 def test_public_api_snapshot():
     assert sorted(T.__all__) == [
-        "CodegenOptions", "KernelConfig", "KernelSource", "STRATEGIES", "candidates", "choose", "generate",
+        "CodegenOptions", "KernelConfig", "KernelSource", "OUTER_XBLOCK", "STRATEGIES", "candidates", "choose", "generate",
         "generate_schedule", "indirect", "looped_alternatives", "other_strategy", "reread_alternative", "texpr",
         "variants",
     ]

@@ -5,11 +5,13 @@ Public API (see README.md): `generate` (one kernel group), `generate_schedule`, 
 (launch configurations worth timing) and `variants` (a kernel under each of them), and
 `looped_alternatives` / `other_strategy` (a persistent kernel's loop over r as candidates too),
 `reread_alternative` (a persistent kernel reading its rows again after its reductions);
-`indirect` (a kernel reading some inputs through a table of addresses).
+`indirect` (a kernel reading some inputs through a table of addresses); `OUTER_XBLOCK` (the
+outputs one program of an "outer" reduction covers on CUDA, which lowering's split rule takes).
 """
 
 from coil.lowering_ir.printing import texpr
 from coil.triton_codegen.config import (
+    OUTER_XBLOCK,
     STRATEGIES,
     CodegenOptions,
     KernelConfig,
@@ -22,6 +24,6 @@ from coil.triton_codegen.kernel import KernelSource, generate
 from coil.triton_codegen.schedule import generate_schedule
 from coil.triton_codegen.variants import other_strategy, reread_alternative, variants
 
-__all__ = ["STRATEGIES", "CodegenOptions", "KernelConfig", "KernelSource", "candidates", "choose", "generate",
+__all__ = ["OUTER_XBLOCK", "STRATEGIES", "CodegenOptions", "KernelConfig", "KernelSource", "candidates", "choose", "generate",
            "generate_schedule", "indirect", "looped_alternatives", "other_strategy", "reread_alternative",
            "texpr", "variants"]

@@ -12,8 +12,8 @@ STRATEGIES = ("auto", "persistent", "looped", "outer")
 # program owns OUTER_XBLOCK neighbouring outputs, so every load of the [XBLOCK, RBLOCK] tile reads
 # OUTER_XBLOCK consecutive elements of each of RBLOCK rows (128 B of bf16, 256 B of fp32: whole
 # cache lines), and accumulates in registers until one tl.sum/max/... at the end of the loop.
-# coil.lowering_ir.knobs.SPLIT_OUTER_ROWS (how many outputs the split rule assumes one program
-# of such a kernel reduces) must equal OUTER_XBLOCK: a test checks it.
+# OUTER_XBLOCK is public API: lowering's split-reduction rule takes it as the number of outputs
+# one program of such a kernel reduces.
 # OUTER_RBLOCK 8 (16 until session 31): on an H200 (2026-11-28, bench/sum_dim0_probe.py, coil's own
 # partials kernel alone, replayed from a CUDA graph) a bf16 sum over dim 0 took 3.8 us at
 # [64, 8] / 4 warps against 5.9 at [64, 16] over 1568 x 2048 (the split's 49 chunks), 5.0
