@@ -9,6 +9,7 @@ import typing
 import pytest
 import torch
 from coil.wrapper_codegen import (
+    TRACKER,
     Allocate,
     CheckInput,
     ExternCall,
@@ -19,6 +20,7 @@ from coil.wrapper_codegen import (
     Return,
     Reuse,
     SizeOf,
+    Track,
     Unpack,
     View,
     emit_line,
@@ -37,6 +39,7 @@ def one_of_each():
         CheckInput("b", 2, (2, 3), (3, 1), torch.float32, CPU),
         Allocate("buf0", (2, 3), (3, 1), torch.float32, CPU),
         KernelCall("k0", (2, 1, 1), ("a", "buf0"), (6,)),
+        Track("stepped"),
         View("v0", "buf0", (3, 2), (1, 3), 0),
         ExternCall("torch.ops.aten.mm.default", (Ref("v0"), Ref("b")), (), Ref("buf1"), (("buf1", (3, 3), (3, 1)),)),
         Free("a"),
@@ -59,7 +62,8 @@ def test_every_line_type_is_emitted_and_runs():
         body.extend(out)
     src = emit_python(lines, ["k0"], [], "every line")
     ast.parse(src)
-    ns = {}
+    events = []
+    ns = {TRACKER: type("Recorder", (), {"stepped": lambda self: events.append("stepped")})()}
     exec(compile(src, "<wrapper>", "exec"), ns)
     launched = []
 
@@ -73,7 +77,7 @@ def test_every_line_type_is_emitted_and_runs():
     args = [a, torch.zeros(1), b]
     buf1, buf2, buf3, seven, none = call(args)
     assert args == []
-    assert launched == [(2, 1, 1)]
+    assert launched == [(2, 1, 1)] and events == ["stepped"]
     v0 = a.reshape(2, 3).t()
     torch.testing.assert_close(buf1, v0 @ b)
     assert buf2.shape == (6,) and buf2.data_ptr() != 0

@@ -9,6 +9,7 @@ import pytest
 import sympy
 import torch
 from coil.wrapper_codegen import (
+    TRACKER,
     Allocate,
     CheckInput,
     ExternCall,
@@ -19,6 +20,7 @@ from coil.wrapper_codegen import (
     Return,
     Reuse,
     SizeOf,
+    Track,
     Unpack,
     View,
     emit_fx,
@@ -46,16 +48,27 @@ def program() -> list[Line]:
         Reuse("buf2", "buf0", (6,), (1,)),
         ExternCall("torch.ops.aten.sort.default", (Ref("buf1"),), (("dim", 0), ("descending", True)),
                    (Ref("buf3"), None), ()),
+        Track("reuse", ("buf2", "buf0")),
         Return((Ref("buf1"), Ref("buf2"), Ref("buf3"), Ref("n_a"), Ref("c0"), None)),
     ]
+
+
+class Recorder:
+    """A tracker that records the events it is told."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, ...]] = []
+
+    def __getattr__(self, event: str) -> Any:
+        return lambda *names: self.events.append((event, *names))
 
 
 def k0(grid: tuple[int, ...], a: torch.Tensor, buf: torch.Tensor, n: int) -> None:
     buf.view(-1).copy_(a[:n])
 
 
-def _python(lines: list[Line], inputs: list[Any], constants: dict[str, torch.Tensor]) -> Any:
-    ns: dict[str, Any] = {}
+def _python(lines: list[Line], inputs: list[Any], constants: dict[str, torch.Tensor], tracker: Any = None) -> Any:
+    ns: dict[str, Any] = {TRACKER: tracker}
     exec(compile(emit_python(lines, ["k0"], sorted(constants), "t"), "<wrapper>", "exec"), ns)
     return ns["make"](CPU, constants, {"k0": k0})(list(inputs))
 
@@ -90,8 +103,10 @@ def test_fx_module_runs_like_the_python_wrapper(n: int) -> None:
     lines = program()
     c0 = torch.ones(2)
     a, b = torch.arange(float(n)), torch.randn(2, 3)  # n sizes buf0 (2 x n/2) and the grid
-    gm = emit_fx(lines, {"k0": k0}, {"c0": c0})
-    _same(gm(a, torch.zeros(1), b), _python(lines, [a, torch.zeros(1), b], {"c0": c0}))
+    fx_events, py_events = Recorder(), Recorder()
+    gm = emit_fx(lines, {"k0": k0}, {"c0": c0}, tracker=fx_events)
+    _same(gm(a, torch.zeros(1), b), _python(lines, [a, torch.zeros(1), b], {"c0": c0}, py_events))
+    assert fx_events.events == py_events.events == [("reuse", "buf2", "buf0")]
 
 
 def test_free_and_reuse_end_a_name() -> None:
@@ -104,9 +119,11 @@ def test_free_and_reuse_end_a_name() -> None:
         emit_fx_graph(reused)
 
 
-def test_missing_kernel_or_constant_is_reported() -> None:
+def test_missing_kernel_constant_or_tracker_is_reported() -> None:
     with pytest.raises(KeyError, match="k_k0"):
         emit_fx(program(), {}, {"c0": torch.ones(1)})
+    with pytest.raises(KeyError, match=TRACKER):
+        emit_fx(program(), {"k0": k0}, {"c0": torch.ones(1)})
 
 
 def test_non_lines_are_rejected() -> None:
@@ -119,7 +136,8 @@ def test_dead_code_elimination_keeps_launches_and_frees() -> None:
     before = [n.name for n in graph.nodes]
     graph.eliminate_dead_code()
     after = [n.name for n in graph.nodes]
-    assert [n for n in before if n.startswith(("launch_", "free_"))] == [n for n in after if n.startswith(("launch_", "free_"))]
+    kept = ("launch_", "free_", "track_")
+    assert [n for n in before if n.startswith(kept)] == [n for n in after if n.startswith(kept)]
 
 
 def test_built_program_runs_through_fx(wr: Any) -> None:

@@ -17,6 +17,7 @@ from coil.wrapper_codegen import (
     Return,
     Reuse,
     SizeOf,
+    Track,
     Unpack,
     View,
     build,
@@ -36,6 +37,7 @@ ONE_OF_EACH = [
     KernelCall("k0", (4, 1, 1), ("a", "c"), (6,)),
     ExternCall("torch.ops.aten.mm.default", (Ref("a"), Ref("c")), (), Ref("e"), (("e", (2, 2), (2, 1)),)),
     Free("a"),
+    Track("reuse", ("c", "b")),
     Return((Ref("e"), 3, None)),
 ]
 

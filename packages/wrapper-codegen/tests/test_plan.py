@@ -44,6 +44,8 @@ def test_public_api_snapshot():
         "Return",
         "Reuse",
         "SizeOf",
+        "TRACKER",
+        "Track",
         "Unpack",
         "View",
         "WrapperProgram",
@@ -55,6 +57,7 @@ def test_public_api_snapshot():
         "op_name",
         "plan_indirect",
         "pyrepr",
+        "track_lifetimes",
     ]
     for name in WC.__all__:
         assert hasattr(WC, name)

@@ -1,10 +1,11 @@
 """Runtime self-checks behind knobs (docs/debugging.md).
 
 - COIL_CHECK_NAN: `check_outputs` raises when a graph output holds NaN or Inf.
-- COIL_CHECK_LIFETIMES: `instrument_wrapper` emits the wrapper with calls into a
-  `LifetimeTracker`, which checks every Allocate/Reuse/Free against the buffer lifetimes derived
-  from the schedule (independently of the wrapper builder) and, before the wrapper returns, that
-  every allocated buffer was freed or is returned.
+- COIL_CHECK_LIFETIMES: the wrapper is emitted from `coil.wrapper_codegen.track_lifetimes(lines)`,
+  whose Track lines call a `LifetimeTracker` (the wrapper's `TRACKER` global), which checks every
+  Allocate/Reuse/Free against the buffer lifetimes derived from the schedule (independently of
+  the wrapper builder) and, before the wrapper returns, that every allocated buffer was freed or
+  is returned.
 
 COIL_DEBUG_ASSERTS is not here: triton-codegen emits the bounds asserts
 (`CodegenOptions(debug_asserts=True)`) and coil.runtime compiles such kernels in Triton's debug
@@ -19,19 +20,7 @@ from typing import Any
 import torch
 from coil.backend.debug.dump import Span
 from coil.backend.errors import CoilCheckError
-from coil.wrapper_codegen import (
-    Allocate,
-    ExternCall,
-    Free,
-    KernelCall,
-    Line,
-    Ref,
-    Return,
-    Reuse,
-    Unpack,
-    View,
-    emit_line,
-)
+from coil.wrapper_codegen import Line, Ref, Return, View
 
 # -- NaN / Inf ------------------------------------------------------------------------------
 
@@ -149,40 +138,3 @@ def returned_storage(lines: Sequence[Line]) -> set[str]:
                     name = base[name]
                 out.add(name)
     return out
-
-
-TRACKER = "_coil_track"
-
-
-def _tracked(line: Line) -> list[str]:
-    before: list[str] = []
-    after: list[str] = []
-    if isinstance(line, Unpack):
-        after.append(f"{TRACKER}.begin()")
-    elif isinstance(line, Allocate):
-        after.append(f"{TRACKER}.alloc({line.name!r})")
-    elif isinstance(line, Reuse):
-        after.append(f"{TRACKER}.reuse({line.name!r}, {line.donor!r})")
-    elif isinstance(line, Free):
-        before.append(f"{TRACKER}.free({line.name!r})")
-    elif isinstance(line, ExternCall):
-        made = sorted(_refs(line.results))
-        after += [f"{TRACKER}.alloc({n!r})" for n in made] + [f"{TRACKER}.stepped()"]
-    elif isinstance(line, KernelCall):
-        after.append(f"{TRACKER}.stepped()")
-    elif isinstance(line, Return):
-        before.append(f"{TRACKER}.returning()")
-    return [*before, *emit_line(line), *after]
-
-
-def instrument_wrapper(source: str, lines: Sequence[Line]) -> str:
-    """`source` (emit_python's output for `lines`) with tracker calls around every line.
-
-    The tracker is the module global `_coil_track`; set it in the namespace before `make`.
-    """
-    indent = " " * 8
-    plain = "\n".join(indent + s for ln in lines for s in emit_line(ln)) + "\n"
-    if source.count(plain) != 1:
-        raise RuntimeError("COIL_CHECK_LIFETIMES: the wrapper's body is not where emit_python puts it")
-    tracked = "\n".join(indent + s for ln in lines for s in _tracked(ln)) + "\n"
-    return source.replace(plain, tracked)

@@ -30,13 +30,7 @@ from coil.backend.config import options as compile_options
 from coil.backend.config.knobs import knobs
 from coil.backend.debug import logs
 from coil.backend.debug.artefacts import Artefacts
-from coil.backend.debug.checks import (
-    TRACKER,
-    LifetimeTracker,
-    check_outputs,
-    instrument_wrapper,
-    returned_storage,
-)
+from coil.backend.debug.checks import LifetimeTracker, check_outputs, returned_storage
 from coil.backend.debug.dump import spans
 from coil.backend.errors import CoilCompileError
 from coil.backend.pipeline import autotune, indirect_inputs
@@ -56,7 +50,14 @@ from coil.runtime import (
 )
 from coil.scheduler import KernelGroup, Schedule, schedule
 from coil.triton_codegen import CodegenOptions, KernelSource, generate, generate_schedule
-from coil.wrapper_codegen import KernelLaunch, WrapperProgram, build, emit_python
+from coil.wrapper_codegen import (
+    TRACKER,
+    KernelLaunch,
+    WrapperProgram,
+    build,
+    emit_python,
+    track_lifetimes,
+)
 from coil.wrapper_codegen.segments import split_segments
 
 log = logging.getLogger("coil.backend")
@@ -280,13 +281,13 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
         if got is not None:
             table, sources = got
             lines = table.lines
-    source: str = _stage(stats, "wrapper codegen", emit_python, lines, [s.name for s in sources],
-                         sorted(program.constants), name, segments=segments, indirect=table)
     namespace: dict[str, Any] = {}
-    if knobs.check_lifetimes:
-        source = _stage(stats, "lifetime tracking", instrument_wrapper, source, program.lines)
+    if knobs.check_lifetimes:  # Track lines report every allocation, free and step to the tracker
+        lines = _stage(stats, "lifetime tracking", track_lifetimes, lines)
         namespace[TRACKER] = LifetimeTracker(
             name, spans(sched), returned_storage(program.lines), dict(program.reuse.storage) if program.reuse else None)
+    source: str = _stage(stats, "wrapper codegen", emit_python, lines, [s.name for s in sources],
+                         sorted(program.constants), name, segments=segments, indirect=table)
     out.wrapper(source)
     out.wrapper_fx(program.lines)
     specs = _specs(sources, lowered)

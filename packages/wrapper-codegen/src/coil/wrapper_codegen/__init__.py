@@ -2,13 +2,15 @@
 
 Public API (see README.md): the line types, `build`, `WrapperProgram`, `KernelLaunch`,
 `emit_python`, `emit_line`, `pyrepr`, `emit_fx`, `emit_fx_graph`, `op_name`, `DynamicShapeError`;
-`plan_indirect`, `IndirectPlan`, `InputLayout` (inputs kernels read through a table of addresses).
+`plan_indirect`, `IndirectPlan`, `InputLayout` (inputs kernels read through a table of addresses);
+`track_lifetimes`, `Track`, `TRACKER` (lifetime tracking as Wrapper IR lines).
 """
 
 from coil.wrapper_codegen.emit_fx import emit_fx, emit_fx_graph
 from coil.wrapper_codegen.emit_python import emit_line, emit_python, pyrepr
 from coil.wrapper_codegen.indirect import IndirectPlan, InputLayout, plan_indirect
 from coil.wrapper_codegen.lines import (
+    TRACKER,
     Allocate,
     CheckInput,
     ExternCall,
@@ -19,6 +21,7 @@ from coil.wrapper_codegen.lines import (
     Return,
     Reuse,
     SizeOf,
+    Track,
     Unpack,
     View,
 )
@@ -29,8 +32,10 @@ from coil.wrapper_codegen.plan import (
     build,
     op_name,
 )
+from coil.wrapper_codegen.tracking import track_lifetimes
 
 __all__ = [
+    "TRACKER",
     "Allocate",
     "CheckInput",
     "DynamicShapeError",
@@ -45,6 +50,7 @@ __all__ = [
     "Return",
     "Reuse",
     "SizeOf",
+    "Track",
     "Unpack",
     "View",
     "WrapperProgram",
@@ -56,4 +62,5 @@ __all__ = [
     "op_name",
     "plan_indirect",
     "pyrepr",
+    "track_lifetimes",
 ]

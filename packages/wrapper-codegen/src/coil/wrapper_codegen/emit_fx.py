@@ -15,11 +15,12 @@ One FX node (or a few) per Line, in order, covering every Line type:
 |              | `call_function ensure_layout(result, size, stride)` per `expect` entry     |
 | Free         | `call_function free(value)` (after it the name is dead)                    |
 | Return       | `output`                                                                   |
+| Track        | `get_attr _coil_track` (once), `call_function track(tracker, event, *names)`|
 
 Size expressions (sympy, dynamic shapes) become `operator` nodes over the size symbols' nodes.
 A name that no line binds is a graph constant: a `get_attr` of that name.
 
-`launch`, `free` and `check_input` are marked side-effectful (`torch.fx.node.has_side_effect`), so dead-code
+`launch`, `free`, `track` and `check_input` are marked side-effectful (`torch.fx.node.has_side_effect`), so dead-code
 elimination keeps them, and the FX code generator drops each value after its last use: a `free`
 node is where the Python wrapper's `del` is. Differences from the Python wrapper: inputs are
 positional arguments (not a boxed list cleared on entry, so inputs are not freed early), and the
@@ -39,6 +40,7 @@ import torch.fx
 from coil.lowering_ir.printing import texpr
 from coil.wrapper_codegen.helpers import check_input, ensure_layout
 from coil.wrapper_codegen.lines import (
+    TRACKER,
     Allocate,
     CheckInput,
     ExternCall,
@@ -49,6 +51,7 @@ from coil.wrapper_codegen.lines import (
     Return,
     Reuse,
     SizeOf,
+    Track,
     Unpack,
     View,
 )
@@ -69,6 +72,12 @@ def launch(kernel: Callable[..., None], grid: tuple[int, ...], *args: object) ->
 def free(value: object) -> None:
     """Marks where the wrapper drops its reference to `value` (the FX code then deletes it)."""
     del value
+
+
+@torch.fx.node.has_side_effect
+def track(tracker: Any, event: str, *names: str) -> None:
+    """Report a lifetime event to `tracker` (Line `Track`): `tracker.<event>(*names)`."""
+    getattr(tracker, event)(*names)
 
 
 def reuse(donor: torch.Tensor, size: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
@@ -208,6 +217,9 @@ class _Emitter:
             self._kill(ln.name)
         elif isinstance(ln, Return):
             g.output(tuple(self.arg(v) for v in ln.values))
+        elif isinstance(ln, Track):
+            g.create_node("call_function", track, (self.attr(TRACKER), ln.event, *ln.names),
+                          name=f"track_{ln.event}")
         else:
             raise TypeError(f"no FX emitter for {type(ln).__name__}")
 
@@ -231,7 +243,7 @@ def emit_fx_graph(lines: Sequence[Line]) -> torch.fx.Graph:
 
 
 def emit_fx(lines: Sequence[Line], kernels: Mapping[str, Callable[..., None]],
-            constants: Mapping[str, torch.Tensor]) -> torch.fx.GraphModule:
+            constants: Mapping[str, torch.Tensor], *, tracker: object = None) -> torch.fx.GraphModule:
     """A runnable `GraphModule` of the program: `gm(*inputs)` returns what `call(list(inputs))`
     of `emit_python`'s module returns.
 
@@ -240,6 +252,8 @@ def emit_fx(lines: Sequence[Line], kernels: Mapping[str, Callable[..., None]],
         kernels: launcher by kernel name (coil.runtime.Kernel: `kernel(grid, *args)`); every
             kernel a KernelCall names must be present.
         constants: the graph's constant tensors by name (registered as buffers).
+        tracker: what Track lines report to (the Python wrapper's `TRACKER` global); needed
+            when `lines` hold Track lines.
     """
     graph = emit_fx_graph(lines)
     root = torch.nn.Module()
@@ -249,8 +263,10 @@ def emit_fx(lines: Sequence[Line], kernels: Mapping[str, Callable[..., None]],
         target = str(node.target)
         if target.startswith("k_") and target[2:] in kernels:
             setattr(root, target, kernels[target[2:]])
+        elif target == TRACKER and tracker is not None:
+            setattr(root, target, tracker)
         elif target in constants:
             root.register_buffer(target, constants[target])
         else:
-            raise KeyError(f"the wrapper uses {target!r}, which is neither a kernel nor a constant given")
+            raise KeyError(f"the wrapper uses {target!r}, which is neither a kernel, a constant nor the tracker given")
     return torch.fx.GraphModule(root, graph, class_name="CoilWrapper")

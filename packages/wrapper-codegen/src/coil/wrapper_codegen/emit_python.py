@@ -16,6 +16,7 @@ import torch
 from coil.lowering_ir.printing import texpr
 from coil.wrapper_codegen.indirect import IndirectPlan, layout_literal
 from coil.wrapper_codegen.lines import (
+    TRACKER,
     Allocate,
     CheckInput,
     ExternCall,
@@ -26,6 +27,7 @@ from coil.wrapper_codegen.lines import (
     Return,
     Reuse,
     SizeOf,
+    Track,
     Unpack,
     View,
 )
@@ -117,6 +119,8 @@ def emit_line(line: Line, *, tracked_view: bool = True) -> list[str]:
         return out
     if isinstance(line, Return):
         return [f"return {pyrepr(tuple(line.values))}"]
+    if isinstance(line, Track):
+        return [f"{TRACKER}.{line.event}({', '.join(repr(n) for n in line.names)})"]
     raise TypeError(f"no Python emitter for {type(line).__name__}")
 
 

@@ -120,4 +120,28 @@ class Return:
     values: tuple[Any, ...]
 
 
-Line = Unpack | SizeOf | CheckInput | Allocate | Reuse | Free | View | KernelCall | ExternCall | Return
+# The wrapper module's global that Track lines report to; whoever loads the wrapper binds it.
+TRACKER = "_coil_track"
+# Track events and how many names each takes.
+TRACK_EVENTS = {"begin": 0, "alloc": 1, "reuse": 2, "free": 1, "stepped": 0, "returning": 0}
+
+
+@dataclass(frozen=True)
+class Track:
+    """Report a buffer-lifetime event to the tracker: `TRACKER.<event>(*names)`, names as strings.
+
+    Events: `begin()` (the inputs are bound), `alloc(name)` (a buffer now exists), `reuse(name,
+    donor)` (name took donor's storage), `free(name)` (just before its Free), `stepped()` (a kernel
+    or extern call ran), `returning()` (just before Return). `tracking.track_lifetimes` inserts
+    them; a program without them needs no tracker. ValueError for another event or name count.
+    """
+
+    event: str
+    names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if TRACK_EVENTS.get(self.event) != len(self.names):
+            raise ValueError(f"Track({self.event!r}, {self.names!r}): events and their names are {TRACK_EVENTS}")
+
+
+Line = Unpack | SizeOf | CheckInput | Allocate | Reuse | Free | View | KernelCall | ExternCall | Return | Track

@@ -38,6 +38,7 @@ from coil.wrapper_codegen.lines import (
     Return,
     Reuse,
     SizeOf,
+    Track,
     Unpack,
     View,
 )
@@ -103,6 +104,8 @@ def uses_and_defs(line: Line) -> tuple[list[str], list[str], list[str]]:
         return used, refs(line.results), []
     if isinstance(line, Return):
         return refs(line.values), [], []
+    if isinstance(line, Track):  # names as strings, not variables
+        return [], [], []
     raise TypeError(f"unknown wrapper line {type(line).__name__}")
 
 
