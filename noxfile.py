@@ -12,7 +12,8 @@ Sessions:
   opinfo              the OpInfo sweep over all of op_db (long; not run by CI, which runs a fixed
                       sample in integration): results in tests-integration/opinfo/results/
   typecheck           mypy --strict over every package
-  lint                ruff, and the import rule of docs/architecture.md
+  lint                ruff, the import rule of docs/architecture.md, and docs/configuration.md
+                      against the knob registry it is generated from
 """
 
 from __future__ import annotations
@@ -25,22 +26,26 @@ nox.options.sessions = ["lint", "typecheck", "tests", "integration"]
 
 # folder -> the workspace packages it depends on (its declared dependencies, nothing more)
 PACKAGES: dict[str, list[str]] = {
+    "packages/knobs": [],
     "packages/memory-planner": [],
-    "packages/fx-passes": [],
-    "packages/lowering-ir": [],
-    "packages/runtime": [],
-    "packages/scheduler": ["packages/lowering-ir", "packages/memory-planner"],
+    "packages/fx-passes": ["packages/knobs"],
+    "packages/lowering-ir": ["packages/knobs"],
+    "packages/runtime": ["packages/knobs"],
+    "packages/scheduler": ["packages/knobs", "packages/lowering-ir", "packages/memory-planner"],
     "packages/triton-codegen": [
+        "packages/knobs",
         "packages/lowering-ir",
         "packages/scheduler",
         "packages/memory-planner",
     ],
     "packages/wrapper-codegen": [
+        "packages/knobs",
         "packages/lowering-ir",
         "packages/scheduler",
         "packages/memory-planner",
     ],
     "meta": [
+        "packages/knobs",
         "packages/memory-planner",
         "packages/fx-passes",
         "packages/lowering-ir",
@@ -114,7 +119,8 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff, and the import rule between packages."""
+    """ruff, the import rule between packages, and the generated docs/configuration.md."""
     session.install("ruff>=0.8")
     session.run("ruff", "check", ".")
     session.run("python", "tools/check_imports.py")
+    session.run("python", "tools/check_config_doc.py")

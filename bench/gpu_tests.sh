@@ -19,18 +19,23 @@
 set -u
 source bench/device_env.sh
 status=0
-run() {  # run LOG CMD...: CMD with its output in $OUT/LOG and its summary lines printed
-  local log=$1
+run() {  # run LOG CMD...: CMD with its output in $OUT/LOG, its summary lines printed
+  local log=$1 rc=0
   shift
   echo "== $*"
-  timeout "${TESTS_S:-540}" "$@" > "$OUT/$log" 2>&1 || { status=$?; echo "   exit $status (log: $OUT/$log)"; }
-  grep -E "passed|failed|error|xfailed|FAILED|^ERROR|Timeout" "$OUT/$log" | grep -v -i "warning" | tail -15
+  timeout "${TESTS_S:-540}" "$@" > "$OUT/$log" 2>&1 || rc=$?
+  grep -E "passed|failed|xfailed|FAILED|^ERROR" "$OUT/$log" | tail -15
+  if [ $rc -ne 0 ]; then
+    status=$rc
+    echo "   exit $rc (log: $OUT/$log; 124: TESTS_S ran out)"
+    tail -5 "$OUT/$log"
+  fi
 }
-pytest_q() { python3 -m pytest -q -p no:cacheprovider -rfEx "$@"; }
+pytest_q=(python3 -m pytest -q -p no:cacheprovider -rfEx)
 
 if [ $# -eq 0 ]; then
-  run runtime_gpu.log pytest_q packages/runtime/tests -m gpu
-  run integration.log pytest_q tests-integration
+  run runtime_gpu.log "${pytest_q[@]}" packages/runtime/tests -m gpu
+  run integration.log "${pytest_q[@]}" tests-integration
   echo "== coil demo"
   coil demo > "$OUT/demo.log" 2>&1 || { status=$?; echo "   exit $status"; }
   grep -v '^\[transformers\]' "$OUT/demo.log" | tail -20
@@ -38,13 +43,13 @@ elif [ "$1" = opinfo ]; then
   shift
   out=$(cd "$OUT" && pwd)/opinfo
   echo "== OpInfo sweep on CUDA $*"
-  ( cd tests-integration && COIL_OPINFO_DEVICE=cuda COIL_COMPILE_WORKERS=0 timeout "${TESTS_S:-540}" \
-      python3 opinfo/sweep.py --dtypes float32,bfloat16 --max-samples 1 --jobs 16 --timeout 90 \
+  ( cd tests-integration && COIL_COMPILE_WORKERS=0 timeout "${TESTS_S:-540}" \
+      python3 opinfo/sweep.py --device cuda --dtypes float32,bfloat16 --max-samples 1 --jobs 16 --timeout 90 \
       --out "$out" "$@" ) > "$OUT/opinfo.log" 2>&1 || { status=$?; echo "   exit $status (log: $OUT/opinfo.log)"; }
   [ -f "$out/sweep.jsonl" ] && echo "   $(wc -l < "$out/sweep.jsonl") (op, dtype) pairs recorded"
   [ -f "$out/summary.md" ] && head -15 "$out/summary.md"
   tail -5 "$OUT/opinfo.log"
 else
-  run pytest.log pytest_q "$@"
+  run pytest.log "${pytest_q[@]}" "$@"
 fi
 exit $status

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import torch
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 
 def run_both(model: torch.nn.Module, x: torch.Tensor, *, train: bool = True, atol: float = 1e-4,

@@ -1,18 +1,20 @@
 """Shared fixtures: the device (CUDA when present, else CPU through the Triton interpreter), and
 a fresh coil cache per test (COIL_CACHE_DIR): a test's compiles go through the whole pipeline
-(and store their graphs), never reuse a graph another test compiled (a test may patch a stage)."""
+(and store their graphs), never reuse a graph another test compiled (a test may patch a stage).
+The fx-passes verifier runs after every pass (COIL_VERIFY=1 unless the caller set it), in this
+process and in the processes tests start."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from coil.knobs import knobs
 
 sys.path.insert(0, str(Path(__file__).parent))
-os.environ.setdefault("COIL_VERIFY", "1")
+knobs.export_default(verify=True)
 
 
 @pytest.fixture

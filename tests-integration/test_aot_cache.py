@@ -8,7 +8,6 @@ from __future__ import annotations
 import copyreg
 import io
 import logging
-import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import torch
 from coil.backend import COMPILED, coil_backend
 from coil.backend.caches.aot_cache import PortableGraph, portable_module
 from coil.backend.stats import BACKEND_CALLS
+from coil.knobs import knobs
 from fresh_process import run_mlp
 from models import MLP
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -32,7 +32,7 @@ REPORT = ('{"err": err, "calls": [c.aot_cache for c in BACKEND_CALLS], "counters
 
 
 def _run(root: Path, **env_extra: str) -> dict[str, Any]:
-    env = {**os.environ, "COIL_CACHE_DIR": str(root / "coil"), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+    env = {**knobs.environ(), "COIL_CACHE_DIR": str(root / "coil"), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
            "COIL_FALLBACK_ON_ERROR": "0", "COIL_FRONTEND_CACHE": "0", **env_extra}  # its own test: test_frontend_cache.py
     for k in ("COIL_DEBUG_DIR", "COIL_LOGS", "COIL_AOT_CACHE", "COIL_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE"):
         if k not in env_extra:

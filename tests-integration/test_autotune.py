@@ -16,7 +16,7 @@ import coil.backend.pipeline.autotune as backend_autotune
 import pytest
 import torch
 from coil.backend import COMPILED, GraphStats
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 from coil.runtime import autotune, timing
 from coil.triton_codegen import KernelConfig, KernelSource
 

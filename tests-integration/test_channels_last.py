@@ -18,8 +18,7 @@ import pytest
 import torch
 from check import run_both
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
-from coil.fx_passes import knobs as fx_knobs
+from coil.knobs import knobs
 from torch import nn
 
 CL = torch.channels_last
@@ -83,7 +82,7 @@ def _cl_strides(shape: tuple[int, ...]) -> list[int]:
 def test_conv_bn_relu_conv_trains_channels_last(device: torch.device) -> None:
     torch.manual_seed(0)
     x = torch.randn(2, 8, 12, 12, device=device)
-    with fx_knobs.override(channels_last=True):
+    with knobs.override(channels_last=True):
         run_both(ConvBnReluConv().to(device), x, train=True)
     assert all(s.eager_fallback is None for s in COMPILED), [s.eager_fallback for s in COMPILED]
     forward = next(s for s in COMPILED if s.name.startswith("forward"))
@@ -99,7 +98,7 @@ def test_conv_bn_relu_conv_trains_channels_last(device: torch.device) -> None:
 def test_conv_bn_relu_conv_inference_channels_last(device: torch.device) -> None:
     torch.manual_seed(0)
     model = ConvBnReluConv().to(device).eval()
-    with fx_knobs.override(channels_last=True):
+    with knobs.override(channels_last=True):
         run_both(model, torch.randn(2, 8, 12, 12, device=device), train=False)
     (graph,) = COMPILED
     assert graph.output_strides == [[1152, 144, 12, 1]]
@@ -110,7 +109,7 @@ def test_conv_bn_relu_conv_inference_channels_last(device: torch.device) -> None
 
 def test_bottleneck_block_trains_channels_last(device: torch.device) -> None:
     torch.manual_seed(0)
-    with fx_knobs.override(channels_last=True):
+    with knobs.override(channels_last=True):
         run_both(Bottleneck().to(device), torch.randn(2, 8, 12, 12, device=device), train=True)
     assert all(s.eager_fallback is None for s in COMPILED), [s.eager_fallback for s in COMPILED]
     forward = next(s for s in COMPILED if s.name.startswith("forward"))
@@ -127,7 +126,7 @@ def test_small_cnn_with_pooling_and_flatten_trains_channels_last(device: torch.d
 
     cls, shape = MODELS["cnn"]
     torch.manual_seed(0)
-    with fx_knobs.override(channels_last=True):
+    with knobs.override(channels_last=True):
         run_both(cls().to(device), torch.randn(*shape, device=device), train=True)
     assert all(s.eager_fallback is None for s in COMPILED), [s.eager_fallback for s in COMPILED]
     forward = next(s for s in COMPILED if s.name.startswith("forward"))
@@ -139,7 +138,7 @@ def test_saved_activation_strides_survive_the_graph_cache(device: torch.device) 
     """A forward loaded from the whole-graph cache reports the strides it was compiled with."""
     x = torch.randn(2, 8, 12, 12, device=device)
     runs = []
-    with fx_knobs.override(channels_last=True), knobs.override(graph_cache=True):
+    with knobs.override(channels_last=True, graph_cache=True):
         for _ in range(2):
             torch._dynamo.reset()
             torch.manual_seed(0)

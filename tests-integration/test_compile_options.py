@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
 from coil.backend.config.options import MODES, resolve
+from coil.knobs import knobs
 
 
 def _step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """CUDA-graph segments (graphs with steps a CUDA graph cannot capture) and CUDA graphs for training.
 
-CPU (and GPU): COIL_CUDA_GRAPH_SEGMENTS_UNCAPTURED runs the segment split without capture; the
+CPU (and GPU): the knob cuda_graph_segments_uncaptured runs the segment split without capture; the
 results must equal eager PyTorch's, for inference and for training (losses and gradients).
 GPU only (`gpu` marker): the segments really replay (GraphStats.cuda_graph_segments), and
 COIL_CUDA_GRAPHS_TRAINING's whole-graph training replay matches eager over 3 steps, including a
@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
-from coil.backend.config.knobs import knobs
 from coil.backend.stats import COMPILED
+from coil.knobs import knobs
 from coil.runtime import cudagraph
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),

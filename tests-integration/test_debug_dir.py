@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import coil.lowering_ir.registry as registry
 import pytest
 import torch
 from coil.backend import COMPILED, CoilCompileError, compile_graph
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 from models import TransformerBlock
 
 aten = torch.ops.aten
@@ -74,7 +73,7 @@ def test_transformer_block_debug_dir_holds_every_artefact_and_reproduces(tmp_pat
     assert meta["inputs"][0]["shape"] == [2, 8, 32] and meta["kind"] == "inference"
 
     # the repro recompiles the graph the same way in a fresh process and matches eager
-    env = {**os.environ, "COIL_DEBUG_DIR": ""}
+    env = {**knobs.environ(), "COIL_DEBUG_DIR": ""}
     run = subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True, env=env,
                          timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -14,7 +14,7 @@ import coil.lowering_ir.registry as registry
 import pytest
 import torch
 from coil.backend import COMPILED, CoilCompileError, compile_graph
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 from coil.lowering_ir import decomposition_table
 from torch._dynamo.exc import BackendCompilerFailed
 from torch.fx.experimental.proxy_tensor import make_fx

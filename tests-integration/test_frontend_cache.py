@@ -8,7 +8,6 @@ a changed input, state or knob misses; a damaged entry is rebuilt; a failed writ
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,8 @@ import pytest
 import torch
 from coil.backend import COMPILED, coil_backend
 from coil.backend.caches.frontend_cache import NAMESPACE
-from coil.backend.config.knobs import knobs
 from coil.backend.stats import BACKEND_CALLS
+from coil.knobs import knobs
 from coil.runtime import disk_cache
 from fresh_process import run_mlp
 
@@ -35,11 +34,11 @@ def _without_torchs_cache(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _entries() -> list[Path]:
-    return sorted((Path(os.environ["COIL_CACHE_DIR"]) / NAMESPACE).rglob("*.blob"))
+    return sorted((knobs.cache_dir / NAMESPACE).rglob("*.blob"))
 
 
 def test_a_new_process_runs_the_inference_graph_without_aotautograd(tmp_path: Path) -> None:
-    env = {**os.environ, "COIL_CACHE_DIR": str(tmp_path / "coil"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind"),
+    env = {**knobs.environ(), "COIL_CACHE_DIR": str(tmp_path / "coil"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind"),
            "COIL_FALLBACK_ON_ERROR": "0"}
     for k in ("COIL_DEBUG_DIR", "COIL_LOGS", "COIL_AOT_CACHE", "COIL_GRAPH_CACHE", "COIL_FRONTEND_CACHE"):
         env.pop(k, None)

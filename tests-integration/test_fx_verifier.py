@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import torch
 from coil.backend import CoilCompileError
-from coil.backend.config.knobs import knobs as backend_knobs
 from coil.fx_passes import GraphPass, PassResult, Stage, knobs
 from coil.fx_passes import manager as fx_manager
 from coil.fx_passes import pipelines as fx_pipelines
+from coil.knobs import knobs as backend_knobs
 from torch import nn
 from torch.fx import GraphModule
 

@@ -8,7 +8,6 @@ cache is consulted: they are off here, so these tests see the graph cache alone.
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import torch
 from check import run_both
 from coil.backend import COMPILED
 from coil.backend.caches.graph_cache import NAMESPACE
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 from coil.runtime import disk_cache
 from fresh_process import run_mlp
 from models import MLP
@@ -35,7 +34,7 @@ REPORT = ('{"err": err, "graphs": [{"name": s.name, "cache": s.graph_cache, "sta
 
 
 def _run_process(cache: Path) -> dict[str, Any]:
-    env = {**os.environ, "COIL_CACHE_DIR": str(cache), "COIL_FALLBACK_ON_ERROR": "0"}
+    env = {**knobs.environ(), "COIL_CACHE_DIR": str(cache), "COIL_FALLBACK_ON_ERROR": "0"}
     env.pop("COIL_DEBUG_DIR", None)
     env.pop("COIL_LOGS", None)
     return run_mlp(REPORT, env, timeout=600)
@@ -91,7 +90,7 @@ def test_changed_knob_or_input_dtype_misses() -> None:
 
 
 def _entries() -> list[Path]:
-    root = Path(os.environ["COIL_CACHE_DIR"]) / NAMESPACE
+    root = knobs.cache_dir / NAMESPACE
     return sorted(root.rglob("*.blob"))
 
 

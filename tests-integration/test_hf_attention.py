@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import torch
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs as backend_knobs
 from coil.fx_passes import ATTENTION_RULES, PassManager, Stage, run_post_grad_passes
+from coil.knobs import knobs as backend_knobs
 from coil.lowering_ir import decomposition_table
 from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
 from torch.fx import GraphModule

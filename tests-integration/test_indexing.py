@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 CASES: dict[str, tuple[Callable[..., torch.Tensor], Callable[[torch.device], tuple[torch.Tensor, ...]]]] = {
     "cat": (lambda x, y: torch.cat([x, y * 2], dim=1) + 1, lambda d: (torch.randn(4, 6, device=d), torch.randn(4, 3, device=d))),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 N = 512  # 512 x 512 fp32 tangents: 1 MiB, the smallest read through the table
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 from coil.wrapper_codegen import Allocate
 
 N, V = 12, 37

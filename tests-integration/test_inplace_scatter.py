@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 
 def _compiled(fn: Callable[..., object], *args: torch.Tensor) -> object:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 from torch._dynamo.utils import counters
 
 Make = Callable[[torch.device], tuple[torch.Tensor, ...]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from check import run_both
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 from models import TransformerBlock
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 aten = torch.ops.aten
 NAN, INF = math.nan, math.inf

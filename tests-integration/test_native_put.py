@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 
 def _fallbacks() -> list[str]:

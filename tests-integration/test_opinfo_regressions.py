@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 
 def _compiled(fn: Callable[..., Any], *args: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 from coil.backend.caches import aot_cache
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 
 class MLP(torch.nn.Module):

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from check import run_both
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 from torch._dynamo.utils import counters
 
 

@@ -8,12 +8,12 @@ A damaged package is skipped (torch counts a `dynamo_cache_error`) and the model
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from coil.knobs import knobs
 from fresh_process import run_mlp
 
 pytestmark = pytest.mark.skipif(not hasattr(torch._dynamo.config, "caching_precompile"),
@@ -27,7 +27,7 @@ SAVE = "torch.compiler.save_cache_artifacts()"
 
 
 def _run(root: Path, after: str = "") -> dict[str, Any]:
-    env = {**os.environ, "COIL_CACHE_DIR": str(root / "coil"), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+    env = {**knobs.environ(), "COIL_CACHE_DIR": str(root / "coil"), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
            "TORCH_CACHING_PRECOMPILE": "1", "COIL_FALLBACK_ON_ERROR": "0"}
     for k in ("COIL_DEBUG_DIR", "COIL_LOGS", "COIL_AOT_CACHE", "COIL_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE"):
         env.pop(k, None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 
 def _fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from coil.backend import COMPILED
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 
 def _strategies() -> list[str]:

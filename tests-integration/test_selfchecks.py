@@ -8,7 +8,7 @@ import coil.backend.pipeline.compile as backend_compile
 import pytest
 import torch
 from coil.backend import COMPILED, CoilCheckError
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 from coil.wrapper_codegen import Allocate, Free, WrapperProgram
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -10,6 +9,7 @@ from coil.backend.cli.main import main
 from coil.bench import models as bench_models
 from coil.bench.models import WARM_RUNS, WARM_RUNS_ENV, warm_median, warm_runs, warm_starts
 from coil.bench.runner import targets
+from coil.knobs import knobs
 
 
 def test_the_median_of_the_processes_is_reported() -> None:
@@ -67,7 +67,7 @@ def test_the_cli_passes_warm_runs_to_the_case_processes(monkeypatch: pytest.Monk
         main(["bench", "gpt2_infer_bf16", "--warm-runs", "0", "--out", str(tmp_path)])
     assert "--warm-runs 0: expected a positive integer" in capsys.readouterr().err
     assert main(["bench", "gpt2_infer_bf16", "--warm-runs", "2", "--out", str(tmp_path)]) == 2  # no CUDA
-    assert os.environ[WARM_RUNS_ENV] == "2" and warm_runs() == 2
+    assert knobs.environ()[WARM_RUNS_ENV] == "2" and warm_runs() == 2
 
 
 def _model(cold: float, warm: list[float]) -> dict[str, Any]:

@@ -10,10 +10,10 @@ import coil.backend.pipeline.progress as progress
 import pytest
 import torch
 from coil.backend import CoilCheckError
-from coil.backend.config.knobs import knobs
 from coil.backend.debug.checks import LifetimeTracker, check_outputs
 from coil.backend.debug.dump import Span
 from coil.backend.debug.logs import ARTEFACTS, selected
+from coil.knobs import knobs
 
 
 def test_coil_logs_selection() -> None:

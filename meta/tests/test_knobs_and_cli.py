@@ -8,7 +8,7 @@ import coil.backend
 import pytest
 from coil.backend import KNOBS, GraphStats
 from coil.backend.cli.main import main
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 
 def test_knob_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,7 +34,8 @@ def test_override_is_scoped(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_unknown_knob_is_an_error() -> None:
     with pytest.raises(AttributeError, match="no knob"):
         _ = knobs.nonexistent
-    assert set(KNOBS) == {"fallback_on_error", "fusion", "fusion_visit_order", "reuse", "reduction_strategy", "verify", "cuda_graphs", "order_time", "logs", "debug_dir",
+    owned = {name for name, knob in KNOBS.items() if knob.owner == "coil.backend"}
+    assert owned == {"fallback_on_error", "fusion", "fusion_visit_order", "reuse", "reduction_strategy", "cuda_graphs", "order_time", "logs", "debug_dir",
                           "progress", "check_nan", "check_lifetimes", "debug_asserts", "check_inputs", "graph_cache",
                           "cuda_graphs_training", "cuda_graph_lazy_clones", "indirect_inputs", "recompute_param_casts", "cuda_graph_segments_uncaptured", "aot_cache", "autotune",
                           "autotune_min_bytes", "autotune_extra_min_bytes", "prehash", "frontend_cache"}
@@ -43,11 +44,10 @@ def test_unknown_knob_is_an_error() -> None:
 def test_autotune_modes(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
     from coil.backend.pipeline.autotune import enabled, mode
-    from coil.runtime.knobs import override
 
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     monkeypatch.delenv("COIL_AUTOTUNE", raising=False)
-    with override(triton_interpret=False):
+    with knobs.override(triton_interpret=False):
         assert mode() == "auto" and enabled(cuda) and not enabled(cpu)  # compiled GPU kernels only
         monkeypatch.setenv("COIL_AUTOTUNE", "1")
         assert mode() == "auto" and enabled(cuda) and not enabled(cpu)
@@ -55,7 +55,7 @@ def test_autotune_modes(monkeypatch: pytest.MonkeyPatch) -> None:
         assert enabled(cuda) and enabled(cpu)
         monkeypatch.setenv("COIL_AUTOTUNE", "0")
         assert mode() == "off" and not enabled(cuda) and not enabled(cpu)
-    with override(triton_interpret=True):
+    with knobs.override(triton_interpret=True):
         monkeypatch.setenv("COIL_AUTOTUNE", "auto")
         assert not enabled(cuda)  # interpreted: timings mean nothing
     monkeypatch.setenv("COIL_AUTOTUNE", "sometimes")

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
+from coil.knobs import knobs
 
 # In a fresh process: import coil.backend, wait for its hashing thread, and report whether one
 # ran, whether Triton's key was already cached before anyone asked for it, and both keys.
@@ -28,7 +28,7 @@ print(json.dumps({"threads": len(threads), "triton_cached": cached, "triton": tr
 
 
 def _child(prehash: str) -> dict[str, object]:
-    env = dict(os.environ, COIL_PREHASH=prehash)
+    env = knobs.environ(prehash=prehash)
     p = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     out: dict[str, object] = json.loads(p.stdout.strip().splitlines()[-1])

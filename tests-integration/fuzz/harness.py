@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+from coil.knobs import knobs
 
-from .programs import SPLIT_KNOB, Program, uses_float16
+from .programs import Program, uses_float16
 
 
 @contextmanager
 def split_knob(value: int | None) -> Iterator[None]:
-    """COIL_SPLIT_REDUCTION_MIN set to `value` inside (untouched when None), restored after."""
+    """The knob split_reduction_min set to `value` inside (untouched when None), restored after."""
     if value is None:
         yield
         return
-    old = os.environ.get(SPLIT_KNOB)
-    os.environ[SPLIT_KNOB] = str(value)
-    try:
+    with knobs.override(split_reduction_min=value):
         yield
-    finally:
-        if old is None:
-            del os.environ[SPLIT_KNOB]
-        else:
-            os.environ[SPLIT_KNOB] = old
 
 
 def tolerances(dtype: torch.dtype, low: bool = False) -> dict[str, float]:
@@ -39,7 +32,6 @@ def tolerances(dtype: torch.dtype, low: bool = False) -> dict[str, float]:
 def check(prog: Program) -> None:
     """Raise (AssertionError for a mismatch, anything else for a crash) unless coil matches eager."""
     import coil.backend
-    from coil.backend.config.knobs import knobs
     torch._dynamo.reset()
     coil.backend.reset()
     fn = prog.function()

@@ -202,7 +202,7 @@ class Program:
     outputs: list[int]
     seed: int = 0
     notes: list[str] = field(default_factory=list)
-    split_min: int | None = None  # COIL_SPLIT_REDUCTION_MIN while compiling (split mode), or default
+    split_min: int | None = None  # the knob split_reduction_min while compiling (split mode), or default
 
     # --- interpretation -------------------------------------------------------------------
     def function(self) -> Callable[..., tuple[torch.Tensor, ...]]:
@@ -226,7 +226,7 @@ class Program:
     def source(self) -> str:
         n_in = len(self.inputs)
         names = [_ref(i, n_in) for i in range(n_in + len(self.ops))]
-        lines = (["import os", ""] if self.split_min is not None else []) + ["import torch", "", ""]
+        lines = ["import torch"] + (["from coil.knobs import knobs"] if self.split_min is not None else []) + ["", ""]
         lines.append(f"def fn({', '.join(names[:n_in])}):")
         for i, op in enumerate(self.ops):
             lines.append(f"    {names[n_in + i]} = {render(op, names)}")
@@ -238,9 +238,11 @@ class Program:
         for i, spec in enumerate(self.inputs):
             lines.append(f"x{i} = {_input_source(spec)}  # {spec.describe()}")
         lines.append("")
+        call = 'out = torch.compile(fn, backend="coil")(' + ", ".join(names[:n_in]) + ")"
         if self.split_min is not None:
-            lines.append(f'os.environ["{SPLIT_KNOB}"] = "{self.split_min}"  # split mode')
-        lines.append('out = torch.compile(fn, backend="coil")(' + ", ".join(names[:n_in]) + ")")
+            lines.append(f"with knobs.override(split_reduction_min={self.split_min}):  # split mode")
+            call = "    " + call
+        lines.append(call)
         lines.append("ref = fn(" + ", ".join(names[:n_in]) + ")")
         lines.append("torch.testing.assert_close(out, ref, equal_nan=True)")
         return "\n".join(lines)
@@ -439,8 +441,7 @@ _SIZES = st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16, 0])
 # split mode: one long dim, the others short enough to keep the tensors small for the interpreter
 _LONG_SIZES = st.sampled_from([24, 64, 100, 300])
 _SHORT_SIZES = st.sampled_from([1, 2, 3, 5])
-SPLIT_KNOB = "COIL_SPLIT_REDUCTION_MIN"
-SPLIT_MIN = 2  # the knob's value in split mode: chunks of two elements split
+SPLIT_MIN = 2  # split_reduction_min in split mode: chunks of two elements split
 
 
 @st.composite

@@ -12,20 +12,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import faulthandler
-import os
 import sys
 import time
 import traceback
 import warnings
 from pathlib import Path
 
-os.environ.setdefault("COIL_VERIFY", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from coil.knobs import knobs
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from fuzz.harness import check
 from fuzz.programs import Input, Program, programs
+
+knobs.export_default(verify=True)  # the fx-passes verifier after every pass, unless the caller set COIL_VERIFY
 
 
 def outcome(prog: Program) -> str | None:

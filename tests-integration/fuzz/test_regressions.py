@@ -7,7 +7,7 @@ fixed ones stay as plain regression tests.
 from __future__ import annotations
 
 import torch
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 
 def _compare(fn, *args: torch.Tensor, **tol: float) -> None:  # type: ignore[no-untyped-def]

@@ -31,7 +31,6 @@ the summary counts them apart:
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import sys
@@ -130,10 +129,20 @@ def op_key(op: Any) -> str:
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
+_DEVICE = ["cpu"]
+
+
 def device() -> str:
-    """Where samples are made and compiled: COIL_OPINFO_DEVICE, default "cpu" (kernels in Triton's
-    interpreter); "cuda" sweeps the GPU (`bash bench/gpu_tests.sh opinfo`)."""
-    return os.environ.get("COIL_OPINFO_DEVICE", "cpu")
+    """Where samples are made and compiled: "cpu" (kernels in Triton's interpreter) unless
+    `use_device` chose another (the sweep's `--device cuda` sweeps the GPU: `bash bench/gpu_tests.sh
+    opinfo`)."""
+    return _DEVICE[0]
+
+
+def use_device(name: str) -> None:
+    """Make and compile samples on `name` from now on, in this process (the sweep passes it on to
+    its workers)."""
+    _DEVICE[0] = name
 
 
 def swept_dtypes(op: Any) -> list[str]:
@@ -394,7 +403,7 @@ def run_case(op: Any, dtype: str, index: int, sample: Any, graphs: list[Any], br
     compiled = torch.compile(fn, backend="coil", fullgraph=False, dynamic=False)
     result: CaseResult | None = None
     try:
-        with coil.backend.config.knobs.override(fallback_on_error=True), warnings.catch_warnings():
+        with coil.backend.knobs.override(fallback_on_error=True), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(0)
             actual = compiled(*comp_args)

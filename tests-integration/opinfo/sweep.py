@@ -45,6 +45,7 @@ from opinfo.harness import (
     op_key,
     run_pair,
     swept_dtypes,
+    use_device,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -54,9 +55,10 @@ DTYPE_ORDER = ["float32", "int64", "bool", "float16", "bfloat16", "float64", "in
 _OPS: dict[str, Any] = {}
 
 
-def _worker(conn: Connection, max_samples: int | None, timeout: float) -> None:
+def _worker(conn: Connection, where: str, max_samples: int | None, timeout: float) -> None:
     import torch
 
+    use_device(where)
     torch.set_num_threads(1)
     if not _OPS:  # a spawned worker (a CUDA sweep): op_db is loaded here, not inherited
         for op in load_op_db():
@@ -77,7 +79,7 @@ class Pool:
 
     def __init__(self, jobs: int, max_samples: int | None, timeout: float) -> None:
         self.ctx = mp.get_context("fork" if device() == "cpu" else "spawn")
-        self.args = (max_samples, timeout)
+        self.args = (device(), max_samples, timeout)
         self.hard = timeout + 60
         self.workers: list[dict[str, Any]] = [self._spawn() for _ in range(jobs)]
 
@@ -279,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per (op, dtype)")
     p.add_argument("--ops", default=None, help="regex over op keys (name or name.variant)")
     p.add_argument("--dtypes", default=",".join(DTYPE_ORDER))
+    p.add_argument("--device", default="cpu", help="where samples are made and compiled: cpu (Triton's "
+                   "interpreter) or cuda (workers are spawned, not forked)")
     p.add_argument("--sample", action="store_true", help="only the (op, dtype) pairs of test_opinfo_sample.SAMPLE")
     p.add_argument("--out", type=Path, default=HERE / "results")
     p.add_argument("--resume", action="store_true", help="keep results already in OUT/sweep.jsonl")
@@ -287,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--summarise", action="store_true",
                    help="only rewrite OUT/summary.{json,md} from OUT/sweep.jsonl (current exclusions and expected failures)")
     args = p.parse_args(argv)
+    use_device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     jsonl = args.out / "sweep.jsonl"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import coil.lowering_ir as L
 import pytest
 import torch
-from coil.lowering_ir import knobs
+from coil.knobs import knobs
 
 META = torch.device("meta")  # GPU-scale shapes: lowering reads only sizes and strides
 
@@ -65,7 +65,7 @@ def test_knob_lowers_and_raises_the_threshold(ir, monkeypatch):
     assert len(_reductions(ir.lower(lambda t: (t.sum(1),), torch.randn(3, 50)))) == 2
     monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "many")
     with pytest.raises(ValueError, match="COIL_SPLIT_REDUCTION_MIN"):
-        knobs.split_reduction_min()
+        _ = knobs.split_reduction_min
 
 
 def test_arg_reductions_and_max_with_indices_never_split(ir, monkeypatch):

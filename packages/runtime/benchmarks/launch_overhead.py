@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 import triton
+from coil.knobs import knobs
 from coil.runtime import CudaGraphRunner, KernelSpec, ReplayPolicy, TensorArg, compile_kernels
 from coil.runtime.compile import clear_memo
-from coil.runtime.knobs import override
 
 SOURCE = '''\
 import triton
@@ -71,10 +71,10 @@ def main() -> None:
     n_launch = opts.launches
     device = torch.device("cuda")
     cache = Path(tempfile.mkdtemp(prefix="coil-bench-"))
-    with override(cache_dir=cache, fast_launch=True):
+    with knobs.override(cache_dir=cache, fast_launch=True):
         fast = compile_kernels([spec()], device)["tiny_add"]
     clear_memo()
-    with override(cache_dir=cache, fast_launch=False):
+    with knobs.override(cache_dir=cache, fast_launch=False):
         slow = compile_kernels([spec()], device)["tiny_add"]
     x, y, out = (torch.randn(N, device=device) for _ in range(3))
     grid = (1,)

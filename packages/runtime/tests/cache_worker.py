@@ -14,14 +14,15 @@ Prints one JSON line of results.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
+from coil.knobs import knobs
+
 config = json.loads(Path(sys.argv[1]).read_text())
 rank = int(sys.argv[2])
-assert "TRITON_INTERPRET" not in os.environ, "the test must run without TRITON_INTERPRET"
+assert "TRITON_INTERPRET" not in knobs.environ(), "the test must run without TRITON_INTERPRET"
 
 if rank == 0:
     import triton.language

@@ -3,17 +3,16 @@ on Triton's code generator."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from coil.knobs import knobs
 from coil.runtime import KernelSpec, TensorArg
 from coil.runtime.compile import clear_memo
 from coil.runtime.disk_cache import reset_cache_stats
-from coil.runtime.knobs import override
 
 ADD_SOURCE = '''\
 import triton
@@ -127,17 +126,15 @@ def cache_dir(tmp_path: Path) -> Iterator[Path]:
     root = tmp_path / "coil-cache"
     clear_memo()
     reset_cache_stats()
-    with override(cache_dir=root):
+    with knobs.override(cache_dir=root):
         yield root
     clear_memo()
 
 
 @pytest.fixture
 def clean_env() -> dict[str, str]:
-    """This process's environment without TRITON_INTERPRET and COIL_* (for subprocesses)."""
-    return {
-        k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and not k.startswith("COIL_")
-    }
+    """This process's environment without TRITON_INTERPRET and coil's variables (for subprocesses)."""
+    return knobs.environ(defaults=True, triton_interpret=None)
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import torch
+from coil.knobs import knobs
 from coil.runtime import Kernel, KernelCompileError, compile_kernels
 from coil.runtime import aot as aot_module
-from coil.runtime.knobs import override
 
 CUDA0 = torch.device("cuda", 0)
 
@@ -40,7 +40,7 @@ class FakeJit:
 def no_cuda_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No device context switch, and the thread path (worker processes: test_compile_pool.py)."""
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
-    with override(compile_workers=0):
+    with knobs.override(compile_workers=0):
         yield
 
 
@@ -111,9 +111,9 @@ def test_compile_kernels_precompiles_new_cuda_kernels_once(
     assert not any(k.interpreted for k in first.values())
     again = compile_kernels([specs.add(), specs.rowsum(8)], CUDA0)
     assert seen == [["add_kernel", "rowsum_kernel"]] and again == first  # memo: no second AOT
-    with override(aot_compile=False):
+    with knobs.override(aot_compile=False):
         compile_kernels([specs.add(128)], CUDA0)
-    with override(triton_interpret=True):
+    with knobs.override(triton_interpret=True):
         interpreted = compile_kernels([specs.add(256)], CUDA0)["add_kernel"]
     assert seen == [["add_kernel", "rowsum_kernel"]]
     assert interpreted.interpreted

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from coil.knobs import knobs
 from coil.runtime import (
     KernelCompileError,
     KernelSpec,
@@ -31,7 +32,6 @@ from coil.runtime import aot as aot_module
 from coil.runtime.compile import _load
 from coil.runtime.compile_pool import CompilePool
 from coil.runtime.kernel import Kernel
-from coil.runtime.knobs import override
 
 CUDA0 = torch.device("cuda", 0)
 
@@ -163,14 +163,14 @@ def test_precompile_through_workers_compiles_each_kernel_once_and_reports_errors
         return real_run(self, jobs)
 
     monkeypatch.setattr(CompilePool, "run", counting_run)
-    with override(compile_workers=2):
+    with knobs.override(compile_workers=2):
         errors = aot_module.precompile_each(kernels, CUDA0, threads=1)
     assert sent == [4]  # every kernel went to the workers
     assert [e is None for e in errors] == [True, False, True, True]
     error = errors[1]
     assert isinstance(error, KernelCompileError) and error.kernel_name == "bad" and error.stage == "compile"
     filled = _entries(sm90)
-    with override(compile_workers=2):
+    with knobs.override(compile_workers=2):
         assert aot_module.precompile_each(kernels[2:], CUDA0, threads=1) == [None, None]
     assert _entries(sm90) == filled and sent == [4]  # in this process's memory now: no job, no entry
 
@@ -234,13 +234,13 @@ def test_kernels_compiled_here_on_threads_are_known_to_the_next_process(
     monkeypatch.setattr(compile_pool, "shared_pool", lambda: p)
     spec_list = [specs.add(64), specs.rowsum(40)]
     try:
-        with override(compile_workers=workers):
+        with knobs.override(compile_workers=workers):
             for s in spec_list:  # one at a time: the thread path
                 assert aot_module.precompile_each([_load(s, CUDA0, False)], CUDA0, threads=1) == [None]
         assert started == [] and generated == ["add_kernel", "rowsum_kernel"]
         assert len(_entries(sm90 / "coil-compiled")) == 2
         clear_memo()  # a new process
-        with override(compile_workers=2):
+        with knobs.override(compile_workers=2):
             assert aot_module.precompile_each([_load(s, CUDA0, False) for s in spec_list], CUDA0, threads=1) == [None] * 2
         assert started == [] and generated == ["add_kernel", "rowsum_kernel"]  # loaded from disk here
     finally:
@@ -279,7 +279,7 @@ def test_a_warm_start_reuses_each_kernels_cache_key_instead_of_parsing_it(
     p = CompilePool(2)
     monkeypatch.setattr(compile_pool, "shared_pool", lambda: p)
     try:
-        with override(compile_workers=workers):
+        with knobs.override(compile_workers=workers):
             assert aot_module.precompile_each([_load(s, CUDA0, False) for s in spec_list], CUDA0, threads=1) == [None] * 2
             first = sorted(parsed)  # rowsum_kernel's helper _square is parsed too, for rowsum_kernel's key
             assert first == ["_square", "add_kernel", "rowsum_kernel"]
@@ -340,7 +340,7 @@ def test_prefetched_kernels_are_compiled_once_and_waited_for(specs: Any, sm90: P
 
     monkeypatch.setattr(compile_pool._Worker, "call", counting)
     spec_list = [specs.add(4), specs.add(4096), specs.rowsum(60)]
-    with override(compile_workers=2):
+    with knobs.override(compile_workers=2):
         prefetch_kernels(spec_list, CUDA0)  # returns at once; the workers get the jobs
         deadline = time.monotonic() + 60
         while len(sent) < 3 and time.monotonic() < deadline:
@@ -348,7 +348,7 @@ def test_prefetched_kernels_are_compiled_once_and_waited_for(specs: Any, sm90: P
         assert sorted(sent) == ["add_kernel", "add_kernel", "rowsum_kernel"]
         errors = aot_module.precompile_each([_load(s, CUDA0, False) for s in spec_list], CUDA0, threads=1)
     assert errors == [None, None, None] and len(sent) == 3  # waited for, not compiled again
-    with override(triton_interpret=True):
+    with knobs.override(triton_interpret=True):
         prefetch_kernels([specs.add(8)], CUDA0)  # interpreted: nothing to compile
     assert len(sent) == 3
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import torch
+from coil.knobs import knobs
 from coil.runtime import Kernel, KernelSpec, TensorArg, fast_launch
 from coil.runtime.compile import compile_kernels
-from coil.runtime.knobs import override
 
 CUDA0 = torch.device("cuda", 0)
 
@@ -231,7 +231,7 @@ def test_kernel_binds_after_first_launch_and_falls_back(cache_dir: Path, specs: 
 
 def test_fast_launch_knob_and_interpreter_keep_the_slow_path(cache_dir: Path, specs: Any) -> None:
     fn = compile_kernels([specs.add()], torch.device("cpu"))["add_kernel"].fn
-    with override(fast_launch=False):
+    with knobs.override(fast_launch=False):
         assert Kernel(specs.add(), fn, cache_dir / "k.py", CUDA0, False)._plan is None
     assert Kernel(specs.add(), fn, cache_dir / "k.py", CUDA0, True)._plan is None
     assert Kernel(specs.add(), fn, cache_dir / "k.py", torch.device("cpu"), False)._plan is None

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import torch
+from coil.knobs import knobs
 from coil.runtime import KernelCompileError, KernelSpec, TensorArg, compile_kernels
-from coil.runtime.knobs import override
 
 pytestmark = [
     pytest.mark.gpu,
@@ -44,7 +44,7 @@ def test_aot_then_launch_without_compiling(cache_dir: Path, specs: Any, compiles
                    {"BLOCK": b})
         for name, b in zip(names, blocks, strict=True)
     ]
-    with override(compile_threads=4):
+    with knobs.override(compile_threads=4):
         kernels = compile_kernels(spec_list, device)
     assert len(compiles) == len(blocks) and all(compiles)  # all compiled by warmup
     compiles.clear()
@@ -69,7 +69,7 @@ def test_worker_processes_compile_and_this_process_only_loads(
     f32 = TensorArg(torch.float32)
     spec_list = [KernelSpec(f"addw_{b}", specs.add_source.replace("add_kernel", f"addw_{b}"), (f32, f32, f32, 1024),
                             {"BLOCK": b}) for b in blocks]
-    with override(compile_workers=2):
+    with knobs.override(compile_workers=2):
         kernels = compile_kernels(spec_list, device)
     assert generated == []
     n = 1024 * 37

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import torch
+from coil.knobs import knobs
 from coil.runtime import CaptureSpec, CudaGraphRunner, ReplayPolicy, compile_kernels, cudagraphify
-from coil.runtime.knobs import override
 
 pytestmark = [
     pytest.mark.gpu,
@@ -61,7 +61,7 @@ def test_fast_path_2d_grid_and_knob_off_agree(cache_dir: Path, specs: Any) -> No
     kernel = compile_kernels([specs.rowsum_dynamic()], torch.device("cuda"))["rowsum_dynamic"]
     for _ in range(3):
         kernel((64, 1), x, out_fast, 1000)
-    with override(fast_launch=False):
+    with knobs.override(fast_launch=False):
         from coil.runtime.compile import clear_memo
 
         clear_memo()
@@ -461,7 +461,7 @@ def test_the_graph_pool_is_expandable_and_the_ordinary_pool_is_not(cache_dir: Pa
         pytest.skip("this process already creates expandable segments (PYTORCH_CUDA_ALLOC_CONF)")
     reserved = {}
     for on in (True, False):
-        with override(graph_pool_expandable=on):
+        with knobs.override(graph_pool_expandable=on):
             runner = CudaGraphRunner(_fragmenting, [torch.zeros(8, device="cuda")])
             for k in range(3):
                 x = torch.full((8,), float(k), device="cuda")

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 import torch
+from coil.knobs import knobs
 from coil.runtime import pool_segments
-from coil.runtime.knobs import override
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_a_user_setting_of_on_is_left_alone(allocator: list[str]) -> None:
 
 
 def test_knob_off(allocator: list[str]) -> None:
-    with override(graph_pool_expandable=False), pool_segments.expandable_capture() as turned_on:
+    with knobs.override(graph_pool_expandable=False), pool_segments.expandable_capture() as turned_on:
         assert not turned_on
     assert allocator == []
 
@@ -85,5 +85,5 @@ def test_env_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_malformed_knob() -> None:
-    with pytest.raises(ValueError, match="COIL_GRAPH_POOL_EXPANDABLE"), override(graph_pool_expandable="maybe"):
+    with pytest.raises(ValueError, match="COIL_GRAPH_POOL_EXPANDABLE"), knobs.override(graph_pool_expandable="maybe"):
         pass

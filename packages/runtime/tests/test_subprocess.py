@@ -7,14 +7,13 @@ Each subprocess imports torch (seconds), so both run once, together, in a module
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from coil.runtime.knobs import knobs
+from coil.knobs import knobs
 
 WORKER = Path(__file__).with_name("cache_worker.py")
 
@@ -31,9 +30,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory, specs: Any) -> tuple[Path,
             {"sync": str(sync), "add_source": specs.add_source, "rowsum_source": specs.rowsum_source}
         )
     )
-    ours = set(knobs.env_names().values())
-    env = {k: v for k, v in os.environ.items() if k not in ours}
-    env["COIL_CACHE_DIR"] = str(cache_dir)
+    env = knobs.environ(defaults=True, triton_interpret=None, cache_dir=cache_dir)
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKER), str(config), str(rank)],

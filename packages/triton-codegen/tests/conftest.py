@@ -3,19 +3,19 @@
 Kernels run under Triton's interpreter: TRITON_INTERPRET must be set before triton is imported.
 """
 
+# ruff: noqa: E402  (TRITON_INTERPRET is exported before anything can import triton)
 from __future__ import annotations
 
-import os
+from coil.knobs import knobs
 
-os.environ["TRITON_INTERPRET"] = "1"
+knobs.export(triton_interpret=True)
 
-import atexit
 import importlib.util
 import itertools
-import shutil
-import tempfile
+import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import coil.lowering_ir as L
@@ -27,9 +27,14 @@ from coil.triton_codegen import KernelConfig, KernelSource, generate
 from torch.fx.experimental.proxy_tensor import make_fx
 
 _count = itertools.count()
-_DIR = tempfile.mkdtemp(prefix="coil-tcg-tests-")  # the generated kernels' files (Triton reads the source)
-if not os.environ.get("COIL_TCG_KEEP_KERNELS"):  # set it to keep them for a look after the run
-    atexit.register(shutil.rmtree, _DIR, ignore_errors=True)
+_DIR: list[Path] = []  # the generated kernels' folder (Triton reads the source from a file)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kernel_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Generated kernels are written under pytest's temporary directory, which pytest keeps for
+    its last few runs: a failing test's kernel can be read after the run."""
+    _DIR.append(tmp_path_factory.mktemp("kernels"))
 
 
 def _ints(xs: Sequence[Any]) -> list[int]:
@@ -39,7 +44,7 @@ def _ints(xs: Sequence[Any]) -> list[int]:
 def load_kernel(ks: KernelSource) -> Any:
     """Import the generated module from a file (triton needs the source on disk) -> the jit fn."""
     mod_name = f"coil_tcg_kernel_{next(_count)}"
-    path = os.path.join(_DIR, f"{mod_name}.py")
+    path = os.path.join(_DIR[-1], f"{mod_name}.py")
     with open(path, "w") as f:
         f.write(ks.source)
     spec = importlib.util.spec_from_file_location(mod_name, path)
@@ -185,12 +190,14 @@ def steps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> in
 
 
 @pytest.fixture
-def no_split(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Reductions are never split (lowering-ir's COIL_SPLIT_REDUCTION_MIN above any size)."""
-    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", str(1 << 30))
+def no_split() -> Iterator[None]:
+    """Reductions are never split (lowering-ir's split_reduction_min above any size)."""
+    with knobs.override(split_reduction_min=1 << 30):
+        yield
 
 
 @pytest.fixture
-def force_split(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Reductions are split at small sizes (COIL_SPLIT_REDUCTION_MIN=16)."""
-    monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", "16")
+def force_split() -> Iterator[None]:
+    """Reductions are split at small sizes (split_reduction_min=16)."""
+    with knobs.override(split_reduction_min=16):
+        yield

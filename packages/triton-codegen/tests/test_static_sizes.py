@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
+from coil.knobs import knobs
 from coil.triton_codegen import KernelConfig, generate
 from coil.triton_codegen.variants import with_config
 
@@ -79,7 +79,7 @@ def _ttgir(source: str, name: str, signature: dict[str, str], constexprs: dict[s
     without the interpreter this package's tests run under."""
     path = tmp_path / f"{name}.py"
     path.write_text(source)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = knobs.environ(triton_interpret=None)
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
     p = subprocess.run([sys.executable, "-c", _COMPILE, str(path), name, json.dumps(signature), json.dumps(constexprs)],
                        capture_output=True, text=True, env=env, timeout=300)

@@ -41,36 +41,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coil.knobs import KNOBS, Knobs, knobs
+
 TOL = 1e-2
 ACCURACY_CALL = 3
-# set (to "1") by `coil bench --precompile`: the first-call processes run under torch's caching
-# precompile (`new_process_first_call`)
-PRECOMPILE_ENV = "COIL_BENCH_PRECOMPILE"
+# set by `coil bench --precompile` (knob bench_precompile): the first-call processes run under
+# torch's caching precompile (`new_process_first_call`)
+PRECOMPILE_ENV = KNOBS["bench_precompile"].env
 # how many warm-start processes each compiled mode of a model case runs (`coil bench
-# --warm-runs`, default WARM_RUNS); the case reports their median (`warm_median`)
-WARM_RUNS_ENV = "COIL_BENCH_WARM_RUNS"
-WARM_RUNS = 3
+# --warm-runs`, knob bench_warm_runs, default WARM_RUNS); the case reports their median (`warm_median`)
+WARM_RUNS_ENV = KNOBS["bench_warm_runs"].env
+WARM_RUNS = Knobs.bench_warm_runs.default_value(knobs)
 MULTIPLIER = 3.0
 
 
 def precompile_requested() -> bool:
     """Whether this bench run measures first calls under torch's caching precompile."""
-    return os.environ.get(PRECOMPILE_ENV) == "1"
+    return bool(knobs.bench_precompile)
 
 
 def warm_runs() -> int:
     """The number of warm-start processes per compiled mode: WARM_RUNS_ENV, else WARM_RUNS.
     Raises ValueError, naming the variable, when it is set to anything but a positive integer."""
-    raw = os.environ.get(WARM_RUNS_ENV, "")
-    if not raw:
-        return WARM_RUNS
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"{WARM_RUNS_ENV}={raw!r}: expected a positive integer")
-    return n
+    return int(knobs.bench_warm_runs)
 
 
 def warm_median(runs: list[float | str]) -> float | str:
@@ -296,10 +289,9 @@ def new_process_first_call(case: str, mode: str, env: dict[str, str]
     otherwise give that mode's first call coil's head start."""
     cmd = [sys.executable, "-m", "coil.bench.models", case, mode]
     extra = {"TORCH_CACHING_PRECOMPILE": "1"} if precompile_requested() else {}
-    if mode != "coil":
-        extra["COIL_PREHASH"] = "0"
+    base = knobs.environ() if mode == "coil" else knobs.environ(prehash=False)
     try:
-        p = subprocess.run(cmd, env={**os.environ, **env, **extra}, capture_output=True, text=True, timeout=600)
+        p = subprocess.run(cmd, env={**base, **env, **extra}, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
         return "timeout", [], None, {}
     seconds: float | str = f"failed (exit {p.returncode}): {p.stderr.strip()[-300:]}"

@@ -28,7 +28,6 @@ import datetime
 import functools
 import json
 import math
-import os
 import statistics
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from coil.bench.models import (
     run_model_in_process,
     warm_runs,
 )
+from coil.knobs import KNOBS, knobs
 
 if TYPE_CHECKING:
     import torch
@@ -197,9 +197,9 @@ def _cold(root: Path, tag: str) -> Iterator[dict[str, str]]:
     import torch
 
     d = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=root))
-    env = {k: str(d / sub) for k, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"),
-                                          ("COIL_CACHE_DIR", "coil"))}
-    os.environ.update(env)
+    folders = {"inductor_cache_dir": d / "inductor", "triton_cache_dir": d / "triton", "cache_dir": d / "coil"}
+    env = {KNOBS[name].env: str(path) for name, path in folders.items()}
+    knobs.export(**folders)
     torch._dynamo.reset()
     with contextlib.suppress(Exception):
         from coil.runtime.compile import clear_memo
@@ -217,7 +217,8 @@ def _cold(root: Path, tag: str) -> Iterator[dict[str, str]]:
     with cm:
         # Inductor's fresh_cache points TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR at a folder of
         # its own: the warm process must get the folders the cold compile actually filled
-        yield {k: os.environ.get(k, v) for k, v in env.items()}
+        now = knobs.environ()
+        yield {k: now.get(k, v) for k, v in env.items()}
 
 
 def _bench(fn: Callable[[], object], warmup: int, rep: int) -> float:

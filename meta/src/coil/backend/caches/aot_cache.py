@@ -42,9 +42,8 @@ from typing import Any
 import torch
 import torch.fx
 from coil.backend.caches import graph_cache
-from coil.backend.config.knobs import knobs
 from coil.backend.pipeline.param_casts import recompute_param_casts
-from coil.runtime.knobs import knobs as runtime_knobs
+from coil.knobs import knobs
 from torch._inductor.output_code import OutputCode
 
 log = logging.getLogger("coil.backend")
@@ -307,7 +306,7 @@ def serializable(compiler: Callable[[torch.fx.GraphModule, Sequence[Any]], CoilO
 def salt(gm: torch.fx.GraphModule) -> None:
     """Add coil's part of the key to `gm` (an attribute, which torch's key pickles)."""
     h = hashlib.sha256(f"coil-aot-v{FORMAT_VERSION}".encode())
-    parts: list[object] = [graph_cache.code_fingerprint(), graph_cache.knob_fingerprint(), runtime_knobs.cache_dir]
+    parts: list[object] = [graph_cache.code_fingerprint(), graph_cache.knob_fingerprint(), knobs.cache_dir]
     if torch.cuda.is_available():
         i = torch.cuda.current_device()
         parts += [torch.version.cuda, torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i)]

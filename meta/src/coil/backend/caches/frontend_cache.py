@@ -63,9 +63,8 @@ import torch
 import torch.fx
 from coil.backend.caches import graph_cache
 from coil.backend.caches.aot_cache import ENTRY_KEY, pack_tensor, torch_refusal, unpack_tensor
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 from coil.runtime import disk_cache
-from coil.runtime.knobs import knobs as runtime_knobs
 
 log = logging.getLogger("coil.backend")
 
@@ -240,7 +239,7 @@ def lookup(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Lookup:
 
 
 def _path(k: str) -> Any:
-    return disk_cache.blob_path(runtime_knobs.cache_dir, NAMESPACE, k)
+    return disk_cache.blob_path(knobs.cache_dir, NAMESPACE, k)
 
 
 def _load(k: str) -> Entry | None:

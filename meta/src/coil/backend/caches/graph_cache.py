@@ -15,8 +15,9 @@ The key (sha256) covers everything the compiled code depends on:
   storage offset (symbolic ones as their sympy expressions); SymInts and constants as text;
 - every tensor attribute the graph reads (`get_attr`): metadata and a sha256 of its bytes;
 - the ShapeEnv: each size symbol's hint, value range, and the replacements it knows;
-- the knobs that change the output (`knob_fingerprint`: every backend, fx-passes, lowering-ir
-  and runtime knob except the debugging/runtime-only ones listed in `IGNORED_KNOBS`);
+- the knobs that change the output (`knob_fingerprint`: every knob coil.backend owns except the
+  debugging/runtime-only ones listed in `IGNORED_KNOBS`, and the other packages' knobs listed in
+  `KEYED_ELSEWHERE`);
 - versions (`code_fingerprint`): Python, torch, triton, every coil distribution, and a sha256 of
   the source files of every coil package (so an edited checkout never reuses stale entries);
 - on CUDA, the device's name and compute capability.
@@ -55,28 +56,28 @@ from typing import Any
 
 import torch
 import torch.fx
-from coil.backend.config.knobs import KNOBS, knobs
 from coil.backend.debug import logs
-from coil.fx_passes import knobs as fx_knobs
-from coil.lowering_ir.knobs import inline_enabled, split_reduction_min
+from coil.knobs import KNOBS, knobs
 from coil.runtime import KernelSpec, TensorArg, disk_cache
-from coil.runtime.knobs import knobs as runtime_knobs
 
 log = logging.getLogger("coil.backend")
 
 FORMAT_VERSION = 1
 NAMESPACE = "graphs"
-# knobs that do not change the compiled code (debugging aids, run-time switches read at load)
+# coil.backend's knobs that do not change the compiled code (debugging aids, run-time switches
+# read at load); every other knob coil.backend owns is part of the key
 IGNORED_KNOBS = frozenset({
-    "logs", "debug_dir", "progress", "check_nan", "check_lifetimes", "fallback_on_error", "verify",
+    "logs", "debug_dir", "progress", "check_nan", "check_lifetimes", "fallback_on_error",
     "graph_cache", "cuda_graphs", "cuda_graph_lazy_clones", "aot_cache", "prehash",
     "frontend_cache",
 })
+# the knobs of other packages that change the compiled code (fx-passes' verify only checks)
+KEYED_ELSEWHERE = ("reinplace", "pad_mm", "channels_last", "split_reduction_min", "inline", "triton_interpret")
 # COIL_LOGS artefacts that only the full pipeline produces (their selection bypasses the lookup)
 PIPELINE_LOGS = frozenset({"graph", "fusion", "kernels", "wrapper", "memory_plan", "autotune"})
-_PACKAGES = ("coil.backend", "coil.fx_passes", "coil.lowering_ir", "coil.memory_planner", "coil.runtime",
+_PACKAGES = ("coil.backend", "coil.fx_passes", "coil.knobs", "coil.lowering_ir", "coil.memory_planner", "coil.runtime",
              "coil.scheduler", "coil.triton_codegen", "coil.wrapper_codegen")
-_DISTRIBUTIONS = ("coil", "coil-fx-passes", "coil-lowering-ir", "coil-memory-planner", "coil-runtime",
+_DISTRIBUTIONS = ("coil", "coil-fx-passes", "coil-knobs", "coil-lowering-ir", "coil-memory-planner", "coil-runtime",
                   "coil-scheduler", "coil-triton-codegen", "coil-wrapper-codegen", "torch", "triton")
 
 
@@ -156,7 +157,7 @@ def store(entry: Lookup, graph: str, kind: str, wrapper: str, specs: list[Kernel
     if names is None:
         return False
     text = render(entry.key, graph, kind, wrapper, specs, names, device, static_shapes, stats)
-    path = disk_cache.blob_path(runtime_knobs.cache_dir, NAMESPACE, entry.key)
+    path = disk_cache.blob_path(knobs.cache_dir, NAMESPACE, entry.key)
     try:
         disk_cache.write_blob(path, entry.key, text)
     except OSError as e:
@@ -192,7 +193,7 @@ def render(key: str, graph: str, kind: str, wrapper: str, specs: list[KernelSpec
 
 def load(key: str) -> CachedGraph | None:
     """The entry stored under `key`, or None (missing, damaged or of another format)."""
-    path = disk_cache.blob_path(runtime_knobs.cache_dir, NAMESPACE, key)
+    path = disk_cache.blob_path(knobs.cache_dir, NAMESPACE, key)
     text = disk_cache.read_blob(path, key)
     if text is None:
         return None
@@ -350,11 +351,9 @@ def _shape_env(gm: torch.fx.GraphModule) -> str:
 
 def knob_fingerprint() -> str:
     """Every knob that may change the compiled code, as text (read now: overrides count)."""
-    parts = [f"backend.{n}={getattr(knobs, n)!r}" for n in sorted(KNOBS) if n not in IGNORED_KNOBS]
-    parts += [f"fx_passes.{n}={getattr(fx_knobs, n)!r}" for n in type(fx_knobs).names() if n != "verify"]
-    parts.append(f"lowering_ir.split_reduction_min={split_reduction_min()}")
-    parts.append(f"lowering_ir.inline={inline_enabled()}")
-    parts.append(f"runtime.triton_interpret={runtime_knobs.triton_interpret!r}")
+    owned = sorted(n for n, k in KNOBS.items() if k.owner == "coil.backend" and n not in IGNORED_KNOBS)
+    parts = [f"backend.{n}={getattr(knobs, n)!r}" for n in owned]
+    parts += [f"{KNOBS[n].owner.removeprefix('coil.')}.{n}={getattr(knobs, n)!r}" for n in KEYED_ELSEWHERE]
     return ", ".join(parts)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 _started = False
 _lock = threading.Lock()

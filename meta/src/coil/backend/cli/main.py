@@ -47,17 +47,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.list:
             print("\n".join(names))
             return 0
-        import os
-
-        from coil.bench.models import PRECOMPILE_ENV, WARM_RUNS_ENV
         from coil.bench.runner import ROUNDS, run
+        from coil.knobs import knobs
 
         if args.warm_runs is not None:
             if args.warm_runs < 1:
                 bench.error(f"--warm-runs {args.warm_runs}: expected a positive integer")
-            os.environ[WARM_RUNS_ENV] = str(args.warm_runs)  # read by each model case's process
+            knobs.export(bench_warm_runs=args.warm_runs)  # read by each model case's process
         if args.precompile:
-            os.environ[PRECOMPILE_ENV] = "1"  # read by each model case's process
+            knobs.export(bench_precompile=True)  # read by each model case's process
         return run(args.names, args.out, args.budget_s, [m for m in args.modes.split(",") if m],
                    ROUNDS if args.rounds is None else args.rounds)
     return 2

@@ -1,1 +1,2 @@
-"""Settings: the knobs coil.backend reads and the per-compile `options`/`mode` of torch.compile."""
+"""Settings: the per-compile `options`/`mode` of torch.compile, over the knobs coil.backend owns in
+coil's registry (`coil.knobs`)."""

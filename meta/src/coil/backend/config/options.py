@@ -1,7 +1,8 @@
 """Per-compile settings: `torch.compile(model, backend="coil", mode=..., options={...})`.
 
 torch hands a custom backend `mode` (when not "default") and `options` as keyword arguments.
-`resolve` turns them into knob overrides (coil.backend.config.knobs names) for that one compile:
+`resolve` turns them into overrides of the knobs coil.backend owns in coil's registry (`coil.knobs`,
+the coil.backend table of docs/configuration.md) for that one compile:
 
 - `mode` (applied first): "default" (nothing), "reduce-overhead" (CUDA graphs for inference and
   training graphs: `cuda_graphs`, `cuda_graphs_training`), "max-autotune" (autotuning of every
@@ -15,8 +16,8 @@ torch hands a custom backend `mode` (when not "default") and `options` as keywor
 The overrides hold while the backend compiles the graphs of that `torch.compile` call (forward,
 backward and inference, also a backward AOTAutograd compiles lazily at its first call), so they
 enter the graph-cache and AOT-cache keys like environment settings. Knobs read when the compiled
-code runs rather than when it is compiled (COIL_CUDA_GRAPH_SEGMENTS_UNCAPTURED, COIL_PROGRESS,
-COIL_LOGS for run-time messages) keep their process-wide values.
+code runs rather than when it is compiled (cuda_graph_segments_uncaptured, COIL_PROGRESS, COIL_LOGS
+for run-time messages) keep their process-wide values.
 
 Raises ValueError naming the unknown mode, unknown option or mistyped value.
 """
@@ -28,7 +29,7 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from coil.backend.config.knobs import KNOBS, knobs
+from coil.knobs import KNOBS, knobs
 
 MODES: dict[str, dict[str, Any]] = {
     "default": {},
@@ -40,6 +41,8 @@ MODES: dict[str, dict[str, Any]] = {
 }
 
 T = TypeVar("T")
+# the knobs an option may name: those coil.backend owns
+OPTIONS = {name: knob for name, knob in KNOBS.items() if knob.owner == "coil.backend"}
 
 
 def resolve(mode: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -50,10 +53,10 @@ def resolve(mode: str | None = None, options: Mapping[str, Any] | None = None) -
             raise ValueError(f"coil: unknown torch.compile mode {mode!r}; known: {', '.join(MODES)}")
         out.update(MODES[mode])
     for name, value in (options or {}).items():
-        knob = KNOBS.get(name)
+        knob = OPTIONS.get(name)
         if knob is None:
             raise ValueError(f"coil: unknown option {name!r} in torch.compile(options=...); "
-                             f"known: {', '.join(sorted(KNOBS))}")
+                             f"known: {', '.join(sorted(OPTIONS))}")
         out[name] = _typed(name, knob.kind, value)
     return out
 

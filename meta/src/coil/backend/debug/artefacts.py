@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch.fx
-from coil.backend.config.knobs import knobs
 from coil.backend.debug import logs
 from coil.backend.debug.dump import (
     format_ir,
@@ -39,6 +38,7 @@ from coil.backend.debug.dump import (
     timeline_csv,
 )
 from coil.backend.debug.reproduce import capture, write_repro
+from coil.knobs import knobs
 from coil.lowering_ir import LoweredGraph
 from coil.memory_planner import Block, timeline_png
 from coil.scheduler import Schedule

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 
 ARTEFACTS = ("graph", "fusion", "kernels", "wrapper", "memory_plan", "compile_time", "autotune")
 

@@ -225,7 +225,7 @@ def main():
 
     from coil.backend import compile_graph
 
-    from coil.backend.config.knobs import knobs
+    from coil.knobs import knobs
     with knobs.override(fallback_on_error=False):
         compiled = compile_graph(gm, inputs, kind=KIND)
     stats = COMPILED[-1]

@@ -37,9 +37,9 @@ from collections.abc import Callable, Sequence
 
 import sympy
 import torch
-from coil.backend.config.knobs import knobs
 from coil.backend.debug import logs
 from coil.backend.stats import GraphStats
+from coil.knobs import knobs
 from coil.lowering_ir import LoweredGraph
 from coil.runtime import KernelSpec, interpreter_enabled
 from coil.runtime.autotune import Candidate, TuningProblem, TuningResult, tune

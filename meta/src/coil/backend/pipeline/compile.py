@@ -27,7 +27,6 @@ import torch.fx
 from coil.backend.caches import aot_cache, frontend_cache, graph_cache
 from coil.backend.caches.aot_cache import CoilOutputCode, PortableGraph
 from coil.backend.config import options as compile_options
-from coil.backend.config.knobs import knobs
 from coil.backend.debug import logs
 from coil.backend.debug.artefacts import Artefacts
 from coil.backend.debug.checks import LifetimeTracker, check_outputs, returned_storage
@@ -40,6 +39,7 @@ from coil.backend.pipeline.static_inputs import dynamo_static_inputs, marked_sta
 from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats, format_stage_times
 from coil.fx_passes import adopt_input_strides, run_post_grad_passes, run_pre_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
+from coil.knobs import knobs
 from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, decomposition_table, lower
 from coil.runtime import (
     KernelSpec,
@@ -327,7 +327,7 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
     after a graph break its logits) in place, in that graph's pool, reusing the memory once read
     (coil.runtime.cudagraph, "Handed-out outputs"). Parameters and `stats.static_inputs` (module
     buffers) are used in place.
-    COIL_CUDA_GRAPH_SEGMENTS_UNCAPTURED runs the segment plan without capture on any device.
+    The knob cuda_graph_segments_uncaptured runs the segment plan without capture on any device.
     """
     plan = getattr(call, "segments", None)
     if plan is not None and knobs.cuda_graph_segments_uncaptured:

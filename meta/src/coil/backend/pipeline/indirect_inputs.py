@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 import torch.fx
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 from coil.lowering_ir import InputBuffer, LoweredGraph
 from coil.triton_codegen import KernelSource, indirect
 from coil.wrapper_codegen import IndirectPlan, InputLayout, KernelCall, Line, plan_indirect

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from coil.backend.config.knobs import knobs
+from coil.knobs import knobs
 from coil.runtime import KernelSpec, compile_kernels
-from coil.runtime.knobs import knobs as runtime_knobs
 
 
 def _tqdm() -> Any:
@@ -41,7 +40,7 @@ def compile_with_progress(specs: Sequence[KernelSpec], device: torch.device, tit
     bar = progress_bar(len(specs), title)
     if bar is None:
         return compile_kernels(specs, device)
-    chunk = max(1, int(runtime_knobs.compile_workers or runtime_knobs.compile_threads))
+    chunk = max(1, int(knobs.compile_workers or knobs.compile_threads))
     out: dict[str, Any] = {}
     try:
         for i in range(0, len(specs), chunk):

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 
 from coil.fx_passes.errors import InvariantViolation, PassError
 from coil.fx_passes.infra import GraphPass, PassResult, Stage
-from coil.fx_passes.knobs import knobs
 from coil.fx_passes.verifier import check_graph, snapshot_aliasing
+from coil.knobs import knobs
 from torch.fx import GraphModule
 
 __all__ = ["OnPass", "PassManager"]

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from coil.fx_passes.fake_meta import repair_stale_aliasing
 from coil.fx_passes.infra import GraphPass, Stage
-from coil.fx_passes.knobs import knobs
 from coil.fx_passes.manager import OnPass, PassManager
 from coil.fx_passes.passes.accumulate_into import accumulate_into_addend
 from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
@@ -21,6 +20,7 @@ from coil.fx_passes.passes.reinplace import reinplace as reinplace_pass
 from coil.fx_passes.passes.scatter_fill import scatter_to_where
 from coil.fx_passes.passes.topo_sort import stable_topological_sort
 from coil.fx_passes.passes.view_pairs import simplify_view_pairs
+from coil.knobs import knobs
 from torch.fx import GraphModule
 
 __all__ = [

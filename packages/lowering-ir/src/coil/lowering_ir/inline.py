@@ -67,7 +67,7 @@ are visited last to first and the sweep repeats until nothing changes, so chains
 inline step by step in one sweep; `MAX_NODES` bounds what each step copies, `MAX_READER_NODES`
 what the copies add up to.
 
-Off with COIL_INLINE=0 (`knobs.inline_enabled`).
+Off with COIL_INLINE=0 (knob `inline` of `coil.knobs`).
 """
 
 from __future__ import annotations

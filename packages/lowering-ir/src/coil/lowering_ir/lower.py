@@ -13,9 +13,9 @@ its shape) are dropped.
 from __future__ import annotations
 
 import torch.fx
+from coil.knobs import knobs
 from coil.lowering_ir import ops as _ops  # noqa: F401  (registers the lowerings)
 from coil.lowering_ir.inline import inline_pointwise
-from coil.lowering_ir.knobs import inline_enabled
 from coil.lowering_ir.lowerer import Lowerer
 from coil.lowering_ir.nodes import Buffer, ExternKernel, LoweredGraph, Operation, ReinterpretView
 
@@ -23,7 +23,7 @@ from coil.lowering_ir.nodes import Buffer, ExternKernel, LoweredGraph, Operation
 def lower(gm: torch.fx.GraphModule, name: str = "graph") -> LoweredGraph:
     """Lower a functional ATen graph whose nodes carry meta["val"]. Raises LoweringError."""
     graph = Lowerer(gm, name).run()
-    if inline_enabled():
+    if knobs.inline:
         graph.operations = inline_pointwise(graph.operations, graph.outputs)
     graph.operations = drop_unread(graph.operations, graph.outputs)
     graph.verify()

@@ -5,7 +5,7 @@ Generated wrapper code calls `compile_kernels(specs, device)` once per compiled 
 parallel (in worker processes, `compile_pool`; `prestart_compile_workers` starts them early,
 `prefetch_kernels` queues kernels without waiting); on the CPU they run under Triton's
 interpreter. See the package README for the cache
-layout and the knobs (`coil.runtime.knobs`). GPU launches bind Triton's compiled launcher after the
+layout and the knobs it reads (declared in `coil.knobs`). GPU launches bind Triton's compiled launcher after the
 first launch (`fast_launch`); `CudaGraphRunner`/`cudagraphify` capture a boxed callable into a
 CUDA graph (told the graph's facts by a `CaptureSpec` and how to hand out outputs by a
 `ReplayPolicy`); `SegmentedRunner` replays a graph's capturable segments and runs the steps between

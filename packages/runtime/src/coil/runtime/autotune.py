@@ -46,13 +46,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from coil.knobs import knobs
 from coil.runtime import disk_cache, timing
 from coil.runtime._triton import load_triton, torch_version
 from coil.runtime.compile import _normalize, compile_variants
 from coil.runtime.errors import KernelCompileError
 from coil.runtime.interpreter import interpreter_enabled
 from coil.runtime.kernel import Kernel
-from coil.runtime.knobs import knobs
 from coil.runtime.spec import KernelSpec, TensorArg
 
 if TYPE_CHECKING:

@@ -8,12 +8,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from coil.knobs import knobs
 from coil.runtime import aot, disk_cache, loader
 from coil.runtime._triton import load_triton, torch_version
 from coil.runtime.errors import KernelCompileError
 from coil.runtime.interpreter import interpreter_enabled
 from coil.runtime.kernel import Kernel
-from coil.runtime.knobs import knobs
 from coil.runtime.spec import KernelSpec
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def compile_kernels(specs: Sequence[KernelSpec], device: torch.device) -> dict[s
     1. its module source is put in the disk cache (`disk_cache`: keyed by source, triton and torch
        versions; atomic writes; a corrupted entry is rebuilt) and executed from there (`loader`);
     2. on a CUDA device, unless the interpreter is on (`interpreter_enabled`) or
-       COIL_AOT_COMPILE=0, all new kernels are compiled ahead of time, in parallel (`aot`), so the
+       the knob aot_compile is off, all new kernels are compiled ahead of time, in parallel (`aot`), so the
        first launch does not compile; on the CPU nothing is compiled, kernels run interpreted.
 
     Args:
@@ -89,7 +89,7 @@ def prefetch_kernels(specs: Sequence[KernelSpec], device: torch.device) -> None:
     A later `compile_kernels` (or `compile_variants`) of an equal spec then waits for that compile
     instead of starting its own, so a caller can queue a graph's kernels early and do other work
     (autotuning the rest) while they compile. Does nothing on the CPU, under the interpreter,
-    with COIL_AOT_COMPILE=0 or COIL_COMPILE_WORKERS=0; never raises (a spec that fails to load is
+    with the knob aot_compile off or COIL_COMPILE_WORKERS=0; never raises (a spec that fails to load is
     reported by the later compile).
     """
     device = _normalize(device)

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coil.knobs import knobs
 from coil.runtime.kernel import Kernel, launch_options
 from coil.runtime.spec import TensorArg
 
@@ -96,7 +97,7 @@ def _marker(kernel: Kernel, target: Target) -> Path:
     stages), the target, Triton's version and the TRITON_* variables."""
     import triton
 
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TRITON_"))
+    env = sorted((k, v) for k, v in knobs.environ().items() if k.startswith("TRITON_"))
     key = repr((str(kernel.path), kernel.name, kernel.spec.code_key, target, triton.__version__, env))
     return Path(triton.knobs.cache.dir) / "coil-compiled" / hashlib.sha256(key.encode()).hexdigest()
 
@@ -193,7 +194,7 @@ def capture(kernels: Sequence[Kernel], device: torch.device) -> list[CompileJob 
     import triton
 
     target = target_of(device)
-    env = dict(os.environ)
+    env = knobs.environ()
     env["TRITON_CACHE_DIR"] = str(triton.knobs.cache.dir)
     jobs: list[CompileJob | None] = []
     with _hook_lock:

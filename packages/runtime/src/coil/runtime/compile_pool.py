@@ -34,15 +34,15 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from coil.knobs import knobs
 from coil.runtime.compile_jobs import CompileJob
-from coil.runtime.knobs import knobs
 
 
 class _Worker:
     """One worker process and its line protocol; `call` is serialised by `lock`."""
 
     def __init__(self) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env = {**knobs.environ(), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "coil.runtime.compile_worker"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env, text=True, bufsize=1,

@@ -22,6 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
+from coil.knobs import knobs
+
 
 def _tuples(value: Any) -> Any:
     """JSON lists back to the tuples Triton serialised (Triton's signatures hold no lists)."""
@@ -58,9 +60,7 @@ def compile_job(job: dict[str, Any], modules: dict[str, ModuleType]) -> None:
     from triton.compiler import ASTSource
     from triton.compiler.compiler import make_backend
 
-    if job["env"] != dict(os.environ):
-        os.environ.clear()
-        os.environ.update(job["env"])
+    knobs.replace_environ(job["env"])  # the parent's environment: Triton reads TRITON_* from it
     fn = getattr(_module(job["path"], modules), job["name"])
     data = json.loads(job["specialization"])
     constants = {tuple(k): _constant(v) for k, v in zip(data["constant_keys"], data["constant_vals"], strict=True)}

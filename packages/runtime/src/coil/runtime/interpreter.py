@@ -50,8 +50,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from coil.knobs import knobs
 from coil.runtime._triton import load_triton
-from coil.runtime.knobs import knobs
 
 if TYPE_CHECKING:
     import torch

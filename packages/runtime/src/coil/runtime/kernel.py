@@ -6,10 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coil.knobs import knobs
 from coil.runtime import fast_launch
 from coil.runtime._triton import load_triton
 from coil.runtime.interpreter import RunFn, interpreted_run
-from coil.runtime.knobs import knobs
 from coil.runtime.spec import KernelSpec, TensorArg
 
 if TYPE_CHECKING:

@@ -21,12 +21,11 @@ not the native one or this torch cannot change the setting at run time.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from coil.runtime.knobs import knobs
+from coil.knobs import knobs
 
 log = logging.getLogger("coil.runtime")
 
@@ -49,7 +48,7 @@ def expandable_now() -> bool:
         except RuntimeError:
             text = None
     if text is None:
-        text = os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or ""
+        text = knobs.alloc_conf or knobs.cuda_alloc_conf
     m = _SETTING.search(text)
     if m is None:
         return False

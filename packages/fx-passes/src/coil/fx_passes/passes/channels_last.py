@@ -28,7 +28,7 @@ placeholders keep the strides of the original forward, the example inputs AOTAut
 have the reported ones; it re-derives the graph from the example inputs' strides (outputs keep
 theirs).
 
-When it runs (``COIL_CHANNELS_LAST``, :mod:`coil.fx_passes.knobs`): unset, on graphs with a 4-D
+When it runs (``COIL_CHANNELS_LAST``, knob ``channels_last`` of :mod:`coil.knobs`): unset, on graphs with a 4-D
 convolution on CUDA in bf16/fp16; ``1``: on graphs with a 4-D convolution on any device in any
 floating dtype (CPU tests); ``0``: never. Graphs with symbolic sizes are left alone.
 """
@@ -48,8 +48,8 @@ from coil.fx_passes.fake_meta import (
     refresh_meta,
 )
 from coil.fx_passes.infra import PassResult, Stage, graph_pass
-from coil.fx_passes.knobs import knobs
 from coil.fx_passes.ops import overload_of
+from coil.knobs import knobs
 from torch.fx import GraphModule, Node
 from torch.fx.node import Argument
 

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 import torch
 from coil.fx_passes.fake_meta import fake_mode_of, refresh_meta
 from coil.fx_passes.infra import PassResult, Stage, graph_pass
-from coil.fx_passes.knobs import knobs
 from coil.fx_passes.ops import overload_of
+from coil.knobs import knobs
 from torch.fx import GraphModule, Node
 from torch.fx.node import Argument
 

@@ -9,6 +9,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+from coil.knobs import knobs
 from coil.lowering_ir.errors import Unsupported
 from coil.lowering_ir.knobs import (
     SPLIT_MAX_CHUNKS,
@@ -17,7 +18,6 @@ from coil.lowering_ir.knobs import (
     SPLIT_MIN_TOTAL_FACTOR,
     SPLIT_OUTER_ROWS,
     SPLIT_TARGET_PROGRAMS,
-    split_reduction_min,
 )
 from coil.lowering_ir.layout import Expr
 from coil.lowering_ir.lowerer import Lowerer, TensorMeta
@@ -106,13 +106,13 @@ def _identity(ident: str, dtype: torch.dtype) -> float | int | bool:
 #   - rows = SPLIT_OUTER_ROWS (64) if the input's innermost (stride-1) dim is kept ("outer":
 #     codegen tiles 64 neighbouring outputs per program), else 1 (one row per program);
 #   - its outputs occupy few programs: ceil(xnumel / rows) < SPLIT_MIN_PROGRAMS (2 x 132 SMs);
-#   - each program has much work: rnumel * rows >= split_reduction_min() (default 4096);
+#   - each program has much work: rnumel * rows >= knobs.split_reduction_min (COIL_SPLIT_REDUCTION_MIN, default 4096);
 #   - there is enough data in all: xnumel * rnumel >= SPLIT_MIN_TOTAL_FACTOR (8) *
-#     split_reduction_min() (below that a few programs finish in about a launch's time);
+#     split_reduction_min (below that a few programs finish in about a launch's time);
 #   - it yields S >= SPLIT_MIN_CHUNKS (4) chunks per output, where S = the power of two that
 #     brings programs * S to SPLIT_TARGET_PROGRAMS (8 x 132): the least that reaches it for an
 #     inner reduction, the most that stays within it for an outer one; at most SPLIT_MAX_CHUNKS
-#     (1024) and at most rnumel / max(2, split_reduction_min() / (2 rows)) (every chunk keeps at
+#     (1024) and at most rnumel / max(2, split_reduction_min / (2 rows)) (every chunk keeps at
 #     least half the minimum work). With the defaults: inner reductions from 8192 elements per
 #     row, outer ones from 128 rows.
 #     Outer splits stay within the target since session 31: on an H200 (2026-11-28,
@@ -216,7 +216,7 @@ def _split_plan(x: TensorRef, dims: list[int], val: torch.Tensor | TensorMeta,
         return None
     total = int(sympy.Mul(*rsizes))
     xnumel = int(sympy.Mul(*xsizes)) if xsizes else 1
-    least = split_reduction_min()
+    least = knobs.split_reduction_min
     if total < 2 or xnumel * total < SPLIT_MIN_TOTAL_FACTOR * least:
         return None  # so little data in all that a few programs finish at once
     static_strides = all(sympy.sympify(st).is_Integer for st in stride)

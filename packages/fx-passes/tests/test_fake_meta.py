@@ -1,11 +1,10 @@
-"""The FakeTensor metadata updater and the knobs module."""
+"""The FakeTensor metadata updater, and the verify knob in tests."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from coil.fx_passes import check_graph, knobs, refresh_meta
-from coil.fx_passes.knobs import FxPassesKnobs
 
 aten = torch.ops.aten
 
@@ -30,40 +29,6 @@ def test_refresh_meta_stops_when_nothing_changes(trace) -> None:
     relu.target = aten.sigmoid.default  # same metadata
     assert refresh_meta(gm, [relu]) == []
     assert exp.meta["val"] is old
-
-
-def test_knobs_read_env_and_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    k = FxPassesKnobs()
-    monkeypatch.setenv("COIL_VERIFY", "0")
-    monkeypatch.setenv("COIL_REINPLACE", "1")
-    assert k.verify is False and k.reinplace is True
-    with k.override(verify=True):
-        assert k.verify is True
-    assert k.verify is False
-    monkeypatch.setenv("COIL_VERIFY", "maybe")
-    with pytest.raises(ValueError, match="COIL_VERIFY"):
-        _ = k.verify
-    with pytest.raises(TypeError), k.override(nope=True):
-        pass
-    assert FxPassesKnobs.names() == ("verify", "reinplace", "pad_mm", "channels_last")
-
-
-def test_channels_last_knob_is_auto_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    k = FxPassesKnobs()
-    monkeypatch.delenv("COIL_CHANNELS_LAST", raising=False)
-    assert k.channels_last is None  # auto: CUDA bf16/fp16 convolution graphs
-    for raw, want in (("1", True), ("0", False), ("auto", None), ("", None)):
-        monkeypatch.setenv("COIL_CHANNELS_LAST", raw)
-        assert k.channels_last is want
-    with k.override(channels_last=True):
-        assert k.channels_last is True
-        with k.override(channels_last=None):
-            assert k.channels_last is None
-    monkeypatch.setenv("COIL_CHANNELS_LAST", "sometimes")
-    with pytest.raises(ValueError, match="COIL_CHANNELS_LAST"):
-        _ = k.channels_last
-    with pytest.raises(TypeError), k.override(verify=None):
-        pass
 
 
 def test_verify_is_on_in_tests() -> None:
