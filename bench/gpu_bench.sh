@@ -17,7 +17,7 @@
 #
 # Writes under $OUT (default bench-out): micro/ and <case>/ with the harness's bench.json and
 # bench.md, and <name>.log with everything a call printed; prints the versions, then each call's
-# bench.md (the table and the issue-5 targets). Exit status: 1 if any call failed.
+# bench.md (the table and the targets it checks). Exit status: 1 if any call failed.
 set -u
 source bench/device_env.sh
 

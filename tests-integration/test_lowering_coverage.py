@@ -1,4 +1,4 @@
-"""Lowerings added for OpInfo coverage (issue 3), end to end: compiled with backend="coil" (Triton
+"""Lowerings added for OpInfo coverage, end to end: compiled with backend="coil" (Triton
 kernels, the CPU interpreter here) against eager, on non-contiguous inputs, and native: no ATen
 fallback and no graph break."""
 

@@ -1,4 +1,4 @@
-"""End-to-end regressions for bugs the OpInfo sweep found (issue 3), each against eager PyTorch.
+"""End-to-end regressions for bugs the OpInfo sweep found, each against eager PyTorch.
 
 Each test names the sweep's failure it guards against and where the fix lives.
 """

@@ -1,7 +1,7 @@
 """Check the tree's house rules (run by `nox -s lint`, so by CI).
 
 1. The tree describes coil as it is: no text refers to numbered rounds of past work ("session 12",
-   "gpu_session12a.sh"), and only docs/perf.md, whose tables must say when and where each figure
+   "gpu_session12a.sh", "issue 7's rules"), and only docs/perf.md, whose tables must say when and where each figure
    was measured, and the OpInfo sweep's generated results, which stamp their run, carry dates.
 2. Small files and functions: no Python file over MAX_FILE_LINES lines, no function over
    MAX_FUNCTION_LINES (classes may be longer: their methods are counted one by one).
@@ -31,7 +31,7 @@ ENVIRON_FILES = frozenset({
 DATED = ("docs/perf.md", "tests-integration/opinfo/results/")
 SKIPPED = frozenset({"uv.lock", "tools/check_tree.py"})
 
-HISTORY = re.compile(r"\bsessions? ?\d+|\bgpu_session|\bsession\d+[a-z]?\b|\bround \d+ of (?:work|measurement)",
+HISTORY = re.compile(r"\bsessions? ?\d+|\bgpu_session|\bsession\d+[a-z]?\b|\bissues? ?[-#]?\d+\b",
                      re.IGNORECASE)
 DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
 ENVIRON = re.compile(r"\bos\.(?:environ|getenv|putenv)\b|\bfrom os import [^\n]*\b(?:environ|getenv|putenv)\b")

@@ -65,7 +65,7 @@ VALUES_UNDEFINED = frozenset({"empty", "empty_like", "empty_strided", "empty_per
 
 # --- exclusions from the native metric (never from correctness) --------------------------------
 #
-# Rule (issue 3): the 85 % native target counts OpInfos outside linalg.*, fft.* and sparse ones,
+# Rule: the 85 % native target counts OpInfos outside linalg.*, fft.* and sparse ones,
 # and outside ops whose decomposition needs matmul, convolution or sort. The prefixes and the
 # substring "sparse" cover the first three by name; NEEDS_MATMUL_CONV_SORT is the explicit list for
 # the last, made by tracing each OpInfo's first float32 samples through make_fx with coil's

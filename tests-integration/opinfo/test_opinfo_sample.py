@@ -35,7 +35,7 @@ SAMPLE: list[tuple[str, str]] = [
     ("unsqueeze", "bool"), ("squeeze", "float32"), ("expand", "int32"), ("t", "float32"),
     # indexing and joining
     ("index_select", "float32"), ("gather", "int64"), ("cat", "float32"), ("masked_fill", "float32"),
-    # index remaps, scatter-reductions, special functions, random ops (issue 3)
+    # index remaps, scatter-reductions, special functions, random ops
     ("flip", "float32"), ("slice_scatter", "int64"), ("index_reduce.amax", "float32"),
     ("polygamma.polygamma_n_1", "float32"), ("uniform", "float32"), ("nn.functional.dropout", "float32"),
 ]

@@ -1,4 +1,4 @@
-"""Lowerings added for OpInfo coverage (issue 3): index remaps, scatters into slices and
+"""Lowerings added for OpInfo coverage: index remaps, scatters into slices and
 diagonals, index/scatter reductions, allocations, float arange, special functions and random
 distributions.
 

@@ -43,7 +43,7 @@ def test_stored_graph_loads_and_its_node_order_is_topological(path: Path) -> Non
 
 
 def test_smallest_graph_meets_the_acceptance_rules() -> None:
-    """Issue 7: the chosen order's peak <= the best of LPMF, BFS and DFS; the arena of the
+    """The planner's acceptance rules: the chosen order's peak <= the best of LPMF, BFS and DFS; the arena of the
     chosen order <= 1.02 x its live-set lower bound."""
     path = min(STORED, key=lambda p: p.stat().st_size)
     g = read_graph_json(path)
