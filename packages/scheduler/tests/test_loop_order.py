@@ -54,7 +54,7 @@ def test_channels_last_pointwise_runs_in_memory_order(sch):
     assert sorted(sch.nest_trace(nest)) == sorted(sch.op_trace(op))
     stores = [st for st, _ in sch.nest_trace(nest)]
     assert stores == sorted(stores)  # consecutive iterations write consecutive addresses
-    logical = canonicalize(op, "logical")  # coil's nest before loop reordering: c is strided
+    logical = canonicalize(op, "logical")  # the logical nest: c is strided
     assert not logical.reordered and len(logical.x_sizes) > 1
     assert _store_strides(logical)[-1] != 1
 

@@ -86,7 +86,7 @@ def test_signbit_and_negation_keep_the_sign_of_zeros_and_nans(tk, dtype):
     # keeps it in a float32 register (lowering-ir pointwise_ieee.py)
     wide = dtype in (torch.float32, torch.float64)
 
-    # -x is written as a product: Triton before 3.9 negates a float as 0 - x, so -(0.0) was +0.0
+    # -x is written as a product: Triton before 3.9 negates a float as 0 - x, giving +0.0 for -(0.0)
     # (a negated NaN's sign is not compared: a product leaves it to the hardware)
     def fn(x, y):
         return (torch.signbit(x), torch.copysign(y, x), -x[:6]) + ((torch.signbit(x * 2),) if wide else ())
@@ -141,9 +141,9 @@ def test_casts_to_half_go_through_float32_as_eager(tk, dtype, half):
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32])
 def test_cuda_bfloat16_casts_from_ints_round_on_the_float32_bits(dtype):
-    # on CUDA, Triton merged `.to(tl.float32).to(tl.bfloat16)` from an int register into one
-    # rounding (an H100: 16842753 -> 16908288, eager 16777216); such casts use the bit rounding
-    # (the H100 run of tests-integration's test_int_to_bfloat16_matches_eager is the oracle);
+    # on CUDA, Triton merges `.to(tl.float32).to(tl.bfloat16)` from an int register into one
+    # rounding (16842753 becomes 16908288, eager gives 16777216); such casts use the bit rounding
+    # (a GPU run of tests-integration's test_int_to_bfloat16_matches_eager is the oracle);
     # a float32 source keeps Triton's own round-to-nearest-even conversion (a float64 one is
     # cast to float32 by its own op first, so it is a float32 source here too)
     import coil.lowering_ir as L
@@ -163,7 +163,7 @@ def test_cuda_bfloat16_casts_from_ints_round_on_the_float32_bits(dtype):
 def test_arange_in_bfloat16_within_one_ulp_of_eager(tk):
     # coil computes start + step * i in float64 and rounds once; eager's vectorised CPU kernel
     # rounds its partial sums to bfloat16 (no exact formula reproduces it), so up to one bfloat16
-    # ulp (2**-7 relative) apart; before casts.py the interpreter returned reinterpreted bits
+    # ulp (2**-7 relative) apart (the interpreter's own casts would reinterpret bits: casts.py)
     def fn(x):
         return (torch.arange(0, 300, 1.7, dtype=torch.bfloat16) + x, torch.arange(5, 90, 0.37, dtype=torch.bfloat16))
 

@@ -11,10 +11,9 @@ consecutive lanes of a block touch consecutive addresses (a pointwise op writing
 the same elements in the same memory order therefore get the same nest whatever their logical
 shapes. r loops (reductions) keep their logical order and stay innermost: argmax/argmin
 positions and the summation order depend on it. Other orders, used by fusion when the default
-ones do not fuse (`LoopOrder`): `"logical"` (the op's logical dimension order: coil's nests
-before loop reordering) or an index expression of the op's own loops (typically a load's index:
-the loops run in the memory order of that read). The order is left logical when strides cannot
-be compared (symbolic strides of unknown sign difference, a store that is not affine in a loop,
+ones do not fuse (`LoopOrder`): `"logical"` (the op's logical dimension order) or an index
+expression of the op's own loops (typically a load's index: the loops run in the memory order of
+that read). The order is left logical when strides cannot be compared (symbolic strides of unknown sign difference, a store that is not affine in a loop,
 a loop the store does not use).
 
 `canonicalize` is memoised per operation object (fusion asks for the same op's nest at every
@@ -78,7 +77,7 @@ LoopOrder = Literal["store", "logical"] | Expr
 @functools.cache
 def syms(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:
     """`prefix0 .. prefix{n-1}`: nonnegative integer symbols (memoised: making a sympy Symbol
-    costs ~20 us, and fusion asks for the same few at every attempt)."""
+    is slow, and fusion asks for the same few at every attempt)."""
     return tuple(sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n))
 
 

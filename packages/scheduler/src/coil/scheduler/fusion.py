@@ -16,8 +16,8 @@ are tried (`_order_candidates`), each only when it changes some member's nest:
   1. every pointwise member that reads the shared buffer runs in the memory order of that read
      (e.g. a consumer reading a channels-last buffer and writing a contiguous one: it then runs
      in the producer's order and the value stays in registers; its own store is strided);
-  2. every member in its logical order (coil's nests before loop reordering: whatever fused
-     then fuses now, e.g. a channels-last producer of a reduction over trailing logical dims);
+  2. every member in its logical order (ops whose logical nests line up, e.g. a channels-last
+     producer of a reduction over trailing logical dims);
   3. every pointwise member that accesses a buffer a reduction member reads runs in the order
      that reduction visits it (`visit_order`: softmax over an outer dim, whose exp(x - max) and
      division otherwise run in their own memory order, unlike the reductions' x-then-r order).
@@ -42,11 +42,10 @@ from coil.scheduler.peak_bound import TOLERATED_BYTES, LiveProfile
 from coil.scheduler.visit_order import visit_orders
 
 # Two readers of a buffer this small are not fused for its sake (horizontal fusion): reading it
-# twice costs nothing, and every dropout mask of a training graph reads the same 8-byte RNG seed,
-# so a 12-layer GPT-2 training forward gathered its 37 masks (37 Philox generators) into one
-# kernel that took Triton 11.2 s to compile for sm_90 (offline, one core of this project's build
-# machine; bench/offline_compile_times.py) against a median of 0.17 s; now each mask fuses into
-# its consumer and the slowest kernel takes 1.1 s.
+# twice costs nothing, and every dropout mask of a training graph reads the same 8-byte RNG seed:
+# fused for it, all the masks of a model gather into one kernel of dozens of Philox generators
+# that takes Triton many times a normal kernel's time to compile (docs/perf.md, "Codegen
+# choices"); unfused, each mask joins its consumer.
 HORIZONTAL_MIN_BYTES = 64
 # A reduction's per-row epilogue (a pointwise op over its output elements, or a reduction of the
 # same rows) is tried before the other fusions of its buffers, at this multiple of the bytes it

@@ -47,8 +47,8 @@ def round_to_half(expr: str, src: torch.dtype, dst: torch.dtype, target: str) ->
     x = _float32(expr, src)
     if dst == torch.bfloat16 and (target != "cuda" or register_dtype(src) != torch.float32):
         # on CUDA too from an int register: Triton's compiler merges the two
-        # conversions `.to(tl.float32).to(tl.bfloat16)` into one rounding (an H100 gave
-        # 16842753 -> 16908288, eager 16777216); the rounding on the float32 bits keeps both
+        # conversions `.to(tl.float32).to(tl.bfloat16)` into one rounding (16842753 becomes
+        # 16908288 on the GPU, eager gives 16777216); the rounding on the float32 bits keeps both
         return f"_coil_round_bf16({x})"
     return f"{x}.to({tl_dtype(dst)}).to(tl.float32)"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coil.lowering_ir.knobs import SPLIT_MIN_PROGRAMS
+from coil.lowering_ir.split_rule import SPLIT_MIN_PROGRAMS
 
 STRATEGIES = ("auto", "persistent", "looped", "outer")
 
@@ -14,11 +14,8 @@ STRATEGIES = ("auto", "persistent", "looped", "outer")
 # cache lines), and accumulates in registers until one tl.sum/max/... at the end of the loop.
 # OUTER_XBLOCK is public API: lowering's split-reduction rule takes it as the number of outputs
 # one program of such a kernel reduces.
-# OUTER_RBLOCK 8 (16 until session 31): on an H200 (2026-11-28, bench/sum_dim0_probe.py, coil's own
-# partials kernel alone, replayed from a CUDA graph) a bf16 sum over dim 0 took 3.8 us at
-# [64, 8] / 4 warps against 5.9 at [64, 16] over 1568 x 2048 (the split's 49 chunks), 5.0
-# against 7.7 over 6272 x 1024, 7.9 against 9.6 over 25088 x 512, 17.1 against 18.0 over
-# 100352 x 256 and 13.9 against 17.5 over 401408 x 64 (ResNet-50's batch-norm shapes at batch 32)
+# OUTER_RBLOCK 8 rather than 16: the shorter step is faster on every strided sum measured, from a
+# split reduction's short chunks to ResNet-50's batch-norm shapes (docs/perf.md, "Codegen choices").
 OUTER_XBLOCK = 64
 OUTER_RBLOCK = 8
 OUTER_WARPS = 4
@@ -73,8 +70,8 @@ def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: 
 
     Reductions (`strategy` "auto" picks; any other value forces that one):
       - "persistent": the whole row in one RBLOCK (one read of the input). On CUDA rows of up to
-        16384 elements (measured on the H200 to bring 8192-wide layernorm/softmax/RMSNorm to
-        Inductor's speed).
+        16384 elements (RMAX_PERSISTENT: 8192-wide layer norms, softmax and RMS norms then keep
+        their row in registers, as Inductor's kernels do).
       - "looped": a loop over r in RBLOCK steps accumulating into an [XBLOCK, RBLOCK] register
         tile, reduced once after the loop; for rows too long to be persistent.
       - "outer": the looped kernel with a wide x block (OUTER_XBLOCK on CUDA) and a small RBLOCK,
@@ -90,10 +87,8 @@ def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: 
     partials for each of a few hundred outputs): then "persistent" with one or a few outputs per
     program, strided loads but hundreds of programs at once instead of a handful looping.
     Short strided rows (up to 64 elements, e.g. the chunks of a split reduction) are "outer"
-    too: on an H200 (2026-11-28, bench/sum_dim0_probe.py) the partials of a bf16 sum over dim 0
-    of 1568 x 2048 (49 chunks of 32 rows) took 3.8 us in the outer tiling ([64, 8], 4 warps)
-    against 8.9 persistent ([128, 32], 8 warps) and 5.5 for the best persistent tile; of
-    6272 x 1024 (128 chunks of 49) 5.0 against 13.1 and 7.7. Otherwise rows up to
+    too: the outer tiling reads them faster than any persistent tile (docs/perf.md, "Codegen
+    choices"). Otherwise rows up to
     RMAX_PERSISTENT are persistent, longer ones looped. "auto" never picks "outer" on the
     interpreter: there is no coalescing to gain (its loops run there: forced, it works too).
 
@@ -106,13 +101,11 @@ def choose(xnumel: int, rnumel: int, is_reduction: bool, target: str, strategy: 
     if not is_reduction:
         cap = 1 << 16 if interp else 1024
         x = min(next_pow2(max(xnumel, 1)), cap)
-        # 2 warps for 1024-wide blocks (16 elements per thread), not 4: with Triton 3.6 on an H200,
-        # 4 warps (8 per thread) miscompiled a fused max-pool backward (9 masked int8 + bf16
-        # window loads, then a ReLU mask): ~5 % of its outputs were wrong, while the same text
-        # under Triton's interpreter, with 2, 8 or 16 warps, or with any one load dropped was
-        # right (bench/triton_miscompile/check.py). 2 warps were also the fastest of six
-        # configurations on the bench's bias+GELU and pointwise chain (bf16 bias+GELU 0.197 ms vs
-        # 0.210 with 4 warps and 0.229 with 8; bench/pointwise_warps_probe.py; docs/perf.md).
+        # 2 warps for 1024-wide blocks (16 elements per thread), not 4: Triton 3.6 miscompiles a
+        # fused max-pool backward (masked int8 + bf16 window loads, then a ReLU mask) at 4 warps
+        # (8 per thread), while 2, 8 or 16 are right (bench/triton_miscompile/check.py reproduces
+        # it); 2 warps are also the fastest on the bench's pointwise cases (docs/perf.md,
+        # "Pointwise warps").
         warps = 2 if x >= 1024 else 4 if x >= 512 else 2
         return KernelConfig("pointwise", max(x, 16 if not interp else 1), 1, warps)
     budget = INTERP_BUDGET if interp else CUDA_BUDGET
@@ -146,32 +139,25 @@ TILE_CAP_FACTOR = 2
 MAX_WARPS = 32
 
 # a CUDA loop's candidates also hold these (RBLOCK, warps) with one row per program, beside the
-# MAX_CANDIDATES above. On an H100 (2026-11-27, bench/looped_softmax_variants.py) a looped online
-# softmax over 4096 x 50257 fp32 took 0.77 ms with one row per program, RBLOCK 8192 and 32 warps,
-# against 1.36 ms at the default (4 rows, 1024, 8 warps) and Inductor's 1.14: a program's row is
-# still in L2 when its second loop reads it again (more rows per program, or many programs each
-# walking a narrow block, spill it). Over 8192 x 32000 bf16 one row, 4096 and 16 warps took 0.43
-# ms against 0.59 at the default.
+# MAX_CANDIDATES above: a program's row is still in L2 when its second loop reads it again (more
+# rows per program, or many programs each walking a narrow block, spill it); long softmax and
+# cross-entropy rows run far faster so (docs/perf.md, "Codegen choices").
 WIDE_LOOPS = ((2048, 16), (4096, 16), (4096, 32), (8192, 16), (8192, 32))
 
 
-# a CUDA pointwise kernel's candidates beside its 1024-wide, 2-warp default (`candidates`). On an
-# H100 (2026-11-27, bench/kernel_variants_probe.py, bench/gpu_session25f.sh; 16384 x 8192, ms):
-# the bench's pointwise chain in fp32 0.6968 at the default, 0.6934 at 512 / 8 (Inductor 0.6933),
-# in bf16 0.3536, 0.3519 at 512 / 4 (Inductor 0.3529); bias+GELU in fp32 0.3612, 0.3604 at 512 / 4
-# (Inductor 0.3607), in bf16 0.2049 at the default against 0.2331 at 512 / 4 and 0.2931 at
-# 512 / 8. Neither holds 8 elements per thread, the shape of the Triton 3.6 miscompile at 1024 / 4
-# (`choose`); 1024 / 4 and 2048 / 8 are not offered for that reason (and the tuner checks every
-# candidate's outputs against the default's).
+# a CUDA pointwise kernel's candidates beside its 1024-wide, 2-warp default (`candidates`): each
+# is the fastest for some of the bench's pointwise cases, by up to about 0.5 % (docs/perf.md,
+# "Codegen choices"). Neither holds 8 elements per thread, the shape of the Triton 3.6 miscompile
+# at 1024 / 4 (`choose`); 1024 / 4 and 2048 / 8 are not offered for that reason (and the tuner
+# checks every candidate's outputs against the default's).
 POINTWISE_CANDIDATES = ((512, 4), (512, 8))
 
 # offered besides for a pointwise kernel with `plain_loads` (KernelSource): floating loads at affine
 # indices under the block's mask alone, which the tuner's check on standard-normal data exercises
 # in every lane. The miscompile above needed loads masked by values computed from loaded int8 data
-# (all zeros in the check's data: the check would not have seen it). On an H200 (2026-11-28,
-# bench/kernel_variants_probe.py; 16384 x 8192) 1024 / 4 is Inductor's choice for the bench's
-# pointwise chain in bf16 (0.2493 ms against 0.2553 at the default; Inductor 0.2478) and 1024 / 4
-# without masks took bias+GELU in fp32 to 0.2577 ms against 0.2588 (Inductor 0.2570)
+# (all zeros in the check's data: the check would not have seen it). 1024 / 4 is Inductor's choice
+# for such kernels, and the faster one for the bench's bf16 pointwise chain (docs/perf.md,
+# "Codegen choices").
 PLAIN_POINTWISE_CANDIDATES = ((1024, 4),)
 
 
@@ -240,14 +226,10 @@ def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str, pla
 
 # autotuning across strategies (`looped_alternatives`): a persistent reduction over rows of at
 # least LOOPED_ALT_MIN_R elements, with at least LOOPED_ALT_MIN_X rows, is also timed as a loop of
-# these (RBLOCK, warps) with one row per program. On an H100 (2026-11-26, bench/micro_probe.py)
-# Inductor kept a loop over 2048 (a bf16 sum over rows of 8192: 0.0944 ms against coil's
-# persistent 0.0976) and over 4096 (an fp32 layer norm: 0.3565 against 0.3590); for a bf16 RMS
-# norm over rows of 8192 it kept a loop one block long (8192, 16 warps: 0.1815 ms against the
-# persistent 0.1834; 2026-11-27): its second pass reads the row again, from L2, instead of
-# holding it in registers across the row's reduction. With 32 warps (2026-11-27,
-# bench/gpu_session22d.sh) coil's fp32 layer norm over 16384 x 8192 took a loop over 8192 at
-# 0.3571 ms against 0.3600 with 16 (Inductor 0.3572).
+# these (RBLOCK, warps) with one row per program: for long rows a loop can beat holding the row in
+# registers (Inductor keeps loops for a bf16 sum over rows of 8192, an fp32 layer norm over 4096,
+# and a loop one block long for a bf16 RMS norm, whose second pass then reads the row from L2);
+# 32 warps pay for the widest (docs/perf.md, "Codegen choices").
 LOOPED_ALT_MIN_R = 4096
 LOOPED_ALT_MIN_X = 1024
 LOOPED_ALTERNATIVES = ((2048, 16), (4096, 16), (2048, 8), (8192, 16), (4096, 32), (8192, 32))

@@ -47,7 +47,7 @@ def _coil_atan2(y, x):
 # a plain function, run as Python by the interpreter: a run-time int argument reaches an interpreted
 # kernel as a tensor over a one-element array, and Triton before 3.9 converts it for `range` with
 # int(array), which NumPy 2 refuses ("only 0-dimensional arrays can be converted to Python
-# scalars"): every loop over a run-time bound failed there
+# scalars"), so a loop over a run-time bound fails there without it
 INTERPRET_INDEX = """
 def _coil_index(n):
     handle = getattr(n, "handle", None)
@@ -57,7 +57,8 @@ def _coil_index(n):
 
 
 def helpers(source: str, target: str) -> str:
-    """The helper functions `source` calls (only those: each @triton.jit costs ~2 ms to load)."""
+    """The helper functions `source` calls (only those: each @triton.jit adds to the module's
+    load time)."""
     out = "".join(h for name, h in HELPERS.items() if name in source) + cast_helpers(source)
     if target != "cuda" and "_coil_atan" in source:  # _coil_atan2 calls _coil_atan
         out += INTERPRET_HELPERS

@@ -106,8 +106,8 @@ class ReductionWriter(MemoryWriter):
         With a static row size that the block divides (a constexpr `if`, as `index_mask`'s),
         every lane takes every step, so each lane's count is the step's number: the mean's
         update multiplies by one reciprocal per step instead of dividing each element by its
-        lane's count (an IEEE division is a dozen instructions; H200, session 30: the fp32
-        layer norm's loop 0.2570 -> 0.2547 ms). The two differ by rounding only."""
+        lane's count (an IEEE division is a dozen instructions: the fp32 layer norm's loop is
+        faster so, docs/perf.md "Codegen choices"). The two differ by rounding only."""
         n, d = self.tmp(), self.tmp()
         self.emit(rs, f"{n} = {q}_n + 1.0")
         self.emit(rs, f"{d} = {v} - {q}_mean")
