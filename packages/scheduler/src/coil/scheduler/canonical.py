@@ -13,8 +13,8 @@ shapes. r loops (reductions) keep their logical order and stay innermost: argmax
 positions and the summation order depend on it. Other orders, used by fusion when the default
 ones do not fuse (`LoopOrder`): `"logical"` (the op's logical dimension order) or an index
 expression of the op's own loops (typically a load's index: the loops run in the memory order of
-that read). The order is left logical when strides cannot be compared (symbolic strides of unknown sign difference, a store that is not affine in a loop,
-a loop the store does not use).
+that read). The order is left logical when strides cannot be compared (symbolic strides of
+unknown sign difference, a store that is not affine in a loop, a loop the store does not use).
 
 `canonicalize` is memoised per operation object (fusion asks for the same op's nest at every
 attempt that involves it): operations are not mutated after lowering, and the cache holds them
