@@ -99,3 +99,42 @@ def test_split_ir_computes_what_eager_does(ir, monkeypatch, case):
     assert max(torch.Size(r).numel() for r, _ in _reductions(g)) > max(w.numel() for w in fn(x))
     want = [w.float() for w in fn(x.double())]
     ir.assert_same(ir.evaluate(g, [x]), want, rtol=1e-5, atol=1e-5)
+
+
+# -- the rule's machine facts (SplitRule) -------------------------------------------------------------
+
+DEFAULT_CASES = [
+    (lambda t: (t.sum(0),), (16384, 8192), False),
+    (lambda t: (t.sum(1),), (16384, 8192), False),
+    (_var_mean, (32, 256, 56, 56), False),
+    (_var_mean, (32, 256, 56, 56), True),
+    (lambda t: (t.sum((0, 2, 3)),), (32, 256, 56, 56), True),
+    (lambda t: (t.amax(0),), (4096, 512), False),
+]
+
+
+def test_the_default_rule_is_a_132_sm_gpu_with_64_outputs_per_outer_program(ir):
+    """Callers without a device get SplitRule(): the splits of the cases above are those of an
+    explicit SplitRule(132, 64)."""
+    rule = L.SplitRule()
+    assert (rule.sm_count, rule.outer_rows, rule.min_programs, rule.target_programs) == (132, 64, 264, 1056)
+    for fn, shape, cl in DEFAULT_CASES:
+        x = _image(*shape, channels_last=cl)
+        assert _reductions(L.lower(ir.trace(fn, x), split=L.SplitRule(132, 64))) == _reductions(ir.lower(fn, x))
+
+
+def test_the_sm_count_and_outer_rows_decide_the_split(ir):
+    x = torch.empty(16384, 8192, device=META, dtype=torch.bfloat16)
+    gm = ir.trace(lambda t: (t.sum(0),), x)
+    # 128 programs of 64 outputs fill a 32-SM GPU (64 programs wanted): no split
+    assert len(_reductions(L.lower(gm, split=L.SplitRule(sm_count=32)))) == 1
+    # a 264-SM GPU: the most chunks keeping 128 x S programs within 8 x 264, 16
+    assert _reductions(L.lower(gm, split=L.SplitRule(sm_count=264))) == [((16, 8192), (1024,)), ((8192,), (16,))]
+    # 8 outputs a program: 1024 programs fill the default GPU
+    assert len(_reductions(L.lower(gm, split=L.SplitRule(outer_rows=8)))) == 1
+
+
+def test_a_rule_needs_positive_counts():
+    for bad in ({"sm_count": 0}, {"outer_rows": -1}, {"sm_count": 1.5}):
+        with pytest.raises(ValueError, match="must be an int >= 1"):
+            L.SplitRule(**bad)

@@ -32,6 +32,7 @@ def test_public_api_snapshot():
         "Reduction",
         "ReinterpretView",
         "Scatter",
+        "SplitRule",
         "SymbolInput",
         "TensorRef",
         "Unsupported",

@@ -1,7 +1,8 @@
 """coil.lowering_ir: lowers functional ATen FX graphs to coil's loop-level IR.
 
 Public API (see README.md): `lower`, the IR node types, the value language, layouts, the
-lowering registry and coil's decomposition table.
+lowering registry, coil's decomposition table and `SplitRule` (the split-reduction rule's
+machine facts, an input of `lower`).
 """
 
 from coil.lowering_ir.decompositions import decomposition_table
@@ -26,6 +27,7 @@ from coil.lowering_ir.nodes import (
     load,
 )
 from coil.lowering_ir.registry import LOWERINGS, lowering_for, register, registered_ops
+from coil.lowering_ir.split_rule import SplitRule
 from coil.lowering_ir.values import OPS, Constant, IndexValue, Load, Op, Value, loads, map_indices
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "Reduction",
     "ReinterpretView",
     "Scatter",
+    "SplitRule",
     "SymbolInput",
     "TensorRef",
     "Unsupported",

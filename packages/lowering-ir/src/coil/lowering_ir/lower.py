@@ -1,4 +1,4 @@
-"""`lower(gm)`: a functional ATen FX graph -> LoweredGraph.
+"""`lower(gm, name, split=...)`: a functional ATen FX graph -> LoweredGraph.
 
 Walks the graph in order. Placeholders become InputBuffers (or SymbolInputs), get_attr tensors
 ConstantBuffers; each call_function goes through the lowering table (coil.lowering_ir.registry)
@@ -7,7 +7,8 @@ Every buffer's layout is taken from the node's `meta["val"]` (a FakeTensor), so 
 have exactly the strides eager PyTorch gives. Then cheap Pointwise results read at another
 index are substituted into their readers (coil.lowering_ir.inline; COIL_INLINE=0: off), and
 kernels whose results nobody reads (e.g. the allocation behind an `empty_like` used only for
-its shape) are dropped.
+its shape) are dropped. Reductions are split under the machine facts the caller passes
+(`split`, a `SplitRule`: the device's SM count, codegen's outputs per outer-reduction program).
 """
 
 from __future__ import annotations
@@ -18,11 +19,17 @@ from coil.lowering_ir import ops as _ops  # noqa: F401  (registers the lowerings
 from coil.lowering_ir.inline import inline_pointwise
 from coil.lowering_ir.lowerer import Lowerer
 from coil.lowering_ir.nodes import Buffer, ExternKernel, LoweredGraph, Operation, ReinterpretView
+from coil.lowering_ir.split_rule import SplitRule
 
 
-def lower(gm: torch.fx.GraphModule, name: str = "graph") -> LoweredGraph:
-    """Lower a functional ATen graph whose nodes carry meta["val"]. Raises LoweringError."""
-    graph = Lowerer(gm, name).run()
+def lower(gm: torch.fx.GraphModule, name: str = "graph", *, split: SplitRule | None = None) -> LoweredGraph:
+    """Lower a functional ATen graph whose nodes carry meta["val"]. Raises LoweringError.
+
+    `split`: the machine facts of the split-reduction rule (the device's SM count, codegen's
+    outputs per outer-reduction program); None takes `SplitRule()`, the default for callers
+    without a device (coil.lowering_ir.split_rule).
+    """
+    graph = Lowerer(gm, name, split).run()
     if knobs.inline:
         graph.operations = inline_pointwise(graph.operations, graph.outputs)
     graph.operations = drop_unread(graph.operations, graph.outputs)

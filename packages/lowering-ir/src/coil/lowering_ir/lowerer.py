@@ -26,6 +26,7 @@ from coil.lowering_ir.nodes import (
     TensorRef,
 )
 from coil.lowering_ir.registry import lowering_for
+from coil.lowering_ir.split_rule import SplitRule
 from coil.lowering_ir.values import Value
 
 
@@ -73,11 +74,13 @@ def index_symbols(prefix: str, n: int) -> list[sympy.Symbol]:
 
 
 class Lowerer:
-    """State of one lowering: the operations made so far and the value of each FX node."""
+    """State of one lowering: the operations made so far and the value of each FX node, and the
+    split-reduction rule's machine facts (`split_rule`; None: `SplitRule()`)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, name: str, split_rule: SplitRule | None = None) -> None:
         self.gm = gm
         self.name = name
+        self.split_rule = split_rule if split_rule is not None else SplitRule()
         self.operations: list[Operation] = []
         self.views: list[ReinterpretView] = []
         self.constants: list[ConstantBuffer] = []

@@ -11,19 +11,12 @@ import torch
 import torch.fx
 from coil.knobs import knobs
 from coil.lowering_ir.errors import Unsupported
-from coil.lowering_ir.knobs import (
-    SPLIT_MAX_CHUNKS,
-    SPLIT_MIN_CHUNKS,
-    SPLIT_MIN_PROGRAMS,
-    SPLIT_MIN_TOTAL_FACTOR,
-    SPLIT_OUTER_ROWS,
-    SPLIT_TARGET_PROGRAMS,
-)
 from coil.lowering_ir.layout import Expr
 from coil.lowering_ir.lowerer import Lowerer, TensorMeta
 from coil.lowering_ir.nodes import TensorRef, load
 from coil.lowering_ir.ops.common import cast, upcast_compute, value_of
 from coil.lowering_ir.registry import register
+from coil.lowering_ir.split_rule import MAX_CHUNKS, MIN_CHUNKS, MIN_TOTAL_FACTOR, SplitRule
 from coil.lowering_ir.values import Constant, IndexValue, Load, Op, Value
 
 aten = torch.ops.aten
@@ -71,7 +64,7 @@ def _reduce(lw: Lowerer, x: TensorRef, dims: list[int], keepdim: bool, rtype: st
             body_dtype: torch.dtype, transform: Any = None, may_split: bool = True) -> TensorRef:
     rranges, index = _split(x, dims, keepdim)
     acc = upcast_compute(body_dtype) if rtype in ("sum", "prod") else body_dtype
-    plan = _split_plan(x, dims, val) if may_split and rtype in SPLITTABLE else None
+    plan = _split_plan(x, dims, val, lw.split_rule) if may_split and rtype in SPLITTABLE else None
     if plan is not None:
         return _split_reduce(lw, x, plan, index, rtype, val, body_dtype, acc, transform)
 
@@ -97,36 +90,28 @@ def _identity(ident: str, dtype: torch.dtype) -> float | int | bool:
 # -- split reductions ---------------------------------------------------------------------------------
 #
 # Why here: a split makes a new buffer and two IR nodes, which the scheduler (fusion), the memory
-# planner and the wrapper must all see; codegen sees one kernel group at a time. The rule needs
-# one codegen fact, how many outputs one program reduces: `rows` below, mirrored from
-# triton-codegen's tiling (config.OUTER_XBLOCK; a codegen test checks they agree).
+# planner and the wrapper must all see; codegen sees one kernel group at a time. The rule's two
+# machine facts come from lowering's caller (`SplitRule`, coil.lowering_ir.split_rule): the SM
+# count, and `rows`, the outputs one program of codegen's outer reduction kernel reduces.
 #
-# The rule (constants in coil.lowering_ir.knobs): a reduction of a splittable type (sum, prod,
-# max, min, any, all; mean and var/std/var_mean through them) with static sizes is split when
-#   - rows = SPLIT_OUTER_ROWS (64) if the input's innermost (stride-1) dim is kept ("outer":
-#     codegen tiles 64 neighbouring outputs per program), else 1 (one row per program);
-#   - its outputs occupy few programs: ceil(xnumel / rows) < SPLIT_MIN_PROGRAMS (2 x 132 SMs);
-#   - each program has much work: rnumel * rows >= knobs.split_reduction_min (COIL_SPLIT_REDUCTION_MIN, default 4096);
-#   - there is enough data in all: xnumel * rnumel >= SPLIT_MIN_TOTAL_FACTOR (8) *
-#     split_reduction_min (below that a few programs finish in about a launch's time);
-#   - it yields S >= SPLIT_MIN_CHUNKS (4) chunks per output, where S = the power of two that
-#     brings programs * S to SPLIT_TARGET_PROGRAMS (8 x 132): the least that reaches it for an
-#     inner reduction, the most that stays within it for an outer one; at most SPLIT_MAX_CHUNKS
-#     (1024) and at most rnumel / max(2, split_reduction_min / (2 rows)) (every chunk keeps at
-#     least half the minimum work). With the defaults: inner reductions from 8192 elements per
-#     row, outer ones from 128 rows.
-#     Outer splits stay within the target since session 31: on an H200 (2026-11-28,
-#     bench/sum_dim0_probe.py, bf16 sums over dim 0, the probe's kernels with [64, 8] tiles) 1024
-#     programs beat 2048: the partials of 16384 x 8192 took 60.3 us in 8 chunks against 60.9 in
-#     16 (the whole sum 0.0757 ms under triton.testing.do_bench, coil's compiled sum in 16 chunks
-#     0.0777), of 100352 x 256 14.5 us in 256 chunks against 16.9 for coil's kernel in 512; over
-#     401408 x 64 both rules give 1024 chunks.
-#     var/std/var_mean's partials (two passes over each chunk) take the least count that reaches
-#     the target, outer or not: on an H200 (session 32, 2026-11-28, ResNet-50's AMP training
-#     step, its autotuning's timings) four channels-last batch-norm statistics kernels took
-#     23.7-23.8 us in 1792 programs and 27.3-28.2 us in 1024 (same tiles), while its outer sums
-#     got faster in 1024 (e.g. 23.2 -> 20.5 us). With this rule: 28.6-28.8 -> 23.8-25.0 us each,
-#     the step 6.618 -> 6.598 ms (two rounds each, bench/gpu_session32a.sh).
+# The rule: a reduction of a splittable type (sum, prod, max, min, any, all; mean and
+# var/std/var_mean through them) with static sizes is split when
+#   - rows = rule.outer_rows if the input's innermost (stride-1) dim is kept ("outer": codegen
+#     tiles that many neighbouring outputs per program), else 1 (one row per program);
+#   - its outputs occupy few programs: ceil(xnumel / rows) < rule.min_programs (2 per SM);
+#   - each program has much work: rnumel * rows >= split_reduction_min (COIL_SPLIT_REDUCTION_MIN,
+#     default 4096);
+#   - there is enough data in all: xnumel * rnumel >= MIN_TOTAL_FACTOR (8) * split_reduction_min
+#     (below that a few programs finish in about a launch's time);
+#   - it yields S >= MIN_CHUNKS (4) chunks per output, where S is the power of two that brings
+#     programs * S to rule.target_programs (8 per SM): the least that reaches it for an inner
+#     reduction; the most that stays within it for an outer one (its partials run faster in
+#     fewer, longer programs); the least that reaches it for var/std/var_mean's partials, outer
+#     or not (two passes over each chunk: they run faster in more programs). At most MAX_CHUNKS
+#     (1024), and at most rnumel / max(2, split_reduction_min / (2 rows)) (every chunk keeps at
+#     least half the minimum work). With the defaults (132 SMs): inner reductions from 8192
+#     elements per row, outer ones from 128 rows. docs/perf.md has the timings behind the outer
+#     and var_mean choices.
 # The chunks are cut from the reduced dims in memory order, outermost first: whole dims while they
 # fit in S, then one dim cut into f pieces of width w = ceil(n / ceil(n / remaining)) (the last
 # piece may be shorter; a mask covers it). Every index stays affine in the loop variables (no
@@ -202,9 +187,10 @@ class _SplitPlan:
         return [*c, *p] if self.outer else [*p, *c]
 
 
-def _split_plan(x: TensorRef, dims: list[int], val: torch.Tensor | TensorMeta,
+def _split_plan(x: TensorRef, dims: list[int], val: torch.Tensor | TensorMeta, rule: SplitRule,
                 moments: bool = False) -> _SplitPlan | None:
-    """The split of a reduction of `x` over `dims` into `val`, or None (see the rule above).
+    """The split of a reduction of `x` over `dims` into `val` under `rule`'s machine facts, or
+    None (see the rule above).
 
     `moments`: the partials are var_mean's (two passes over each chunk), which take the least
     chunk count reaching the target even when outer (see the rule above).
@@ -217,26 +203,26 @@ def _split_plan(x: TensorRef, dims: list[int], val: torch.Tensor | TensorMeta,
     total = int(sympy.Mul(*rsizes))
     xnumel = int(sympy.Mul(*xsizes)) if xsizes else 1
     least = knobs.split_reduction_min
-    if total < 2 or xnumel * total < SPLIT_MIN_TOTAL_FACTOR * least:
+    if total < 2 or xnumel * total < MIN_TOTAL_FACTOR * least:
         return None  # so little data in all that a few programs finish at once
     static_strides = all(sympy.sympify(st).is_Integer for st in stride)
     live = [d for d in range(len(size)) if size[d] != 1 and (not static_strides or int(stride[d]) != 0)]
     innermost = min(live, key=lambda d: abs(int(stride[d]))) if live and static_strides else len(size) - 1
     outer = bool(live) and innermost not in dims
-    rows = SPLIT_OUTER_ROWS if outer else 1
+    rows = rule.outer_rows if outer else 1
     programs = -(-xnumel // rows)
-    if programs >= SPLIT_MIN_PROGRAMS or total * rows < least:
+    if programs >= rule.min_programs or total * rows < least:
         return None  # enough programs, or each does little work
     min_chunk = max(2, least // (2 * rows))
     want = 1
     if outer and not moments:  # the most chunks keeping programs * S within the target (above)
-        while 2 * want * programs <= SPLIT_TARGET_PROGRAMS:
+        while 2 * want * programs <= rule.target_programs:
             want *= 2
     else:
-        while want * programs < SPLIT_TARGET_PROGRAMS:
+        while want * programs < rule.target_programs:
             want *= 2
-    want = min(want, SPLIT_MAX_CHUNKS, total // min_chunk)
-    if want < SPLIT_MIN_CHUNKS:
+    want = min(want, MAX_CHUNKS, total // min_chunk)
+    if want < MIN_CHUNKS:
         return None
     order = list(range(len(dims)))
     if static_strides:
@@ -439,7 +425,7 @@ def _var_mean(lw: Lowerer, x: Any, dims: Any, correction: Any, keepdim: bool, va
     n = sympy.Mul(*[x.layout.size[i] for i in d]) if d else sympy.Integer(1)
     c = 1 if correction is None else correction
     mean_val = TensorMeta(tuple(var_val.shape), tuple(var_val.stride()), ct, var_val.device)
-    plan = _split_plan(x, d, var_val, moments=True)
+    plan = _split_plan(x, d, var_val, lw.split_rule, moments=True)
     if plan is not None:
         mean_buf, sq = _split_moments(lw, x, d, keepdim, plan, mean_val, ct, n)
     else:
