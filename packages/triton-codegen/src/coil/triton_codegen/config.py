@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coil.lowering_ir.knobs import SPLIT_MIN_PROGRAMS
+from coil.lowering_ir.split_rule import SPLIT_MIN_PROGRAMS
 
 STRATEGIES = ("auto", "persistent", "looped", "outer")
 
