@@ -48,6 +48,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from coil.knobs import knobs
+
 ROOT = Path(__file__).resolve().parent.parent
 MUST_MATCH = ("04_schedule.txt", "05_memory_plan.txt", "07_wrapper.py")
 INFORMATIONAL = ("02_post_grad_graph.txt", "03_lowered_ir.txt", "08_wrapper_fx.txt")
@@ -205,14 +207,12 @@ def _spawn(name: str, debug_dir: Path | None, times: Path, order_time: float | N
            extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run one case in a fresh process with cold caches; its stage times."""
     with tempfile.TemporaryDirectory(prefix="coil-oracle-") as tmp:
-        env = dict(os.environ, PYTHONPATH=_tree_path(os.environ.get("PYTHONPATH")), COIL_GRAPH_CACHE="0", COIL_AOT_CACHE="0", TRITON_INTERPRET="1", PYTHONHASHSEED="0",
-                   COIL_CACHE_DIR=f"{tmp}/coil", TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor",
-                   TRITON_CACHE_DIR=f"{tmp}/triton")
-        env.pop("COIL_DEBUG_DIR", None)
-        if order_time is not None:
-            env["COIL_ORDER_TIME"] = str(order_time)
-        if debug_dir is not None:
-            env["COIL_DEBUG_DIR"] = str(debug_dir)
+        chosen: dict[str, object] = {} if order_time is None else {"order_time": order_time}
+        env = knobs.environ(graph_cache=False, aot_cache=False, triton_interpret=True,
+                            cache_dir=f"{tmp}/coil", inductor_cache_dir=f"{tmp}/inductor",
+                            triton_cache_dir=f"{tmp}/triton",
+                            debug_dir=None if debug_dir is None else str(debug_dir), **chosen)
+        env.update(PYTHONPATH=_tree_path(env.get("PYTHONPATH")), PYTHONHASHSEED="0")
         subprocess.run([sys.executable, __file__, "_one", name, "--json", str(times), *extra], env=env, check=True)
     result: dict[str, Any] = json.loads(times.read_text())
     return result
