@@ -309,7 +309,8 @@ def salt(gm: torch.fx.GraphModule) -> None:
     parts: list[object] = [graph_cache.code_fingerprint(), graph_cache.knob_fingerprint(), knobs.cache_dir]
     if torch.cuda.is_available():
         i = torch.cuda.current_device()
-        parts += [torch.version.cuda, torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i)]
+        parts += [torch.version.cuda, torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i),
+                  torch.cuda.get_device_properties(i).multi_processor_count]
     for p in parts:
         h.update(str(p).encode("utf-8") + b"\0")
     setattr(gm, SALT_ATTRIBUTE, h.hexdigest())

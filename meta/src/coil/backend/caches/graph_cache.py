@@ -20,7 +20,7 @@ The key (sha256) covers everything the compiled code depends on:
   `KEYED_ELSEWHERE`);
 - versions (`code_fingerprint`): Python, torch, triton, every coil distribution, and a sha256 of
   the source files of every coil package (so an edited checkout never reuses stale entries);
-- on CUDA, the device's name and compute capability.
+- on CUDA, the device's name, compute capability and SM count (lowering's split rule reads it).
 
 A graph is not cached ("uncacheable") when its key cannot be formed (an attribute that is
 neither a tensor nor a GraphModule, a tensor without data, an unknown placeholder value) or when
@@ -274,11 +274,13 @@ def add_graph(add: Callable[..., None], gm: torch.fx.GraphModule, devices: set[t
 
 
 def add_devices(add: Callable[..., None], devices: set[torch.device]) -> None:
-    """Feed `add` the CUDA version and each CUDA device's name and compute capability."""
+    """Feed `add` the CUDA version and each CUDA device's name, compute capability and SM count
+    (the split-reduction rule's machine fact, `coil.lowering_ir.SplitRule`)."""
     for d in sorted(devices, key=str):
         if d.type == "cuda":
             index = d.index if d.index is not None else torch.cuda.current_device()
-            add("cuda", torch.version.cuda, torch.cuda.get_device_name(index), torch.cuda.get_device_capability(index))
+            add("cuda", torch.version.cuda, torch.cuda.get_device_name(index), torch.cuda.get_device_capability(index),
+                torch.cuda.get_device_properties(index).multi_processor_count)
 
 
 def _attributes(gm: torch.fx.GraphModule) -> list[tuple[str, Any]]:

@@ -40,7 +40,7 @@ from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats,
 from coil.fx_passes import adopt_input_strides, run_post_grad_passes, run_pre_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
 from coil.knobs import knobs
-from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, decomposition_table, lower
+from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, SplitRule, decomposition_table, lower
 from coil.runtime import (
     KernelSpec,
     TensorArg,
@@ -49,7 +49,13 @@ from coil.runtime import (
     prestart_compile_workers,
 )
 from coil.scheduler import KernelGroup, Schedule, schedule
-from coil.triton_codegen import CodegenOptions, KernelSource, generate, generate_schedule
+from coil.triton_codegen import (
+    OUTER_XBLOCK,
+    CodegenOptions,
+    KernelSource,
+    generate,
+    generate_schedule,
+)
 from coil.wrapper_codegen import (
     TRACKER,
     KernelLaunch,
@@ -93,6 +99,19 @@ def _device(graph: LoweredGraph) -> torch.device:
                          "(Triton interpreter) only")
     cuda = [d for d in devices if d.type == "cuda"]
     return cuda[0] if cuda else torch.device("cpu")
+
+
+def _split_rule(gm: torch.fx.GraphModule) -> SplitRule:
+    """The split-reduction rule's machine facts for `gm` (coil.lowering_ir.split_rule): the SM
+    count of the CUDA device its tensors are on, or lowering's default without one (the CPU
+    interpreter); codegen's outputs per outer-reduction program (OUTER_XBLOCK) either way. Part
+    of the graph cache's key through the device (graph_cache.add_devices)."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        for t in val if isinstance(val, list | tuple) else (val,):
+            if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+                return SplitRule(torch.cuda.get_device_properties(t.device).multi_processor_count, OUTER_XBLOCK)
+    return SplitRule(outer_rows=OUTER_XBLOCK)
 
 
 def _check_kernel_devices(sources: list[KernelSource], graph: LoweredGraph, device: torch.device) -> None:
@@ -245,7 +264,7 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     gm = _stage(stats, "post-grad passes", _post_grad_passes, gm, kind, out)
     stats.output_strides = _output_strides(gm)
     out.post_grad(gm)
-    lowered: LoweredGraph = _stage(stats, "lowering", lower, gm, name)
+    lowered: LoweredGraph = _stage(stats, "lowering", lower, gm, name, split=_split_rule(gm))
     out.ir(lowered)
     sched: Schedule = _stage(stats, "scheduling", schedule, lowered, fusion=knobs.fusion,
                              visit_order=knobs.fusion_visit_order, order_time_limit=knobs.order_time)
