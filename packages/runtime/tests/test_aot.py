@@ -1,6 +1,6 @@
 """Ahead-of-time compilation logic, checked on the CPU with a stand-in for Triton's warmup.
 
-The real thing (Triton compiling for an H200) is in test_gpu.py.
+The real thing (Triton compiling for a GPU) is in test_gpu.py.
 """
 
 from __future__ import annotations

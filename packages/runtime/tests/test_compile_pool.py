@@ -226,8 +226,8 @@ def test_kernels_compiled_here_on_threads_are_known_to_the_next_process(
         workers: int) -> None:
     """A kernel compiled in the calling thread (alone, as an autotuning problem's last new
     candidate; or with COIL_COMPILE_WORKERS=0) leaves its marker too: the next process's warm start
-    loads it here and starts no worker for it (GPT-2's warm start had started the pool for such
-    kernels, bench/gpu_session17c.sh)."""
+    loads it here and starts no worker for it (without the marker, one such kernel starts the
+    whole pool in every warm start)."""
     from coil.runtime.compile import clear_memo
 
     p = CompilePool(2)

@@ -1,6 +1,7 @@
 """GPU tests: ahead-of-time compilation really happens before the first launch.
 
-Run on the H200 through the device tool (`pytest -m gpu`); skipped where CUDA is absent.
+Run on a GPU (`pytest -m gpu`; bench/gpu_tests.sh on the device machine); skipped where CUDA is
+absent.
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ def mix_after_interpreter(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 def test_a_gpu_kernel_compiles_after_a_cpu_kernel_ran_interpreted(cache_dir: Path, specs: Any) -> None:
     """One process, a CPU kernel (Triton's interpreter) first, then a GPU kernel never compiled
-    before: with Triton 3.6 the interpreter left `triton.language` rebound and the GPU compile
-    failed ('ir.value' object has no attribute 'dtype'), until coil restored it after each launch."""
+    before: Triton 3.6's interpreter leaves `triton.language` rebound, and the GPU compile fails
+    ('ir.value' object has no attribute 'dtype') unless coil restores it after each launch."""
     cpu = compile_kernels([specs.rowsum(6)], torch.device("cpu"))["rowsum_kernel"]
     x = torch.randn(2, 6)
     out = torch.empty(2)

@@ -33,13 +33,13 @@ A Pointwise P is inlined when
   fuse them into P anyway): a cross-entropy backward's bf16 one-hot gradient is a cast of an
   fp32 product, but with the comparison and the scaling before it counted in, it reads per-row
   labels and a scalar. If that chain is broadcast-only and P's readers take it, the whole chain
-  goes (BERT's [2048, 30522] gradient buffer, read by its row sum and by the padded pointwise
-  of the LM head's matmul, 119 MiB); otherwise everything stays as it was;
+  goes (an LM head's logits-sized gradient buffer, read by its row sum and by the padded
+  pointwise of the head's matmul); otherwise everything stays as it was;
 - recomputing it is cheap: P reads no buffer, or P has one reader (its work moves there), or
   P is narrowing, or P is tiny, a read of it is not direct, no such read visits twice as many
   elements as P has or more (a broadcast read would recompute each element many times: rotary
-  embeddings' sin and cos tables, read per head, measured 1.5-2 % slower on a Llama-style
-  training step; a read padded for a matmul visits a few more)
+  embeddings' sin and cos tables, read per head, made a training step slower; a read padded for
+  a matmul visits a few more)
   and its full-size loads add up to exactly the bytes of its own dtype (`_loaded_bytes`: each
   reader then loads P's inputs instead of P, as many bytes, and P's buffer is never written:
   fp32 softmax over few long columns, whose split sum reads `exp(x - max)` across rows while

@@ -60,14 +60,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coil.runtime")
 
-FORMAT_VERSION = 4  # 3: results chosen under SWITCH_MARGIN 0.5 %; 4: 0.3 %
+FORMAT_VERSION = 4  # bumped whenever a stored choice would be made otherwise (SWITCH_MARGIN included)
 NAMESPACE = "autotune"
 # leave the default only for a candidate more than 0.3 % faster: a tuning median repeats within
-# ~0.2 % on an H100 (bench/micro_probe.py, 2026-11-27; 0.07-0.26 % for Inductor's kernels timed
-# twice in session 25). 3 % (the margin until session 17) kept a persistent RMS norm 1 % slower
-# than the loop Inductor ran; 0.5 % (until session 25) kept the pointwise chain's 1024 / 2 default
-# over 512 / 8 warps, 0.45 % faster (fp32, 0.6962 vs 0.6931 ms; Inductor 0.6933), and its bf16
-# case's over 512 / 4, 0.37 % faster (bench/gpu_session25g.sh)
+# about 0.2 %, so a smaller margin would switch on noise, and larger ones kept defaults that were
+# measurably slower than the best candidate (docs/perf.md, "Runtime and lowering choices")
 SWITCH_MARGIN = 0.003
 SEED = 0
 

@@ -16,14 +16,13 @@ process compiles the kernel itself.
 
 `remember_compiled(kernel, target)` records, in Triton's cache folder, that the kernel was
 compiled and loaded here, so that its binary is in that folder; `known_compiled` asks. A warm
-start whose kernels are all known loads them in its own process and starts no worker (16 workers
-starting up competed with the warm start for the CPU: 0.8-0.9 s of a 6-8 s first call, H100,
-2026-11-26). A wrong marker (Triton's folder emptied by hand) only means the warmup here
+start whose kernels are all known loads them in its own process and starts no worker (workers
+starting up would compete with the warm start for the CPU; docs/perf.md). A wrong marker (Triton's folder emptied by hand) only means the warmup here
 compiles that kernel itself.
 
 The marker also holds the kernel function's Triton cache key (`JITFunction.cache_key`: a sha256
-of its source and of what it calls, which Triton computes by parsing the source's AST, ~5 ms a
-function on the device machine, once per function and process), and `reuse_cache_key` gives it to
+of its source and of what it calls, which Triton computes by parsing the source's AST, once per
+function and process: milliseconds a function), and `reuse_cache_key` gives it to
 the same function in a later process before its warmup: a warm start then loads each binary
 without parsing. The key is only ever read back for the kernel it was computed for (the marker's
 name covers the module file, the source and Triton's version), and Triton's own compile key

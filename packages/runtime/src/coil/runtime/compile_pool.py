@@ -1,8 +1,8 @@
 """`CompilePool`: worker processes that compile this process's GPU kernels (`compile_worker`).
 
 Triton compiles a kernel partly in Python and partly in C++ that holds the GIL, so threads of one
-process overlap little: on a 16-core H100 host, coil's 483 kernels of a GPT-2 training step took
-18 s on 16 threads while the process used ~2 cores. Worker processes compile in parallel for real.
+process overlap little (a process compiling on 16 threads keeps about two cores busy; docs/perf.md).
+Worker processes compile in parallel for real.
 
 Contract:
 - `run(jobs)` queues each `CompileJob` for the next free worker and yields `(index, error)` as

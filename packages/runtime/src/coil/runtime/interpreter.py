@@ -23,19 +23,18 @@ What coil does, so that CPU kernels work in any process and GPU kernels keep wor
 4. Triton's interpreter rebinds `triton.language` builtins (`tl.program_id`, `tl.tensor`'s
    operators, ...) to its numpy semantics while a kernel runs. Triton 3.9 restores them after the
    launch; Triton 3.6 does not, and every GPU kernel compiled later in the process then fails
-   (`'ir.value' object has no attribute 'dtype'`: seen on an H100 when the end-to-end suite ran a
-   CPU graph before GPU ones). So each interpreted launch also snapshots the namespaces of the
+   (`'ir.value' object has no attribute 'dtype'` once a CPU graph ran before GPU ones). So each interpreted launch also snapshots the namespaces of the
    `triton.language` modules and of its tensor classes, and puts back whatever the launch rebound
    (`_language_kept`), whatever Triton's version does itself.
 
 5. The interpreter runs a `tl.reduce` whose combine function is not one of Triton's own element by
    element in Python (`ReduceOps.generic_reduce`: a tensor made per element). coil's codegen
    reduces with three such combines (triton-codegen kernel.py: `_coil_max_nan`, `_coil_min_nan`,
-   `_coil_mul`), and a row of a 50 257-word vocabulary took minutes: GPT-2's loss under the
-   interpreter did not finish in 14 minutes. While a coil launch runs, such a reduction of one
+   `_coil_mul`), and element by element a row as long as a language model's vocabulary takes
+   minutes. While a coil launch runs, such a reduction of one
    tensor is the numpy reduction with the same result (`_fast_reductions`: `np.max` and `np.min`
    propagate NaN as those combines do; `np.prod`, whose integer products wrap to the same value
-   once cast back). Every other reduction goes to the interpreter as before.
+   once cast back). Every other reduction goes to the interpreter unchanged.
 
 When TRITON_INTERPRET is already set for the whole process, everything is an `InterpretedFunction`
 from the start and steps 2-3 are no-ops. Uses `triton.runtime.interpreter.InterpretedFunction`
@@ -177,8 +176,8 @@ def _builder_options(debug: bool) -> Iterator[None]:
     """The interpreter's builder options while the block runs: `debug` (asserts checked when
     True), and never `sanitize_overflow`. Outside debug mode the interpreter still computed
     Triton's int32 overflow check for every integer operation (a cast of both operands to int64,
-    the operation again, two comparisons) and dropped it, its assert being off: 47 % of a GPT-2
-    training step's interpreted time under cProfile (docs/perf.md, session 26). In debug mode it
+    the operation again, two comparisons) and dropped it, its assert being off: about half of an
+    interpreted training step's time (docs/perf.md). In debug mode it
     would flag intended wrap-around such as Philox's. The options are put back after the block."""
     from triton.runtime import interpreter
 

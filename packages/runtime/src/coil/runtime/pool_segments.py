@@ -3,10 +3,9 @@
 A graph's private pool reserves what its capture allocated, in the caching allocator's ordinary
 segments: one `cudaMalloc` per segment, blocks split inside a segment and never merged across two.
 A training graph's capture allocates hundreds of buffers of many sizes, so the pool ends up holding
-free pieces no later request fits (GPT-2's training step on an H100: 2386 MiB reserved for a live
-peak of 2207 MiB; `bench/graph_pool_probe.py`). With expandable segments the allocator maps
-physical pages into one growing virtual range per pool and stream instead, so free neighbours
-merge and the pool holds little more than its live peak.
+free pieces no later request fits: memory reserved beyond the live peak (docs/perf.md). With
+expandable segments the allocator maps physical pages into one growing virtual range per pool and
+stream instead, so free neighbours merge and the pool holds little more than its live peak.
 
 The setting is process-wide (`expandable_segments` in PyTorch's allocator settings) and read when
 a segment is created, not when memory is freed. `expandable_capture()` turns it on for the

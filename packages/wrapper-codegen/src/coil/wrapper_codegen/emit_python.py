@@ -83,7 +83,7 @@ def emit_line(line: Line, *, tracked_view: bool = True) -> list[str]:
     """The Python statements for one line (this function covers every Line type).
 
     A `View` is an `as_strided` view (shares the base's version counter) when `tracked_view`, else
-    a `reinterpret` alias (torch's C fast path, ~5x cheaper; its own version counter): emit_python
+    a `reinterpret` alias (torch's C fast path, several times cheaper; its own version counter): emit_python
     asks for tracked views only of graph inputs and constants that an in-place ATen extern writes
     (callers observe those mutations through `Tensor._version`: the CUDA-graph runner). `Reuse` always reinterprets:
     the donor's storage becomes a new, wrapper-internal buffer."""

@@ -9,7 +9,7 @@ try:  # torch's C fast paths for an uninitialised allocation (what Inductor's wr
     from torch._C._dynamo.guards import _empty_strided_cpu, _empty_strided_cuda  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - older or trimmed torch builds
     _empty_strided_cpu = _empty_strided_cuda = None
-try:  # torch's C fast path for a view with given sizes and strides (~1.6 us vs ~7.6 us for as_strided)
+try:  # torch's C fast path for a view with given sizes and strides (several times cheaper than as_strided)
     from torch._C._dynamo.guards import _reinterpret_tensor  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - older or trimmed torch builds
     _reinterpret_tensor = None

@@ -3,8 +3,8 @@
 A CUDA graph reads its inputs at the addresses it was captured with, so a runner copies an input
 whose address changes (a training backward's tangents, made by autograd just before the call)
 into a buffer of its own before each replay: the graph holds a second copy of every such input
-while the caller still holds the first (GPT-2's backward: 78 MiB of zero gradients of the
-key/value cache, Llama's: 189 MiB, BERT's: 119 MiB of logits' gradient). An input that only
+while the caller still holds the first (zero gradients of a key/value cache, the logits'
+gradient: up to hundreds of MiB; docs/perf.md). An input that only
 Triton kernels read needs no copy: the kernels can load its address from an int64 table when
 they run (coil.triton_codegen's `indirect`), and the caller writes the addresses into the table
 before each call or replay (the wrapper's `PointerTable`, coil.runtime's CUDA-graph runner).

@@ -4,8 +4,8 @@ A Scatter's output starts as a copy of its base (its init kernel), then the scat
 writes (or atomically adds) the source points into it. When the base has storage of its own
 (a kernel's store, or a fresh ATen result), the Scatter is its last reader, and the output
 has the base's exact layout, the output can take over the base's storage: no init kernel, and
-one buffer fewer live (GPT-2's tied-embedding gradient accumulates into the output
-projection's gradient this way: 147 MiB less at the end of the backward).
+one buffer fewer live (a tied embedding's gradient accumulates into the output projection's
+gradient this way, one vocabulary-sized buffer less at the end of the backward).
 """
 
 from __future__ import annotations

@@ -11,10 +11,9 @@ half types (exact: the result is one of the inputs). Integer inputs start from t
 minimum, as eager does, and have no NaN test.
 
 **Low-memory indices (the training form).** Eager's `max_pool2d_with_indices` returns int64 flat
-indices `h * W + w`, and autograd saves them for the backward: 8 bytes per pooled element
-(ResNet-50 at batch 32: 49 MiB). coil's decomposition table rewrites the op, while AOTAutograd
-traces the joint graph (so before the min-cut partition), into two ops of a `coil`
-torch.library namespace:
+indices `h * W + w`, and autograd saves them for the backward: 8 bytes per pooled element.
+coil's decomposition table rewrites the op, while AOTAutograd traces the joint graph (so before
+the min-cut partition), into two ops of a `coil` torch.library namespace:
 
     vals, offsets = coil.max_pool2d_offsets(x, k, s, p, d, ceil_mode)      # offsets: int8
     indices = coil.max_pool2d_offsets_to_indices(offsets, k, s, p, d, W)  # int64, as eager
