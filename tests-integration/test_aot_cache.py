@@ -28,7 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 REPORT = ('{"err": err, "calls": [c.aot_cache for c in BACKEND_CALLS], "counters": dict(counters["aot_autograd"]), '
           '"graphs": [{"name": s.name, "graph_cache": s.graph_cache, "aot_cache": s.aot_cache, '
           '"stages": sorted(s.stage_times), "kernels": s.kernels} for s in COMPILED], '
-          '"table_built": __import__("coil.backend.pipeline.compile", fromlist=["_"])._decomposition_table.cache_info().currsize}')
+          '"table_built": __import__("coil.backend.pipeline.backend", fromlist=["_"])._decomposition_table.cache_info().currsize}')
 
 
 def _run(root: Path, **env_extra: str) -> dict[str, Any]:

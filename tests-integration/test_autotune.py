@@ -300,13 +300,13 @@ def test_the_aot_cache_entry_holds_the_tuned_specs(tuning: Timer, device: torch.
     """What torch's AOTAutograd cache would pickle (CoilOutputCode) carries the tuned wrapper and
     specs: loading it (as a warm process does) times nothing and launches the chosen configs."""
     from coil.backend.caches import aot_cache, graph_cache
-    from coil.backend.pipeline.compile import _compile_for_aot_cache, load_portable
+    from coil.backend.pipeline.compile import compile_for_aot_cache, load_portable
     from coil.lowering_ir import decomposition_table
     from torch.fx.experimental.proxy_tensor import make_fx
 
     x = torch.randn(6, 300, device=device)
     gm = make_fx(_model, decomposition_table=decomposition_table(), tracing_mode="fake")(x)
-    code = _compile_for_aot_cache(gm, [x], kind="inference")
+    code = compile_for_aot_cache(gm, [x], kind="inference")
     (stats,) = COMPILED
     assert stats.autotune_switched >= 1 and code.graph is not None
     entry = graph_cache.parse(code.graph.text, aot_cache.ENTRY_KEY)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from coil.backend.caches import aot_cache
+from coil.backend.pipeline import partition
 from coil.knobs import knobs
 
 
@@ -35,14 +35,14 @@ def _step(model: Any, x: torch.Tensor, device: torch.device) -> tuple[torch.Tens
 @pytest.mark.parametrize("recompute", [True, False])
 def test_autocast_step_equals_eager(device: torch.device, recompute: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     done: list[int] = []
-    real = aot_cache.recompute_param_casts
+    real = partition.recompute_param_casts
 
     def counted(*args: Any, **kwargs: Any) -> int:
         n = real(*args, **kwargs)
         done.append(n)
         return n
 
-    monkeypatch.setattr(aot_cache, "recompute_param_casts", counted)
+    monkeypatch.setattr(partition, "recompute_param_casts", counted)
     torch.manual_seed(0)
     model = MLP().to(device)
     x = torch.randn(64, 512, device=device)

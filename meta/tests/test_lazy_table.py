@@ -44,7 +44,7 @@ def test_concurrent_first_reads_build_once() -> None:
 
 
 def test_the_backends_table_equals_lowering_irs_and_is_a_copy() -> None:
-    from coil.backend.pipeline.compile import _decompositions
+    from coil.backend.pipeline.backend import _decompositions
 
     a, b = _decompositions(), _decompositions()
     ref = decomposition_table()

@@ -1,5 +1,6 @@
-"""coil.backend.caches.prehash: importing coil.backend hashes torch's and Triton's sources on a thread
-(COIL_PREHASH), and the keys it leaves cached are those a process without it computes."""
+"""coil.backend.caches.prehash: importing coil.backend hashes Triton's sources on a thread, the
+pipeline's import torch's (COIL_PREHASH), and the keys it leaves cached are those a process
+without it computes."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from coil.knobs import knobs
 _CHILD = """
 import json, threading
 import coil.backend
+threads = [t for t in threading.enumerate() if t.name == "coil-prehash"]
 from torch._inductor.codecache import torch_key
 from torch._inductor.runtime.triton_compat import HAS_TRITON, triton_key
-threads = [t for t in threading.enumerate() if t.name == "coil-prehash"]
 for t in threads:
     t.join(120)
 cached = triton_key.cache_info().currsize if HAS_TRITON else None
@@ -48,3 +49,20 @@ def test_the_thread_leaves_the_keys_torch_computes_cached() -> None:
 def test_start_runs_once_per_process() -> None:
     from coil.backend.caches import prehash
     assert prehash.start() is None  # importing coil.backend started it (or the knob is off)
+
+
+def test_torch_key_is_hashed_on_a_thread_once_handed_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline hands prehash torch's key function once its imports brought it in; prehash
+    calls it on a thread, once per process, and not at all with the knob off."""
+    from coil.backend.caches import prehash
+
+    calls: list[int] = []
+    monkeypatch.setattr(prehash, "_started", set())
+    with knobs.override(prehash=False):
+        assert prehash.hash_torch(lambda: calls.append(0)) is None
+    with knobs.override(prehash=True):
+        thread = prehash.hash_torch(lambda: calls.append(1))
+        assert thread is not None and thread.name == prehash.THREAD_NAME
+        thread.join(60)
+        assert prehash.hash_torch(lambda: calls.append(2)) is None
+    assert calls == [1]

@@ -9,13 +9,16 @@ provides:
 
 - `CoilOutputCode`: the compiled graph as torch's cache stores it. It holds a `PortableGraph`
   (the graph-cache entry text: wrapper source, kernel specs with their Triton source, stats; and
-  the constant tensors by value) or the reason it cannot be stored; `post_compile` after a load
-  rebuilds the callable (kernels through coil.runtime, the wrapper exec'd, `_finish`).
+  the constant tensors by value) or the reason it cannot be stored, and the `Loader` the
+  pipeline gave it; `post_compile` after a load rebuilds the callable with that loader (kernels
+  through coil.runtime, the wrapper exec'd).
 - `torch_settings()`: torch stores such entries only in its "bundled" mode
   (`torch._functorch.config.bundled_autograd_cache`; otherwise an entry names FxGraphCache keys,
   which only Inductor makes), and stores a training graph only once its backward is compiled;
   coil therefore compiles the backward together with the forward
   (`force_non_lazy_backward_lowering`). Both are set only for the duration of coil's call.
+- `portable_module(gm)`: the backward module torch keeps in an entry pickles its tensors by
+  value (the pipeline's partitioner calls it).
 - `salt(gm)`: torch's key covers the Dynamo graph, input metadata, torch/Triton versions and
   torch's configs, not which backend compiled the entry nor coil's knobs. coil stores a salt as
   an attribute of the GraphModule, whose attributes torch's key pickles: sha256 of coil's code
@@ -42,13 +45,12 @@ from typing import Any
 import torch
 import torch.fx
 from coil.backend.caches import graph_cache
-from coil.backend.pipeline.param_casts import recompute_param_casts
 from coil.knobs import knobs
 from torch._inductor.output_code import OutputCode
 
 log = logging.getLogger("coil.backend")
 
-FORMAT_VERSION = 2  # 2: static_inputs
+FORMAT_VERSION = 3  # raised whenever CoilOutputCode's pickled fields change: older entries then miss
 SALT_ATTRIBUTE = "_coil_aot_cache_salt"
 # the key an embedded graph-cache entry is rendered under (the AOT entry is keyed by torch)
 ENTRY_KEY = "aotentry"
@@ -63,9 +65,9 @@ class PortableGraph:
     Pickled with each constant as raw bytes plus dtype, size, stride and device
     (`pack_tensor`), never as a torch tensor: torch pickles the entry while AOTAutograd's
     FakeTensorMode may be active, and pickling a CUDA tensor copies it to the CPU, which
-    FakeTensorMode refuses for a real tensor (torch 2.11: "Please convert all Tensors to
-    FakeTensors first ... aten._to_copy"), so no GPU entry was ever stored. Unpickling puts each
-    constant back on its device.
+    FakeTensorMode refuses for a real tensor ("Please convert all Tensors to FakeTensors first
+    ... aten._to_copy"): no GPU entry could be stored. Unpickling puts each constant back on its
+    device.
     """
 
     text: str
@@ -145,14 +147,15 @@ def portable_module(gm: torch.fx.GraphModule) -> None:
     """Make `gm` pickle its tensor attributes and buffers by value (`pack_tensor`), like
     `PortableGraph` does its constants.
 
-    torch 2.11 keeps the backward graph module in the AOTAutograd cache entry (for a lazy
-    backward compile) and pickles it while AOTAutograd's FakeTensorMode is active; a real CUDA
-    tensor attribute (a constant the graph reads, e.g. GPT-2's 0-d attention mask value) then
-    fails to pickle ("Please convert all Tensors to FakeTensors first ... aten._to_copy"), and
-    no entry of the graph is ever stored: every warm start misses. The module torch stores is the
-    partitioner's (the backward compiler gets a deep copy), hence `partition`. Each fx
-    GraphModule has a class of its own, so overriding `__reduce__` there changes this module
-    only; unpickling rebuilds it with every tensor back on its device.
+    torch keeps the backward graph module in the AOTAutograd cache entry (for a lazy backward
+    compile) and pickles it while AOTAutograd's FakeTensorMode is active; a real CUDA tensor
+    attribute (a constant the graph reads, e.g. GPT-2's 0-d attention mask value) would fail to
+    pickle ("Please convert all Tensors to FakeTensors first ... aten._to_copy"), and no entry of
+    the graph would be stored: every warm start would miss. The module torch stores is the
+    partitioner's (the backward compiler gets a deep copy), so the pipeline's partitioner
+    (`coil.backend.pipeline.partition`) calls this. Each fx GraphModule has a class of its own,
+    so overriding `__reduce__` there changes this module only; unpickling rebuilds it with every
+    tensor back on its device.
     """
     cls = type(gm)
     if getattr(cls, "_coil_portable", False):
@@ -167,19 +170,10 @@ def portable_module(gm: torch.fx.GraphModule) -> None:
     cls._coil_portable = True  # type: ignore[attr-defined]
 
 
-def partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> tuple[Any, Any]:
-    """torch's `min_cut_rematerialization_partition`, then (COIL_RECOMPUTE_PARAM_CASTS) casts of
-    parameters saved for the backward replaced by the parameters and recomputed there
-    (`param_casts`), with the backward module made portable (`portable_module`): the
-    partitioner coil passes to AOTAutograd."""
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
-    fw_module, bw_module = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
-    if knobs.recompute_param_casts:
-        recompute_param_casts(fw_module, bw_module, kwargs["num_fwd_outputs"],
-                              kwargs.get("static_lifetime_input_indices"))
-    portable_module(bw_module)
-    return fw_module, bw_module
+# rebuilds a stored graph's boxed callable: (kind, parsed entry, constants by value, the
+# compile's static inputs) -> callable; raises LookupError when the entry does not load
+Loader = Callable[[str, graph_cache.CachedGraph, dict[str, torch.Tensor], tuple[int, ...]],
+                  Callable[[list[Any]], Any]]
 
 
 class CoilOutputCode(OutputCode):
@@ -190,13 +184,15 @@ class CoilOutputCode(OutputCode):
     `BypassAOTAutogradCache` when the graph is not storable (`refusal`: an eager fallback, a
     constant without plain data). Unpickling checks the payload's sha256 and parses it
     (ValueError when either fails: torch then skips the file); `post_compile` rebuilds the
-    callable (`coil.backend.pipeline.compile.load_portable`).
+    callable with `load` (the pipeline's `load_portable`). `load` must be a module-level
+    function: it is pickled by reference, so this cache layer never imports the pipeline.
     """
 
     def __init__(self, kind: str, call: Callable[[list[Any]], Any], graph: PortableGraph | None,
-                 refusal: str = "", *, static_inputs: tuple[int, ...] = ()) -> None:
+                 refusal: str = "", *, load: Loader, static_inputs: tuple[int, ...] = ()) -> None:
         super().__init__()
         self.kind = kind
+        self.load = load
         self.static_inputs = static_inputs  # GraphStats.static_inputs of the compile
         self.graph = graph
         self.refusal = refusal
@@ -240,10 +236,8 @@ class CoilOutputCode(OutputCode):
         if self._call is not None:
             return
         assert self.graph is not None
-        from coil.backend.pipeline.compile import load_portable
-
         parsed = self._parsed or graph_cache.parse(self.graph.text, ENTRY_KEY)
-        self._call = load_portable(self.kind, parsed, self.graph.constants, self.static_inputs)
+        self._call = self.load(self.kind, parsed, self.graph.constants, self.static_inputs)
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         """coil's kernels travel as source in the entry; torch's Triton bundle is not used."""

@@ -1,12 +1,12 @@
 """The frontend cache (COIL_FRONTEND_CACHE): a warm start that skips AOTAutograd altogether.
 
 torch's AOTAutograd cache (`aot_cache`) already skips AOTAutograd's tracing and coil's pipeline
-on a warm start, but computing its key costs a process ~1 s before anything loads: the key
-imports Inductor's compiler and every Inductor device backend (`FxGraphHashDetails` calls
-`init_backend_registration()`; 231 modules, 1.02 s of import time on the H100 machine, torch
-2.11). This cache sits in front of it: keyed on the Dynamo graph as the backend receives it, it
-holds the one compiled inference graph AOTAutograd made of it, and a hit calls that graph
-directly. (`coil.backend.pipeline.compile` also imports AOTAutograd only when it calls it; with
+on a warm start, but computing its key costs a process a large share of that warm start before
+anything loads: the key imports Inductor's compiler and every Inductor device backend
+(`FxGraphHashDetails` calls `init_backend_registration()`; docs/perf.md). This cache sits in
+front of it: keyed on the Dynamo graph as the backend receives it, it holds the one compiled
+inference graph AOTAutograd made of it, and a hit calls that graph directly.
+(`coil.backend.pipeline.backend` also imports AOTAutograd only when it calls it; with
 backend="coil" given by name, torch's backend registry imports it anyway, through
 `torch._dynamo.backends.common`.)
 

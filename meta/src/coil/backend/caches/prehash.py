@@ -1,17 +1,26 @@
-"""Hash torch's and Triton's sources on a thread from the moment coil is imported.
+"""Hash Triton's and torch's sources on threads, off the critical path of the first compile.
 
-Contract: `start()` starts (once per process) a daemon thread that calls torch's `torch_key()`
-and, with Triton installed, `triton_key()`, and returns it; None when the knob `prehash`
-(COIL_PREHASH) is off, the keys are unavailable, or a thread was already started. The thread
-changes no result: each key is a cached function of the installed files, and whoever asks for
-it first computes it (the caller, when it comes before the thread is done; either way once or
-twice, the same value). An error on the thread is dropped: the caller computing the key sees it.
+Contract: `start()` (run by `import coil.backend`) starts, once per process, a daemon thread named
+"coil-prehash" that imports Triton and calls its `triton_key()`, and returns it; None when the
+knob `prehash` (COIL_PREHASH) is off or the thread was already started. Without Triton the thread
+does nothing. `hash_torch(torch_key)` (run by coil's pipeline once its imports have brought in
+torch's compiler) starts, once and under the same knob, a thread of the same name that calls the
+`torch_key` it is given. The threads change no result: each key is a cached function of the
+installed files, and whoever asks for it first computes it (the caller, when it comes before the
+thread is done; either way once or twice, the same value). An error on a thread is dropped: the
+caller computing the key sees it.
 
 Why: the first compile of every process, cold or warm, computes both keys (AOTAutograd's cache
-key and Triton's kernel cache include them): on the device machine 0.52 s for Triton's (its
-shared library hashed) and 0.18 s for torch's, in a warm start of 4-10 s (docs/perf.md, session
-18). Hashing reads files and feeds hashlib large buffers, both without the GIL, so on a thread it
-overlaps the model's construction and Dynamo's tracing instead of following them.
+key and Triton's kernel cache include them; Triton's hashes its shared library). Hashing reads
+files and feeds hashlib large buffers, both without the GIL, so on a thread it overlaps the
+model's construction and Dynamo's tracing instead of following them (docs/perf.md).
+
+What each thread imports, and why: Triton's thread imports Triton, which imports nothing of
+torch's, so it cannot collide with the main thread's imports. torch's key lives in
+`torch._inductor.codecache`, whose import pulls in Dynamo; two threads importing torch's
+mutually importing compiler modules at once can fail with an import deadlock error. So the key
+waits until the main thread has imported it (the pipeline passes the function in), and
+importing coil.backend imports no part of torch's compiler.
 """
 
 from __future__ import annotations
@@ -21,38 +30,47 @@ from collections.abc import Callable
 
 from coil.knobs import knobs
 
-_started = False
+THREAD_NAME = "coil-prehash"
+_started: set[str] = set()
 _lock = threading.Lock()
 
 
-def _keys() -> list[Callable[[], object]]:
-    """torch's and Triton's source keys as torch's caches read them (empty where unavailable)."""
+def _triton_key() -> None:
+    """Triton's source key as torch's caches read it (torch looks in these two places too)."""
     try:
-        from torch._inductor.codecache import torch_key
-        from torch._inductor.runtime.triton_compat import HAS_TRITON, triton_key
+        from triton.runtime.cache import triton_key
     except ImportError:
-        return []
-    return [triton_key, torch_key] if HAS_TRITON else [torch_key]
-
-
-def _compute(keys: list[Callable[[], object]]) -> None:
-    for key in keys:
         try:
-            key()
-        except Exception:  # the caller that needs the key raises it again
-            continue
+            from triton.compiler.compiler import triton_key
+        except ImportError:  # no Triton: no key to hash
+            return
+    triton_key()
+
+
+def _quietly(key: Callable[[], object]) -> None:
+    try:
+        key()
+    except Exception:  # the caller that needs the key raises it again
+        return
+
+
+def _spawn(which: str, key: Callable[[], object]) -> threading.Thread | None:
+    """Start `key` on a daemon thread unless the knob is off or `which` was already started."""
+    with _lock:
+        if which in _started or not knobs.prehash:
+            return None
+        _started.add(which)
+    thread = threading.Thread(target=_quietly, args=(key,), name=THREAD_NAME, daemon=True)
+    thread.start()
+    return thread
 
 
 def start() -> threading.Thread | None:
-    """Start hashing on a daemon thread (see the module's docstring); the thread, or None."""
-    global _started
-    with _lock:
-        if _started or not knobs.prehash:
-            return None
-        keys = _keys()
-        if not keys:
-            return None
-        _started = True
-    thread = threading.Thread(target=_compute, args=(keys,), name="coil-prehash", daemon=True)
-    thread.start()
-    return thread
+    """Hash Triton's sources on a daemon thread (module docstring); the thread, or None."""
+    return _spawn("triton", _triton_key)
+
+
+def hash_torch(torch_key: Callable[[], object]) -> threading.Thread | None:
+    """Call torch's `torch_key` (already imported by the caller) on a daemon thread; the thread,
+    or None (module docstring)."""
+    return _spawn("torch", torch_key)

@@ -98,7 +98,7 @@ class Artefacts:
             except Exception as e:  # debugging aids never break a compile
                 log.warning("COIL_DEBUG_DIR: could not write %s: %s", out.folder, e)
             out._readme()
-        if "graph" in logs.selected():  # printing a large graph costs ~0.1 s: only when wanted
+        if "graph" in logs.selected():  # printing a large graph is slow: only when wanted
             logs.emit("graph", f"{name}: input graph", _graph_text(gm))
         return out
 
@@ -132,7 +132,7 @@ class Artefacts:
         self._write("01_post_grad/index.txt", "\n".join(self.passes) + "\n")
 
     def post_grad(self, gm: torch.fx.GraphModule) -> None:
-        if self.folder is not None:  # printing a large graph costs ~0.1 s: only when written
+        if self.folder is not None:  # printing a large graph is slow: only when written
             self._write("02_post_grad_graph.txt", gm.print_readable(print_output=False))
 
     def ir(self, lowered: LoweredGraph) -> None:

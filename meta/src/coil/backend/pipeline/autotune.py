@@ -16,12 +16,11 @@ configuration: a launch does no extra work.
 COIL_AUTOTUNE: `auto` (default; also 1/on/true/yes) tunes graphs whose kernels are compiled for a
 GPU, never under Triton's interpreter (timings meaningless there); `always` tunes under the
 interpreter too (tests); 0/off/false/no never tunes. Either way only kernels whose buffers hold
-at least COIL_AUTOTUNE_MIN_BYTES are tuned (32 MiB by default: on the H200, tuning every
-reduction kernel of ResNet-50's and GPT-2's training graphs added ~80 s to each cold compile,
-while the gains measured were on kernels of hundreds of MiB). Pointwise kernels and the
-read-again alternative need COIL_AUTOTUNE_EXTRA_MIN_BYTES (256 MiB by default): their gains are
-0.2-1 % (docs/perf.md, session 25), worth their compiles only on the biggest kernels, and a
-model has dozens of pointwise kernels of 32-256 MiB (e.g. each layer's GELU).
+at least COIL_AUTOTUNE_MIN_BYTES are tuned: tuning every reduction kernel of a model's training
+graph adds minutes to a cold compile, while the gains come from the largest kernels.
+Pointwise kernels and the read-again alternative need COIL_AUTOTUNE_EXTRA_MIN_BYTES, a higher
+bar: their gains are small (docs/perf.md), worth their compiles only on the biggest kernels, and
+a model has dozens of mid-sized pointwise kernels (e.g. each layer's GELU).
 
 `GraphStats` gets `autotuned` (kernels with candidates whose choice was made or found),
 `autotune_switched` (those that left their default), `autotune_cached` (choices found in the
@@ -148,7 +147,7 @@ def _generated(ks: KernelSource, what: str, regenerate: Callable[[KernelSource],
     """`alternatives(ks, make)` (`triton_codegen.other_strategy`, `reread_alternative`), with `make()`
     generating `ks`'s group again by `regenerate`; none when there is no `regenerate`, the kernel
     has none, or generating fails (logged at DEBUG, naming `what`: its other candidates are
-    tuned as before)."""
+    still tuned)."""
     if regenerate is None:
         return []
     try:

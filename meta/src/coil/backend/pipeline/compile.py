@@ -1,46 +1,44 @@
-"""The coil backend: `torch.compile(model, backend="coil")`.
+"""coil's pipeline for one AOTAutograd graph (forward, backward or inference) -> a boxed callable.
 
-`coil_backend` runs pre-grad passes, then AOTAutograd with coil's decomposition table and the
-min-cut partitioner; each forward/backward/inference graph goes through `compile_graph`, the
-whole pipeline in one readable function, one named call per stage. Before the pipeline, the
+`compile_graph` is the whole pipeline in one readable function (`_compile`), one named call per
+stage: post-grad passes, lowering, scheduling, Triton codegen, autotuning, wrapper codegen, the
+runtime's kernel compile and load, CUDA graphs (`_finish`). Before the pipeline, the
 whole-graph cache (`graph_cache`, COIL_GRAPH_CACHE) is consulted: on a hit only the kernels and
-the stored wrapper are loaded. Before all of that, torch's AOTAutograd cache (`aot_cache`,
-COIL_AOT_CACHE) may return the whole AOTAutograd result of an earlier process: then no
-AOTAutograd tracing and no coil stage runs, and `load_portable` rebuilds each graph's callable.
-Every stage's wall time goes to `GraphStats.stage_times` (COIL_LOGS=compile_time logs it).
+the stored wrapper are loaded. `compile_for_aot_cache` returns the same callable as the entry
+torch's AOTAutograd cache stores (`aot_cache.CoilOutputCode`), and `load_portable` rebuilds a
+graph's callable from such an entry or from coil's frontend cache. Every stage's wall time goes
+to `GraphStats.stage_times` (COIL_LOGS=compile_time logs it). coil.backend.pipeline.backend
+calls this for each graph AOTAutograd hands it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import logging
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
 import torch
 import torch.fx
-from coil.backend.caches import aot_cache, frontend_cache, graph_cache
+from coil.backend.caches import aot_cache, frontend_cache, graph_cache, prehash
 from coil.backend.caches.aot_cache import CoilOutputCode, PortableGraph
-from coil.backend.config import options as compile_options
 from coil.backend.debug import logs
 from coil.backend.debug.artefacts import Artefacts
 from coil.backend.debug.checks import LifetimeTracker, check_outputs, returned_storage
 from coil.backend.debug.dump import spans
 from coil.backend.errors import CoilCompileError
 from coil.backend.pipeline import autotune, indirect_inputs
-from coil.backend.pipeline.lazy_table import LazyTable
 from coil.backend.pipeline.progress import compile_with_progress
-from coil.backend.pipeline.static_inputs import dynamo_static_inputs, marked_static
-from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall, GraphStats, format_stage_times
-from coil.fx_passes import adopt_input_strides, run_post_grad_passes, run_pre_grad_passes
+from coil.backend.pipeline.static_inputs import dynamo_static_inputs
+from coil.backend.stats import COMPILED, GraphStats, format_stage_times
+from coil.fx_passes import adopt_input_strides, run_post_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
 from coil.knobs import knobs
-from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, SplitRule, decomposition_table, lower
+from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, SplitRule, lower
 from coil.runtime import (
     KernelSpec,
     TensorArg,
@@ -65,9 +63,12 @@ from coil.wrapper_codegen import (
     track_lifetimes,
 )
 from coil.wrapper_codegen.segments import split_segments
+from torch._inductor.codecache import torch_key
 
 log = logging.getLogger("coil.backend")
 _counter = itertools.count()
+# torch's compiler is imported by now: its source key is hashed on a thread while Dynamo traces
+prehash.hash_torch(torch_key)
 
 CompiledFn = Callable[[list[Any]], Any]
 
@@ -150,14 +151,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, ki
     return _compile_graph(gm, example_inputs, kind, check_inputs)[0]
 
 
-def _compile_for_aot_cache(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, kind: str) -> CoilOutputCode:
+def compile_for_aot_cache(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, kind: str) -> CoilOutputCode:
     """`compile_graph` (inputs unchecked: Dynamo guards them) as the CoilOutputCode torch's
     AOTAutograd cache stores."""
     t0 = time.perf_counter_ns()
     call, graph, stats = _compile_graph(gm, example_inputs, kind, False)
     static = stats.static_inputs
-    code = (CoilOutputCode(kind, call, None, graph, static_inputs=static) if isinstance(graph, str)
-            else CoilOutputCode(kind, call, graph, static_inputs=static))
+    code = (CoilOutputCode(kind, call, None, graph, load=load_portable, static_inputs=static)
+            if isinstance(graph, str) else CoilOutputCode(kind, call, graph, load=load_portable, static_inputs=static))
     code._time_taken_ns = time.perf_counter_ns() - t0  # torch reports it as the time a hit saves
     return code
 
@@ -234,8 +235,7 @@ def _output_strides(gm: torch.fx.GraphModule) -> list[list[int] | None]:
 def _prestart_workers(gm: torch.fx.GraphModule) -> None:
     """Start the compile workers when a graph with CUDA inputs is compiled for real (a cache
     miss): they import Triton while it is lowered and scheduled. Not on cache hits, which only
-    load kernels: workers starting up then competed with the warm start for the CPU (0.8-0.9 s
-    of a 6-8 s first call, H100, 2026-11-26)."""
+    load kernels: workers starting up would compete with the warm start for the CPU."""
     for n in gm.graph.nodes:
         v = n.meta.get("val") if n.op == "placeholder" else None
         if isinstance(v, torch.Tensor) and v.device.type == "cuda" and not interpreter_enabled(v.device):
@@ -484,145 +484,3 @@ def _eager(gm: torch.fx.GraphModule) -> CompiledFn:
 
     call._boxed_call = True  # type: ignore[attr-defined]
     return call
-
-
-@functools.cache
-def _decomposition_table() -> dict[Any, Callable[..., Any]]:
-    return decomposition_table()
-
-
-def _decompositions() -> LazyTable:
-    """lowering_ir.decomposition_table() for one backend call: built at most once per process
-    (0.1-0.3 s a call), and only when AOTAutograd first reads it (it traces), never on a hit in
-    its cache (a warm start); each backend call gets its own copy of the dict."""
-    return LazyTable(_decomposition_table)
-
-
-def coil_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | None = None,
-                 options: Mapping[str, Any] | None = None, **_: Any) -> Callable[..., Any]:
-    """The torch.compile backend (registered as "coil" through the torch_dynamo_backends entry point).
-
-    `mode` and `options` (torch.compile's) become knob overrides for this compile
-    (coil.backend.config.options; a ValueError names a bad one). With the AOT cache usable
-    (`aot_cache.unusable`), the compilers are torch's serializable ones and a hit in torch's
-    AOTAutograd cache returns without tracing or compiling; otherwise (the reason is logged at
-    INFO) AOTAutograd runs with plain compilers, as before."""
-    overrides = compile_options.resolve(mode, options)
-    with compile_options.applied(overrides):
-        return _backend(gm, example_inputs, overrides)
-
-
-def _untraced_backward(compiler: Any) -> Any:
-    """`compiler` (a backward compiler, plain or torch's SerializableAOTDispatchCompiler) made
-    invisible to Dynamo, with the callable it returns.
-
-    AOTAutograd compiles the backward lazily, inside `loss.backward()`. When that call sits in a
-    function the user compiled (a whole training step), the step has a graph break there and its
-    nested Python frames still pass through Dynamo's frame hook: without this, Dynamo would trace
-    coil's compiler and runtime (with fake tensors) instead of running them. torch's own
-    `aot_autograd` backend helper wraps its backward compilers the same way; coil calls
-    `aot_module_simplified` directly, so it does it here. On an AOTAutograd cache hit torch
-    rewraps the loaded backward itself."""
-    def untraced(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        compiled = torch.compiler.disable(  # type: ignore[no-untyped-call]
-            compiler_fn, reason="coil compiles the backward")(gm, example_inputs)
-        return torch.compiler.disable(compiled, reason="coil runs the compiled backward")  # type: ignore[no-untyped-call]
-
-    from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
-
-    if isinstance(compiler, SerializableAOTDispatchCompiler):
-        compiler_fn = compiler.compiler_fn
-        compiler.compiler_fn = untraced
-        return compiler
-    compiler_fn = compiler
-    return untraced
-
-
-def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides: Mapping[str, Any]
-             ) -> Callable[..., Any]:
-    call = BackendCall()
-    BACKEND_CALLS.append(call)
-    first = len(COMPILED)
-    t0 = time.perf_counter()
-    front = frontend_cache.lookup(gm, example_inputs)
-    call.frontend_cache = front.status
-    call.frontend_s = time.perf_counter() - t0
-    if front.status == "off":
-        call.frontend_stored = front.reason
-        log.info("frontend cache not used: %s", front.reason)
-    elif front.entry is not None:
-        served = _from_frontend(front.entry, gm, example_inputs)
-        call.frontend_s = time.perf_counter() - t0
-        if served is not None:
-            call.graphs = [g.name for g in COMPILED[first:]]
-            return served
-        call.frontend_cache = front.status = "miss"
-        t0 = time.perf_counter()
-    backend_id = getattr(gm, "_backend_id", None)
-    gm = run_pre_grad_passes(gm, example_inputs)
-    if backend_id is not None:
-        # Dynamo's name for this graph under torch's caching precompile
-        # (torch._dynamo.config.caching_precompile): AOTAutograd records the compiled result
-        # under it, and Dynamo's saved package refers to it; kept on a module a pass rebuilt
-        gm._backend_id = backend_id
-    t1 = time.perf_counter()
-    call.pre_grad_s = t1 - t0
-    unusable = aot_cache.unusable(gm)
-    compilers: dict[str, Any] = {}
-    for kind in ("forward", "backward", "inference"):
-        if unusable is None:
-            compilers[kind] = aot_cache.serializable(
-                compile_options.scoped(functools.partial(_compile_for_aot_cache, kind=kind), overrides))
-        else:  # Dynamo guards the inputs (a mismatch recompiles): no second check in the wrapper
-            compilers[kind] = compile_options.scoped(
-                functools.partial(compile_graph, kind=kind, check_inputs=False), overrides)
-    compilers["backward"] = _untraced_backward(compilers["backward"])
-    settings: Any = contextlib.nullcontext()
-    if unusable is None:
-        aot_cache.salt(gm)
-        settings = aot_cache.torch_settings()
-    else:
-        log.info("AOT cache not used: %s", unusable)
-    # imported when first needed: a frontend-cache hit does not need it (0.8 s of imports on this
-    # repo's CPU; with backend="coil" by name torch's backend registry imports it anyway)
-    from torch._functorch.aot_autograd import aot_module_simplified
-
-    with settings, aot_cache.watch() as verdict, frontend_cache.recording(front.status == "miss") as rec:
-        compiled = aot_module_simplified(
-            gm,
-            list(example_inputs),
-            fw_compiler=compilers["forward"],
-            bw_compiler=compilers["backward"],
-            inference_compiler=compilers["inference"],
-            decompositions=_decompositions(),  # type: ignore[arg-type]  # a Mapping: see lazy_table
-            partition_fn=aot_cache.partition,  # torch's min-cut partitioner; see aot_cache.portable_module
-            keep_inference_input_mutations=True,
-        )
-    call.aot_s = time.perf_counter() - t1
-    call.aot_cache = verdict.status if unusable is None else "off"
-    if call.aot_cache == "bypass":
-        log.info("AOT cache: torch bypassed its cache for this graph (its reason is on the "
-                 "torch._functorch._aot_autograd.autograd_cache logger at INFO)")
-    call.graphs = [g.name for g in COMPILED[first:]]
-    for g in COMPILED[first:]:
-        if g.aot_cache == "off":
-            g.aot_cache = call.aot_cache
-        if front.status == "miss":
-            g.frontend_cache = "miss"
-    if front.status == "miss":
-        call.frontend_stored = frontend_cache.store(front, rec)
-    return compiled
-
-
-def _from_frontend(entry: frontend_cache.Entry, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
-                   ) -> Callable[..., Any] | None:
-    """The callable of a frontend-cache hit (coil.backend.caches.frontend_cache), or None when the entry
-    does not load (logged at INFO; the caller compiles as on a miss and stores it again)."""
-    try:
-        cached = graph_cache.parse(entry.text, aot_cache.ENTRY_KEY)
-        static = marked_static(gm, example_inputs)
-        boxed = load_portable("inference", cached, entry.constants, static, frontend=True)
-    except Exception as e:  # a damaged entry (ValueError, LookupError) or anything else: compile instead
-        log.info("frontend cache: the entry did not load (%s: %s): compiling", type(e).__name__, e)
-        return None
-    return frontend_cache.runtime(boxed, torch._C._is_any_autocast_enabled())

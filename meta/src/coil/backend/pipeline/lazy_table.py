@@ -1,6 +1,6 @@
 """A read-only mapping built on its first read: coil's decomposition table for AOTAutograd.
 
-Building `lowering_ir.decomposition_table()` costs 0.1-0.2 s per process (torch's
+Building `lowering_ir.decomposition_table()` is a visible cost per process (torch's
 `core_aten_decompositions()` materialises the CompositeImplicitAutograd ops). AOTAutograd reads
 the table only when it traces; a hit in its cache (`coil.backend.caches.aot_cache`: every warm start)
 never reads it, so a warm start should not pay for it. `LazyTable(build)` calls `build` on the

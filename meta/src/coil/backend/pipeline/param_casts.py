@@ -3,9 +3,9 @@
 Under autocast every matmul reads a bfloat16 copy of its fp32 weight, and the backward reads it
 again (grad_input = grad_output @ W). torch's min-cut partitioner saves that copy: recomputing it
 in the backward would materialise it there (a matmul operand), which it does not do. So the copy
-of every weight lives from the forward to its layer's backward: on the Llama-style AMP training
-step 242 MiB of bf16 weights at the backward's start (the whole model's), on top of the fp32
-parameters that stay alive anyway.
+of every weight lives from the forward to its layer's backward: at the backward's start the
+whole model's weights are held a second time in bf16, on top of the fp32 parameters that stay
+alive anyway.
 
 `recompute_param_casts(fw, bw, num_fwd_outputs, static_input_indices)` changes a partitioned pair:
 each saved tensor that is a dtype cast of a parameter (a static-lifetime primal, by
