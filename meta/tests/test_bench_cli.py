@@ -37,11 +37,11 @@ def test_bench_selects_subsets() -> None:
 
 
 def test_a_model_case_whose_process_fails_is_reported_not_raised(tmp_path: object) -> None:
-    """Model cases run in a process each (bench_models.run_model_in_process): a process that dies
+    """Model cases run in a process each (model_runs.run_model_in_process): a process that dies
     before writing its result gives an error entry naming its exit status, and the bench goes on."""
     from pathlib import Path
 
-    from coil.bench.models import run_model_in_process
+    from coil.bench.model_runs import run_model_in_process
 
     res = run_model_in_process("no_such_model_train_amp", Path(str(tmp_path)), ("eager", "coil"))
     assert res["kind"] == "model"
@@ -58,7 +58,7 @@ def test_the_warm_process_reports_where_each_graph_came_from(monkeypatch: pytest
     from types import SimpleNamespace
 
     from coil.backend.stats import COMPILED, GraphStats
-    from coil.bench import models as bench_models
+    from coil.bench import model_runs as bench_models
 
     saved = list(COMPILED)
     try:  # what the warm process prints, from its COMPILED

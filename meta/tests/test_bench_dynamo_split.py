@@ -1,5 +1,5 @@
 """`coil bench`'s warm-start report splits Dynamo's frame compiles into its own tracing and the
-backend call (bench_models.dynamo_report), so each bench run shows how much of a warm start is
+backend call (model_runs.dynamo_report), so each bench run shows how much of a warm start is
 Dynamo's."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import pytest
 import torch
-from coil.bench.models import dynamo_report
-from coil.bench.runner import _dynamo_split, targets
+from coil.bench.model_runs import dynamo_report
+from coil.bench.report import _dynamo_split, targets
 
 
 def test_a_real_compile_is_split_into_tracing_and_the_backend_within_its_wall_time() -> None:

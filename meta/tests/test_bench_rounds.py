@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from coil.bench.report import targets
 from coil.bench.rounds import interleaved, paired
-from coil.bench.runner import targets
 
 
 def test_every_call_is_timed_once_a_round_in_rotating_order() -> None:

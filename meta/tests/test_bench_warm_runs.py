@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 from coil.backend.cli.main import main
-from coil.bench import models as bench_models
-from coil.bench.models import WARM_RUNS, WARM_RUNS_ENV, warm_median, warm_runs, warm_starts
-from coil.bench.runner import targets
+from coil.bench import model_runs as bench_models
+from coil.bench.model_runs import WARM_RUNS, WARM_RUNS_ENV, warm_median, warm_runs, warm_starts
+from coil.bench.report import targets
 from coil.knobs import knobs
 
 

@@ -1,1 +1,1 @@
-"""`coil bench`: eager, TorchInductor and coil side by side on micro cases and models (see runner.py)."""
+"""`coil bench`: eager, TorchInductor and coil side by side on micro cases and models (see runner.py and meta/README.md)."""

@@ -8,9 +8,9 @@ round: the ratio a / b of each round, their median, and in how many rounds a too
 
 Why: a micro case runs near the memory bandwidth, where Inductor's and coil's kernels differ by
 fractions of a percent. Timed one after the other once each, the order, the GPU's clocks and
-whatever ran just before move such a case by as much (docs/perf.md, sessions 22-24: the same
-kernels moved by 0.5 % between runs). Alternating rounds put both under the same conditions; a
-round's ratio compares two timings taken seconds apart.
+whatever ran just before move such a case by as much as that difference (the same kernels move
+between runs: docs/perf.md). Alternating rounds put both under the same conditions; a round's
+ratio compares two timings taken seconds apart.
 """
 
 from __future__ import annotations

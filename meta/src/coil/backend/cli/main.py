@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.list:
             print("\n".join(names))
             return 0
-        from coil.bench.runner import ROUNDS, run
+        from coil.bench.micro import ROUNDS
+        from coil.bench.runner import run
         from coil.knobs import knobs
 
         if args.warm_runs is not None:
