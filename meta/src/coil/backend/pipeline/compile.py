@@ -296,7 +296,8 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     segments = None if knobs.check_lifetimes else split_segments(program)  # CUDA-graph segments
     lines, table = program.lines, None
     if segments is None and indirect_inputs.applies(kind, device, lowered):  # tangents read in place
-        got = _stage(stats, "wrapper codegen", indirect_inputs.plan, gm, lowered, sources, program.lines)
+        got = _stage(stats, "wrapper codegen", indirect_inputs.plan, gm, sched, sources, program.lines, target,
+                     options)
         if got is not None:
             table, sources = got
             lines = table.lines

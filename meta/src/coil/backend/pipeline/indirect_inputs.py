@@ -1,14 +1,16 @@
 """A backward graph's tangents read through a pointer table instead of copied (the glue between
-wrapper-codegen's `plan_indirect` and triton-codegen's `indirect`).
+wrapper-codegen's `plan_indirect` and triton-codegen's table reads, `generate_like(...,
+indirect=..., table=...)`).
 
 Autograd's engine makes a backward's tangents just before each call (for outputs the loss does
 not use, tensors of zeros), so their addresses change from step to step. A CUDA graph that read
 them through its own buffers held a copy of each beside the engine's: 78 MiB on GPT-2's AMP
-training step, 189 MiB on the Llama-style one, 119 MiB on BERT's (docs/perf.md, sessions 12 and
-16). `plan(gm, lowered, sources, lines)` picks the tangents of at least `MIN_BYTES` that only
-Triton kernels read (no extern, view or return), gives each a slot of the wrapper's pointer table
-and returns the rewritten wrapper lines with the kernel sources, those kernels replaced by
-variants that load the tangents' addresses from the table. The wrapper writes the addresses
+training step, 189 MiB on the Llama-style one, 119 MiB on BERT's (docs/perf.md).
+`plan(gm, sched, sources, lines, target, options)` picks the tangents of at least `MIN_BYTES`
+that only Triton kernels read (no extern, view or return), gives each a slot of the wrapper's
+pointer table and returns the rewritten wrapper lines with the kernel sources, those kernels
+replaced by their groups generated again (as the kept kernels were: strategy, launch
+configuration) to load the tangents' addresses from the table. The wrapper writes the addresses
 before each call; coil.runtime's CUDA-graph runner before each replay.
 
 `applies(kind, device, lowered)`: COIL_INDIRECT_INPUTS=auto plans backward graphs that will be
@@ -26,7 +28,8 @@ import torch
 import torch.fx
 from coil.knobs import knobs
 from coil.lowering_ir import InputBuffer, LoweredGraph
-from coil.triton_codegen import KernelSource, indirect
+from coil.scheduler import Schedule
+from coil.triton_codegen import CodegenOptions, KernelSource, generate_like
 from coil.wrapper_codegen import IndirectPlan, InputLayout, KernelCall, Line, plan_indirect
 
 MIN_BYTES = 1 << 20  # smaller tangents: their copies cost little, the table write the same
@@ -43,10 +46,12 @@ def applies(kind: str, device: torch.device, lowered: LoweredGraph) -> bool:
     return mode == "always" or (device.type == "cuda" and knobs.cuda_graphs and knobs.cuda_graphs_training)
 
 
-def plan(gm: torch.fx.GraphModule, lowered: LoweredGraph, sources: Sequence[KernelSource], lines: list[Line]
-         ) -> tuple[IndirectPlan, list[KernelSource]] | None:
+def plan(gm: torch.fx.GraphModule, sched: Schedule, sources: Sequence[KernelSource], lines: list[Line],
+         target: str, options: CodegenOptions) -> tuple[IndirectPlan, list[KernelSource]] | None:
     """The wrapper lines and kernel sources with the tangents read through the table, or None
-    when no tangent qualifies (module docstring)."""
+    when no tangent qualifies (module docstring). `sources` were generated from
+    `sched.kernel_groups()` for `target` with `options` (then possibly autotuned)."""
+    lowered = sched.graph
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     tangents = {i for i, n in enumerate(placeholders) if n.name.startswith("tangents")}
     candidates: dict[str, InputLayout] = {}
@@ -64,7 +69,10 @@ def plan(gm: torch.fx.GraphModule, lowered: LoweredGraph, sources: Sequence[Kern
         return None
     by_name = {ks.name: ks for ks in sources}
     dtypes = {name: lay.dtype for name, lay in candidates.items()}
-    made = [indirect(by_name[src], {b: (slot, dtypes[b]) for b, slot in reads.items()}, TABLE, name)
+    groups = {g.name: g for g in sched.kernel_groups()}
+    bufs = lowered.buffers()
+    made = [generate_like(by_name[src], groups[src], bufs, target, lowered.symbol_hints, options,
+                          indirect={b: (slot, dtypes[b]) for b, slot in reads.items()}, table=TABLE, name=name)
             for name, (src, reads) in got.kernels.items()]
     called = {ln.kernel for ln in got.lines if isinstance(ln, KernelCall)}
     return got, [ks for ks in sources if ks.name in called] + made

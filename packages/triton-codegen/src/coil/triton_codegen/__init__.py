@@ -5,7 +5,8 @@ Public API (see README.md): `generate` (one kernel group), `generate_schedule`, 
 (launch configurations worth timing) and `variants` (a kernel under each of them), and
 `looped_alternatives` / `other_strategy` (a persistent kernel's loop over r as candidates too),
 `reread_alternative` (a persistent kernel reading its rows again after its reductions);
-`indirect` (a kernel reading some inputs through a table of addresses); `OUTER_XBLOCK` (the
+`generate_like` (a group generated again as one of its kernels was, e.g. reading some inputs
+through a table of addresses: `generate(..., indirect=..., table=...)`); `OUTER_XBLOCK` (the
 outputs one program of an "outer" reduction covers on CUDA, which lowering's split rule takes).
 """
 
@@ -19,11 +20,10 @@ from coil.triton_codegen.config import (
     choose,
     looped_alternatives,
 )
-from coil.triton_codegen.indirect import indirect
 from coil.triton_codegen.kernel import KernelSource, generate
 from coil.triton_codegen.schedule import generate_schedule
-from coil.triton_codegen.variants import other_strategy, reread_alternative, variants
+from coil.triton_codegen.variants import generate_like, other_strategy, reread_alternative, variants
 
 __all__ = ["OUTER_XBLOCK", "STRATEGIES", "CodegenOptions", "KernelConfig", "KernelSource", "candidates", "choose", "generate",
-           "generate_schedule", "indirect", "looped_alternatives", "other_strategy", "reread_alternative",
+           "generate_like", "generate_schedule", "looped_alternatives", "other_strategy", "reread_alternative",
            "texpr", "variants"]

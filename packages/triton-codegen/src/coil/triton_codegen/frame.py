@@ -4,7 +4,8 @@ and the signature.
 `KernelFrame` holds the group, its launch configuration and what the writing collects (lines,
 pointer arguments, size symbols, counters), and writes the parts of a kernel every strategy
 has: `xindex`/`rindex` and the group's dims by div/mod, the masks (`index_mask`: static sizes
-let Triton drop them when the block divides the size), the r loop's bound and the `def` line.
+let Triton drop them when the block divides the size), the r loop's bound, the `def` line and
+the loads of addresses from a table (`indirect`).
 Values, loads and stores (values.py, memory.py), reductions (reductions.py) and the kernel's
 structure (kernel.py) build on it, each a subclass of the previous.
 """
@@ -19,6 +20,7 @@ from coil.lowering_ir import Buffer, Expr, Load, loads
 from coil.lowering_ir.printing import texpr
 from coil.scheduler import KernelGroup, Member
 from coil.triton_codegen.config import CodegenOptions, KernelConfig
+from coil.triton_codegen.indirect import IndirectReads
 from coil.triton_codegen.online import online_pairs, unread_after
 
 KERNEL_VAR = re.compile(r"^(x|rd|tmp|ind)\d+$")  # the kernel's own variables (not size arguments)
@@ -47,11 +49,15 @@ class Scope:
 class KernelFrame:
     """The state of one kernel being written (module docstring). `cfg`: its launch configuration
     (kernel.py's `kernel_config`); `reread`: a persistent kernel reads its rows again after its
-    last reduction (`KernelWriter.reread_scope`)."""
+    last reduction (`KernelWriter.reread_scope`); `indirect`: pointer arguments the kernel loads
+    from a table of addresses (its first lines, and its name)."""
 
     def __init__(self, group: KernelGroup, buffers: dict[str, Buffer], target: str, cfg: KernelConfig,
-                 options: CodegenOptions | None = None, reread: bool = False) -> None:
+                 options: CodegenOptions | None = None, reread: bool = False,
+                 indirect: IndirectReads | None = None) -> None:
         self.g = group
+        self.indirect = indirect  # pointer arguments loaded from a table of addresses (indirect.py)
+        self.name = indirect.kernel_name(group.name) if indirect is not None else group.name
         self.reread_rows = reread  # persistent: the part after the last reduction reads the row again
         self.options = options or CodegenOptions()
         self.asserts = 0
@@ -164,8 +170,11 @@ class KernelFrame:
         if self.reduction:
             args.append("RBLOCK: tl.constexpr")
         prov = ", ".join(self.g.origins())
-        return [
+        head = [
             f"# kernel {self.g.name}: {self.cfg.strategy}; fused FX nodes: {prov}",
             "@triton.jit",
-            f"def {self.g.name}({', '.join(args)}):",
+            f"def {self.name}({', '.join(args)}):",
         ]
+        if self.indirect is not None:
+            head += self.indirect.table_loads(self.ptrs)
+        return head

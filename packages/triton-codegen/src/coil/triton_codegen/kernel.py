@@ -15,11 +15,16 @@ from its inputs (no store/reload through memory inside a kernel).
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+
 import sympy
+import torch
 from coil.lowering_ir import Buffer, Expr, Load, loads
 from coil.scheduler import KernelGroup, Member
 from coil.triton_codegen.config import CodegenOptions, KernelConfig, choose
 from coil.triton_codegen.frame import Scope, member_loads
+from coil.triton_codegen.indirect import IndirectReads
 from coil.triton_codegen.kernel_source import KernelSource
 from coil.triton_codegen.prelude import module
 from coil.triton_codegen.reductions import ReductionWriter
@@ -139,6 +144,10 @@ class KernelWriter(ReductionWriter):
         for e in (g.xnumel, g.rnumel):
             self.ix(sympy.sympify(e))
         syms = tuple(sorted(self.symbols, key=lambda x: x.name))
+        pointer_args = tuple(self.ptrs)
+        if self.indirect is not None:
+            self.indirect.check(g.name, pointer_args, g.stores)
+            pointer_args = self.indirect.pointer_args(pointer_args)
         head = self._header(syms)
         source = "\n".join([*head, *self.lines]) + "\n"
         size_args: tuple[Expr, ...] = ((g.xnumel, g.rnumel) if self.reduction else (g.xnumel,)) + syms
@@ -147,8 +156,8 @@ class KernelWriter(ReductionWriter):
             consts["RBLOCK"] = cfg.rblock
         grid = sympy.ceiling(g.xnumel / cfg.xblock)
         return KernelSource(
-            g.name, source, tuple(self.ptrs), size_args, consts, grid, cfg.num_warps, cfg.strategy,
-            tuple(g.origins()), tuple(g.stores), self.asserts > 0, self.plain_loads,
+            self.name, source, pointer_args, size_args, consts, grid, cfg.num_warps, cfg.strategy,
+            tuple(g.origins()), tuple(g.stores), self.asserts > 0, self.plain_loads, self.reread_rows,
         )
 
     def reread_scope(self, last: int) -> Scope | None:
@@ -238,7 +247,8 @@ def kernel_config(group: KernelGroup, target: str, strategy: str,
 
 def generate(group: KernelGroup, buffers: dict[str, Buffer], target: str, strategy: str = "auto",
              hints: dict[sympy.Symbol, int] | None = None, options: CodegenOptions | None = None,
-             *, reread: bool = False) -> KernelSource:
+             *, reread: bool = False, indirect: Mapping[str, tuple[int, torch.dtype]] | None = None,
+             table: str | None = None, name: str | None = None) -> KernelSource:
     """Triton source (a whole module) for `group`. target: "cuda" or "interpret".
 
     Size symbols the kernel needs become integer arguments after xnumel/rnumel (listed in
@@ -247,8 +257,16 @@ def generate(group: KernelGroup, buffers: dict[str, Buffer], target: str, strate
     `reread`: a persistent reduction kernel reads its rows again after its last reduction
     instead of holding them in registers (`KernelWriter.reread_scope`; the same results, another
     text; an autotuning alternative, `variants.reread_alternative`); no effect on other kernels.
+    `indirect` (with `table`): buffers the kernel reads -> (slot, dtype); it loads their
+    addresses from the int64 buffer `table`, which it takes in their place, and is named `name`
+    (default `<group name>_via<slots>`; indirect.py). ValueError for a buffer it stores to or
+    does not read.
     """
+    reads = None
+    if indirect:
+        if table is None:
+            raise ValueError("generate: `indirect` needs the `table` the addresses are loaded from")
+        reads = IndirectReads(dict(indirect), table, name)
     cfg = kernel_config(group, target, strategy, hints)
-    ks = KernelWriter(group, buffers, target, cfg, options, reread).generate()
-    return KernelSource(ks.name, module(ks.source, target), ks.pointer_args, ks.size_args, ks.constexprs, ks.grid,
-                        ks.num_warps, ks.strategy, ks.origins, ks.stores, ks.debug, ks.plain_loads)
+    ks = KernelWriter(group, buffers, target, cfg, options, reread, reads).generate()
+    return dataclasses.replace(ks, source=module(ks.source, target))

@@ -20,6 +20,8 @@ class KernelSource:
     alone (no gathered index, no mask computed from data) and nothing is scattered: the
     autotuner's check on synthetic standard-normal data exercises every lane's path
     (`config.candidates` offers such kernels more configurations).
+    `reread`: generated with `generate(..., reread=True)` (what generating it again, e.g. with
+    a table of addresses, must ask for; `variants.generate_like`).
     """
 
     name: str
@@ -34,3 +36,4 @@ class KernelSource:
     stores: tuple[str, ...]
     debug: bool = False
     plain_loads: bool = False
+    reread: bool = False

@@ -11,11 +11,20 @@ wrapper from the one it keeps.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import sympy
-from coil.lowering_ir import Expr
-from coil.triton_codegen.config import KernelConfig, candidates, looped_alternatives
+import torch
+from coil.lowering_ir import Buffer, Expr
+from coil.scheduler import KernelGroup
+from coil.triton_codegen.config import (
+    STRATEGIES,
+    CodegenOptions,
+    KernelConfig,
+    candidates,
+    looped_alternatives,
+)
+from coil.triton_codegen.kernel import generate
 from coil.triton_codegen.kernel_source import KernelSource
 
 TUNED_STRATEGIES = ("persistent", "looped", "outer")
@@ -114,3 +123,18 @@ def reread_alternative(ks: KernelSource, make_reread: Callable[[], KernelSource 
     if other is None or other.source == ks.source or not _interchangeable(other, ks, "persistent"):
         return []
     return [with_config(other, default_config(ks))]
+
+
+def generate_like(ks: KernelSource, group: KernelGroup, buffers: dict[str, Buffer], target: str,
+                  hints: dict[sympy.Symbol, int] | None = None, options: CodegenOptions | None = None, *,
+                  indirect: Mapping[str, tuple[int, torch.dtype]] | None = None, table: str | None = None,
+                  name: str | None = None) -> KernelSource:
+    """`group` generated again as `ks` (a kernel of it, possibly a variant the autotuner kept)
+    was: its strategy and `reread`, launched with its configuration (constexprs, warps, grid),
+    now with `indirect`, `table` and `name` (see `generate`). The text depends on the strategy,
+    not on the block sizes, so only what `indirect` asks for differs from `ks`'s; `hints` and
+    `options` must be those `ks` was generated with."""
+    strategy = ks.strategy if ks.strategy in STRATEGIES else "auto"  # "pointwise": no reduction strategy
+    new = generate(group, buffers, target, strategy, hints, options, reread=ks.reread, indirect=indirect,
+                   table=table, name=name)
+    return dataclasses.replace(new, constexprs=dict(ks.constexprs), num_warps=ks.num_warps, grid=ks.grid)
