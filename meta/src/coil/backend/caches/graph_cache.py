@@ -264,7 +264,7 @@ def add_graph(add: Callable[..., None], gm: torch.fx.GraphModule, devices: set[t
     for name, mod in gm.named_modules():
         if isinstance(mod, torch.fx.GraphModule):
             # the graph's canonical print (every node: name, op, target, args, kwargs); cheaper
-            # than `mod.code`, which makes a lazy AOT module generate its Python (~50 ms/1000 nodes)
+            # than `mod.code`, which makes a lazy AOT module generate its Python (slow on big graphs)
             add("module", name, type(mod.graph._codegen).__name__, str(mod.graph))
     for target, value in _attributes(gm):
         if isinstance(value, torch.Tensor):
