@@ -4,8 +4,8 @@ indirect=..., table=...)`).
 
 Autograd's engine makes a backward's tangents just before each call (for outputs the loss does
 not use, tensors of zeros), so their addresses change from step to step. A CUDA graph that read
-them through its own buffers held a copy of each beside the engine's: 78 MiB on GPT-2's AMP
-training step, 189 MiB on the Llama-style one, 119 MiB on BERT's (docs/perf.md).
+them through its own buffers would hold a copy of each beside the engine's, tens to hundreds of
+MiB on a model's training step (docs/perf.md).
 `plan(gm, sched, sources, lines, target, options)` picks the tangents of at least `MIN_BYTES`
 that only Triton kernels read (no extern, view or return), gives each a slot of the wrapper's
 pointer table and returns the rewritten wrapper lines with the kernel sources, those kernels
