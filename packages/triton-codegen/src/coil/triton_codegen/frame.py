@@ -79,10 +79,8 @@ class KernelFrame:
         # loops over r only (a persistent block reads each row once anyway): sums of exp(v - max)
         # that accumulate in their max's loop (online.py), and the r members only those sums read
         looped = self.reduction and self.cfg.strategy != "persistent"
-        # online variances too, in both loop tilings: along contiguous rows (a layer norm over
-        # 16384 x 8192 fp32 on an H200, 2026-11-28, bench/rownorm_variants_probe.py: its loop over
-        # 4096 took 0.2568 ms against 0.2639 with a loop for each statistic; Inductor's Welford
-        # loop 0.2554) and "outer" (batch-norm statistics, strided along r)
+        # online variances too, in both loop tilings: along contiguous rows (a layer norm: one loop
+        # instead of one per statistic) and "outer" (batch-norm statistics, strided along r)
         self.online = online_pairs(group) if looped else {}
         self.unread = unread_after(group, self.online)
         touched = {r for m in group.members for r in m.op.reads()} | {m.op.output.name for m in group.members}
@@ -91,11 +89,8 @@ class KernelFrame:
         self.int64 = big
         # static sizes (positive integers): assigned in the kernel's body, shadowing the arguments,
         # so Triton sees the loops' trip counts and can drop masks the blocks make unnecessary
-        # (`index_mask`); Inductor writes static sizes into its kernels the same way. On an H200
-        # (2026-11-28, bench/rownorm_variants_probe.py, gpu_session29a.sh) coil's fp32 RMSNorm over
-        # 16384 x 8192 read twice (`reread`) took 0.2684 ms with run-time masks, 0.2550 without
-        # (Inductor's kernel 0.2545); with this, the bench's RMSNorm runs 0.2536 against
-        # Inductor's 0.2549 (gpu_session29b.sh; 0.2605 before)
+        # (`index_mask`); Inductor writes static sizes into its kernels the same way (masks left
+        # to run time cost memory-bound kernels several percent: docs/perf.md, "Codegen choices")
         self.static = {name: int(e) for name, e in (("xnumel", sympy.sympify(xn)), ("rnumel", sympy.sympify(rn)))
                        if (name == "xnumel" or self.reduction) and e.is_Integer and int(e) > 0}
 
@@ -127,7 +122,7 @@ class KernelFrame:
     def loop_bound(self) -> str:
         """The r loop's bound: `rnumel`, through `_coil_index` on the interpreter (INTERPRET_INDEX),
         static or not: the interpreter turns every assignment's value into a tensor, so a static
-        size assigned in the body is a one-element array there too (Triton 3.6, on the H200's host)."""
+        size assigned in the body is a one-element array there too (Triton 3.6)."""
         return "rnumel" if self.target == "cuda" else "_coil_index(rnumel)"
 
     def index_mask(self, scope: Scope, axis: str) -> None:

@@ -170,8 +170,8 @@ class KernelWriter(ReductionWriter):
         recompute what they need from it, instead of holding the row (and values computed from
         it) in registers across the reductions; the same operations on the same values, so the
         results are the same bits. The buffers they read again get 'evict_last' where they are
-        first read (`self.reread`) and 'evict_first' where they are read again. What Inductor's layer norm does with its second loop over a
-        row that was read whole in its first (bench/kernel_variants_probe.py, docs/perf.md)."""
+        first read (`self.reread`) and 'evict_first' where they are read again. What Inductor's
+        layer norm does with its second loop over a row that was read whole in its first."""
         g = self.g
         again = self.memory_reads([m for i, m in enumerate(g.members) if i > last and m.kind == "r"])
         again &= self.memory_reads([m for i, m in enumerate(g.members) if i <= last and m.kind != "x"])

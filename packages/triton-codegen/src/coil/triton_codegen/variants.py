@@ -115,8 +115,8 @@ def reread_alternative(ks: KernelSource, make_reread: Callable[[], KernelSource 
     launched with `ks`'s configuration. Empty unless `ks` is a persistent reduction on CUDA and
     the other text differs (a kernel with nothing to read again after its reductions generates
     the same text) with the same name, pointer and size arguments (interchangeable in the
-    wrapper). The same results bit for bit; only which is faster differs (on an H100 a bf16
-    layer norm over 16384 x 8192: 0.5-1 % faster reading again, bench/kernel_variants_probe.py)."""
+    wrapper). The same results bit for bit; only which is faster differs (docs/perf.md,
+    "Codegen choices": up to 1 % either way on the bench's norms)."""
     if ks.strategy != "persistent" or "RBLOCK" not in ks.constexprs or len(ks.size_args) < 2 or target != "cuda":
         return []
     other = make_reread()
