@@ -15,7 +15,8 @@ and after the loop the row's max `M = max(ma)` and `s = sum(sa * exp(ma - M))`. 
 value as the two-pass sum up to rounding, including the rows eager gives NaN (any NaN, a +inf, a
 row of -inf: `0 * exp(-inf - -inf)` is NaN again at the end) and rows with leading -inf (their
 lanes keep `sa = 0`, which the final scaling keeps 0 for a finite M). `online_pairs` finds the
-pairs; `KernelWriter` (kernel.py) puts both in one loop segment and emits the updates above.
+pairs; `KernelWriter` puts both in one loop segment (kernel.py's `segments`) and emits the
+updates above (reductions.py).
 
 Online variance: a layer norm's (or var_mean's) centred sum `sum((v - mean)^2)`, where
 `mean = f(s)` is an x member computed from `s = sum(v)` of the same kernel alone (`s / n`), would
