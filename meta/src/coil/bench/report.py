@@ -60,7 +60,7 @@ def render(report: dict[str, Any]) -> str:
             f"| {(_f(i.get('pct_copy'), '.0f') + ' / ' + _f(c.get('pct_copy'), '.0f')) if micro else '—'} "
             f"| {_acc(i)} / {_acc(c)} |")
     lines.append("")
-    lines += ["Issue-5 targets (from this run):"] + [f"- {t}" for t in targets(report)]
+    lines += ["Targets (from this run):"] + [f"- {t}" for t in targets(report)]
     errors = [f"{n} {m}: {r[m]['error']}" for n, r in cases.items() for m in MODES if "error" in r.get(m, {})]
     if errors:
         lines += ["", "Errors:"] + [f"- {x[:300]}" for x in errors]
