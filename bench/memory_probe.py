@@ -3,7 +3,7 @@
     python bench/memory_probe.py CASE [MODES]     (MODES comma-separated, default eager,inductor,coil)
     python bench/memory_probe.py --print FILE...  (summarise the JSON lines of earlier runs)
 
-Runs `coil.bench.models.run_model` for CASE exactly as `coil bench` does (one process,
+Runs `coil.bench.model_runs.run_model` for CASE exactly as `coil bench` does (one process,
 the modes in turn, the fp64 reference alive), with the caching allocator recording every
 allocation's Python stack. At each mode's warm peak it prints one JSON line: the bench's figures
 (`peak_mib`, `peak_allocated_mib`, memory by pool), and the blocks still allocated after the call,
@@ -102,14 +102,13 @@ def main(argv: list[str]) -> int:
             summarise(path)
         return 0
     import coil.backend  # noqa: F401  (registers backend="coil")
-    import coil.bench.runner as bench
     import torch
-    from coil.bench import models as bm
+    from coil.bench import measure, model_runs
 
     case = argv[0]
     modes = tuple((argv[1] if len(argv) > 1 else "eager,inductor,coil").split(","))
     torch.cuda.memory._record_memory_history(enabled="state", context="alloc", stacks="python")
-    original = bench._warm_peak
+    original = measure.warm_peak
     current: list[str] = []
 
     def probed(fn: Any) -> dict[str, Any]:
@@ -120,8 +119,8 @@ def main(argv: list[str]) -> int:
                           "by_pool": out["after_call_by_pool"], "holders": holders()}), flush=True)
         return out
 
-    bench._warm_peak = probed  # type: ignore[assignment]
-    real_cold = bench._cold
+    measure.warm_peak = probed  # type: ignore[assignment]  # run_model looks it up per call
+    real_cold = measure.cold_caches
 
     @contextlib.contextmanager
     def cold(root: Path, tag: str) -> Any:
@@ -130,7 +129,7 @@ def main(argv: list[str]) -> int:
             yield env
 
     with tempfile.TemporaryDirectory() as root:
-        res = bm.run_model(case, functools.partial(cold, Path(root)), modes)
+        res = model_runs.run_model(case, functools.partial(cold, Path(root)), modes)
     brief = {m: {k: res.get(m, {}).get(k) for k in ("ms", "peak_mib", "first_call_s", "warm_first_call_s",
                                                     "warm_graph_caches", "accuracy_ok", "error")} for m in modes}
     print(json.dumps({"case": case, "summary": brief}, default=str))
