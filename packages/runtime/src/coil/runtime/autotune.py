@@ -64,7 +64,7 @@ FORMAT_VERSION = 4  # bumped whenever a stored choice would be made otherwise (S
 NAMESPACE = "autotune"
 # leave the default only for a candidate more than 0.3 % faster: a tuning median repeats within
 # about 0.2 %, so a smaller margin would switch on noise, and larger ones kept defaults that were
-# measurably slower than the best candidate (docs/perf.md, "Runtime and lowering choices")
+# measurably slower than the best candidate (docs/perf.md, "Codegen, runtime and lowering choices")
 SWITCH_MARGIN = 0.003
 SEED = 0
 

@@ -44,8 +44,8 @@ from coil.scheduler.visit_order import visit_orders
 # Two readers of a buffer this small are not fused for its sake (horizontal fusion): reading it
 # twice costs nothing, and every dropout mask of a training graph reads the same 8-byte RNG seed:
 # fused for it, all the masks of a model gather into one kernel of dozens of Philox generators
-# that takes Triton many times a normal kernel's time to compile (docs/perf.md, "Codegen
-# choices"); unfused, each mask joins its consumer.
+# that takes Triton many times a normal kernel's time to compile (docs/perf.md, "Codegen,
+# runtime and lowering choices"); unfused, each mask joins its consumer.
 HORIZONTAL_MIN_BYTES = 64
 # A reduction's per-row epilogue (a pointwise op over its output elements, or a reduction of the
 # same rows) is tried before the other fusions of its buffers, at this multiple of the bytes it

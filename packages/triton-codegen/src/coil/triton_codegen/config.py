@@ -15,7 +15,7 @@ STRATEGIES = ("auto", "persistent", "looped", "outer")
 # OUTER_XBLOCK is public API: lowering's split-reduction rule takes it as the number of outputs
 # one program of such a kernel reduces.
 # OUTER_RBLOCK 8 rather than 16: the shorter step is faster on every strided sum measured, from a
-# split reduction's short chunks to ResNet-50's batch-norm shapes (docs/perf.md, "Codegen choices").
+# split reduction's short chunks to ResNet-50's batch-norm shapes (docs/perf.md, "Codegen, runtime and lowering choices").
 OUTER_XBLOCK = 64
 OUTER_RBLOCK = 8
 OUTER_WARPS = 4
@@ -141,13 +141,13 @@ MAX_WARPS = 32
 # a CUDA loop's candidates also hold these (RBLOCK, warps) with one row per program, beside the
 # MAX_CANDIDATES above: a program's row is still in L2 when its second loop reads it again (more
 # rows per program, or many programs each walking a narrow block, spill it); long softmax and
-# cross-entropy rows run far faster so (docs/perf.md, "Codegen choices").
+# cross-entropy rows run far faster so (docs/perf.md, "Codegen, runtime and lowering choices").
 WIDE_LOOPS = ((2048, 16), (4096, 16), (4096, 32), (8192, 16), (8192, 32))
 
 
 # a CUDA pointwise kernel's candidates beside its 1024-wide, 2-warp default (`candidates`): each
 # is the fastest for some of the bench's pointwise cases, by up to about 0.5 % (docs/perf.md,
-# "Codegen choices"). Neither holds 8 elements per thread, the shape of the Triton 3.6 miscompile
+# "Codegen, runtime and lowering choices"). Neither holds 8 elements per thread, the shape of the Triton 3.6 miscompile
 # at 1024 / 4 (`choose`); 1024 / 4 and 2048 / 8 are not offered for that reason (and the tuner
 # checks every candidate's outputs against the default's).
 POINTWISE_CANDIDATES = ((512, 4), (512, 8))
@@ -157,7 +157,7 @@ POINTWISE_CANDIDATES = ((512, 4), (512, 8))
 # in every lane. The miscompile above needed loads masked by values computed from loaded int8 data
 # (all zeros in the check's data: the check would not have seen it). 1024 / 4 is Inductor's choice
 # for such kernels, and the faster one for the bench's bf16 pointwise chain (docs/perf.md,
-# "Codegen choices").
+# "Codegen, runtime and lowering choices").
 PLAIN_POINTWISE_CANDIDATES = ((1024, 4),)
 
 
@@ -229,7 +229,7 @@ def candidates(default: KernelConfig, xnumel: int, rnumel: int, target: str, pla
 # these (RBLOCK, warps) with one row per program: for long rows a loop can beat holding the row in
 # registers (Inductor keeps loops for a bf16 sum over rows of 8192, an fp32 layer norm over 4096,
 # and a loop one block long for a bf16 RMS norm, whose second pass then reads the row from L2);
-# 32 warps pay for the widest (docs/perf.md, "Codegen choices").
+# 32 warps pay for the widest (docs/perf.md, "Codegen, runtime and lowering choices").
 LOOPED_ALT_MIN_R = 4096
 LOOPED_ALT_MIN_X = 1024
 LOOPED_ALTERNATIVES = ((2048, 16), (4096, 16), (2048, 8), (8192, 16), (4096, 32), (8192, 32))

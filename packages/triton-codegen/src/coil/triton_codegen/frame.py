@@ -90,7 +90,7 @@ class KernelFrame:
         # static sizes (positive integers): assigned in the kernel's body, shadowing the arguments,
         # so Triton sees the loops' trip counts and can drop masks the blocks make unnecessary
         # (`index_mask`); Inductor writes static sizes into its kernels the same way (masks left
-        # to run time cost memory-bound kernels several percent: docs/perf.md, "Codegen choices")
+        # to run time cost memory-bound kernels several percent: docs/perf.md, "Codegen, runtime and lowering choices")
         self.static = {name: int(e) for name, e in (("xnumel", sympy.sympify(xn)), ("rnumel", sympy.sympify(rn)))
                        if (name == "xnumel" or self.reduction) and e.is_Integer and int(e) > 0}
 

@@ -107,7 +107,7 @@ class ReductionWriter(MemoryWriter):
         every lane takes every step, so each lane's count is the step's number: the mean's
         update multiplies by one reciprocal per step instead of dividing each element by its
         lane's count (an IEEE division is a dozen instructions: the fp32 layer norm's loop is
-        faster so, docs/perf.md "Codegen choices"). The two differ by rounding only."""
+        faster so, docs/perf.md "Codegen, runtime and lowering choices"). The two differ by rounding only."""
         n, d = self.tmp(), self.tmp()
         self.emit(rs, f"{n} = {q}_n + 1.0")
         self.emit(rs, f"{d} = {v} - {q}_mean")

@@ -116,7 +116,7 @@ def reread_alternative(ks: KernelSource, make_reread: Callable[[], KernelSource 
     the other text differs (a kernel with nothing to read again after its reductions generates
     the same text) with the same name, pointer and size arguments (interchangeable in the
     wrapper). The same results bit for bit; only which is faster differs (docs/perf.md,
-    "Codegen choices": up to 1 % either way on the bench's norms)."""
+    "Codegen, runtime and lowering choices": up to 1 % either way on the bench's norms)."""
     if ks.strategy != "persistent" or "RBLOCK" not in ks.constexprs or len(ks.size_args) < 2 or target != "cuda":
         return []
     other = make_reread()
