@@ -119,8 +119,11 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff, the import rule between packages, and the generated docs/configuration.md."""
+    """ruff, the import rule between packages, the generated docs/configuration.md, and the tree's
+    house rules (tools/check_tree.py: no history in the tree, file and function sizes, environment
+    reads only in the knob registry)."""
     session.install("ruff>=0.8")
     session.run("ruff", "check", ".")
     session.run("python", "tools/check_imports.py")
     session.run("python", "tools/check_config_doc.py")
+    session.run("python", "tools/check_tree.py")
