@@ -10,6 +10,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+from coil.lowering_ir.devices import elsewhere, graph_device
 from coil.lowering_ir.errors import LoweringError, Unsupported
 from coil.lowering_ir.layout import Expr, Layout, as_expr
 from coil.lowering_ir.nodes import (
@@ -91,6 +92,7 @@ class Lowerer:
         self._seeds: dict[str, ComputedBuffer] = {}
         self._streams = 0
         self.current: torch.fx.Node | None = None
+        self.device = graph_device(gm)  # where its kernels run (coil.lowering_ir.devices)
 
     # -- names and buffers ------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
@@ -260,8 +262,14 @@ class Lowerer:
         if fn is not None and _complex(node):
             fn = None  # Triton has no complex types: such ops run through ATen
         if fn is not None:
+            made = len(self.operations)
             try:
-                return fn(self, node, *args, **kwargs)
+                out = fn(self, node, *args, **kwargs)
+                if not elsewhere(self.operations[made:], self.device):
+                    return out
+                # kernels run on the graph's device only: a node on another device (a CPU tensor
+                # in a CUDA graph) is an ATen call where its tensors are (coil.lowering_ir.devices)
+                del self.operations[made:]
             except Unsupported:
                 pass
             except LoweringError:
