@@ -321,3 +321,22 @@ def test_a_reductions_per_row_epilogue_fuses_into_its_row_kernel(sch):
     assert gathers and all(m in rows.members for m in gathers)  # the target logit: in the row kernel
     # what the row kernel hands on is one value per row (the loss term, and whether it counts)
     assert all(int(s.graph.buffers()[b].layout.numel) == 16 for b in rows.stores)
+
+
+def test_kernels_of_different_devices_never_fuse():
+    """A kernel runs on one device: a producer and its consumer, or two readers of one buffer,
+    on different devices stay separate kernels (group.plan refuses them), whatever they save."""
+    def buf(name, device):
+        return L.ComputedBuffer(name, L.Layout(device, torch.float32, (sympy.Integer(64),), (sympy.Integer(1),)))
+
+    p = sympy.Symbol("p0", integer=True, nonnegative=True)
+    x = L.InputBuffer("arg0", buf("arg0", "cpu").layout, 0)
+    ops = []
+    for i, device in enumerate([torch.device("cuda", 0), torch.device("cuda", 1), torch.device("cuda", 0)]):
+        src = ops[-1].output if ops else x
+        body = L.Op("add", (L.load(src, [p]), L.Constant(1.0, torch.float32)), torch.float32)
+        ops.append(L.Pointwise(f"op{i}", (f"n{i}",), buf(f"buf{i}", device), (sympy.Integer(64),), body, p))
+    with pytest.raises(FusionIllegal, match="different devices"):
+        plan("g", ops[:2], set(), set())
+    steps = S.fuse(ops, {"buf2"})
+    assert [[m.op.name for m in s.members] for s in steps] == [["op0"], ["op1"], ["op2"]]

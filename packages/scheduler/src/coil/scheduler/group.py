@@ -251,12 +251,16 @@ def _compute_mapping(sizes: Sequence[Expr], node_syms: Sequence[sympy.Symbol], d
 
 def plan(name: str, ops: Sequence[Pointwise | Reduction], outside_readers: set[str], graph_outputs: set[str],
          orders: Mapping[int, LoopOrder] | None = None) -> KernelGroup:
-    """Build the group for `ops` (in execution order) or raise FusionIllegal.
+    """Build the group for `ops` (in execution order) or raise FusionIllegal (also when they
+    write buffers of different devices: the scheduler never fuses across devices).
 
     `outside_readers`: buffers read by something outside these ops; with `graph_outputs` they
     decide which results must be stored; the rest stay in registers. `orders`: the loop order of
     an op (by `id(op)`; default "store", the memory order of its output).
     """
+    devices = sorted({str(op.output.layout.device) for op in ops})
+    if len(devices) > 1:  # one kernel runs on one device: it cannot reach another's memory
+        raise FusionIllegal(f"members write buffers on different devices ({', '.join(devices)})")
     order_of = {id(op): (orders or {}).get(id(op), "store") for op in ops}
     reductions = [op for op in ops if isinstance(op, Reduction)]
     if reductions:
