@@ -20,7 +20,9 @@ class GraphStats:
     wrapper_source: str = ""
     reused_buffers: int = 0
     planned_peak: tuple[int, int] | None = None  # planner-model peak bytes: fused order, order used
-    eager_fallback: str | None = None  # set when the whole graph ran eagerly after an error
+    # set when the graph runs eagerly after a compile error: its own, or (it then says so) that
+    # of another graph of its Dynamo graph, which then runs whole (coil.backend.pipeline.fallback)
+    eager_fallback: str | None = None
     # whole-graph cache (COIL_GRAPH_CACHE): "hit" (loaded, no pipeline ran), "miss" (compiled and
     # stored), "bypass" (debug output wanted: compiled and stored), "uncacheable", or "off"
     graph_cache: str = "off"
@@ -83,8 +85,10 @@ class BackendCall:
 
     `aot_s` is the whole AOTAutograd call, which includes compiling the forward or inference
     graph (its own stages are in that graph's GraphStats); a backward graph is compiled later,
-    at the first backward, outside this call, unless the AOT cache is used (COIL_AOT_CACHE:
-    then the backward is compiled, or loaded, within the call).
+    at the first backward, outside this call, unless the AOT cache is used (COIL_AOT_CACHE) or
+    COIL_FALLBACK_ON_ERROR is on (the default): then the backward is compiled, or loaded, within
+    the call. `eager_fallback` is set when a graph failed to compile and the call's Dynamo graph
+    runs eagerly instead (coil.backend.pipeline.fallback).
     """
 
     pre_grad_s: float = 0.0
@@ -97,6 +101,7 @@ class BackendCall:
     frontend_s: float = 0.0
     frontend_stored: str = ""
     graphs: list[str] = field(default_factory=list)  # graphs compiled during the call
+    eager_fallback: str | None = None  # the compile error after which the Dynamo graph runs eagerly
 
 
 COMPILED: list[GraphStats] = []

@@ -8,7 +8,9 @@ traces: `lazy_table`) and coil's partitioner (`partition`), whose forward, backw
 inference compilers are coil's per-graph pipeline (`compile.compile_graph`). torch's AOTAutograd
 cache (`aot_cache`, COIL_AOT_CACHE) may return the whole AOTAutograd result of an earlier
 process: then no AOTAutograd tracing and no coil stage runs, and `compile.load_portable`
-rebuilds each graph's callable. What each call did goes to `stats.BACKEND_CALLS`.
+rebuilds each graph's callable. When a graph fails to compile (COIL_FALLBACK_ON_ERROR on), the
+call returns the Dynamo graph itself, run eagerly as captured (`fallback`). What each call did
+goes to `stats.BACKEND_CALLS`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 import torch.fx
 from coil.backend.caches import aot_cache, frontend_cache, graph_cache
 from coil.backend.config import options as compile_options
+from coil.backend.pipeline import fallback
 from coil.backend.pipeline.compile import compile_for_aot_cache, compile_graph, load_portable
 from coil.backend.pipeline.lazy_table import LazyTable
 from coil.backend.pipeline.partition import partition
@@ -108,6 +111,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
         call.frontend_cache = front.status = "miss"
         t0 = time.perf_counter()
     backend_id = getattr(gm, "_backend_id", None)
+    dynamo_gm = gm  # what runs, as captured, when coil cannot compile one of its graphs
     gm = run_pre_grad_passes(gm, example_inputs)
     if backend_id is not None:
         # Dynamo's name for this graph under torch's caching precompile
@@ -136,17 +140,24 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
     # backend="coil" by name torch's backend registry imports it anyway)
     from torch._functorch.aot_autograd import aot_module_simplified
 
-    with settings, aot_cache.watch() as verdict, frontend_cache.recording(front.status == "miss") as rec:
-        compiled = aot_module_simplified(
-            gm,
-            list(example_inputs),
-            fw_compiler=compilers["forward"],
-            bw_compiler=compilers["backward"],
-            inference_compiler=compilers["inference"],
-            decompositions=_decompositions(),  # type: ignore[arg-type]  # a Mapping: see lazy_table
-            partition_fn=partition,  # torch's min-cut partitioner, then coil's post-processing
-            keep_inference_input_mutations=True,
-        )
+    failure: fallback.DynamoGraphFallback | None = None
+    with (fallback.whole_graph(), settings, aot_cache.watch() as verdict,
+          frontend_cache.recording(front.status == "miss") as rec):
+        try:
+            compiled = aot_module_simplified(
+                gm,
+                list(example_inputs),
+                fw_compiler=compilers["forward"],
+                bw_compiler=compilers["backward"],
+                inference_compiler=compilers["inference"],
+                decompositions=_decompositions(),  # type: ignore[arg-type]  # a Mapping: see lazy_table
+                partition_fn=partition,  # torch's min-cut partitioner, then coil's post-processing
+                keep_inference_input_mutations=True,
+            )
+        except fallback.DynamoGraphFallback as e:  # a graph failed to compile (it warned)
+            failure = e
+            compiled = fallback.dynamo_graph(dynamo_gm, e, COMPILED[first:])
+            call.eager_fallback = str(e.error)
     call.aot_s = time.perf_counter() - t1
     call.aot_cache = verdict.status if unusable is None else "off"
     if call.aot_cache == "bypass":
@@ -159,7 +170,8 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
         if front.status == "miss":
             g.frontend_cache = "miss"
     if front.status == "miss":
-        call.frontend_stored = frontend_cache.store(front, rec)
+        call.frontend_stored = (frontend_cache.store(front, rec) if failure is None
+                                else "not stored: the Dynamo graph runs eagerly after a compile error")
     return compiled
 
 

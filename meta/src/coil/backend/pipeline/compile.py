@@ -31,7 +31,7 @@ from coil.backend.debug.artefacts import Artefacts
 from coil.backend.debug.checks import LifetimeTracker, check_outputs, returned_storage
 from coil.backend.debug.dump import spans
 from coil.backend.errors import CoilCompileError
-from coil.backend.pipeline import autotune, indirect_inputs
+from coil.backend.pipeline import autotune, fallback, indirect_inputs
 from coil.backend.pipeline.progress import compile_with_progress
 from coil.backend.pipeline.static_inputs import dynamo_static_inputs
 from coil.backend.stats import COMPILED, GraphStats, format_stage_times
@@ -146,7 +146,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, ki
     turns it off: Dynamo's guards already send such inputs to a recompile (COIL_CHECK_INPUTS=1
     checks anyway). With COIL_DEBUG_DIR set, the graph's artefacts and a repro go to
     `<dir>/<graph name>/` (the repro first, so a failed compile leaves one; the error goes to
-    error.txt).
+    error.txt). A failed compile raises CoilCompileError with COIL_FALLBACK_ON_ERROR=0; otherwise,
+    with one warning, the callable runs `gm` eagerly (coil.backend.pipeline.fallback; inside a
+    backend call the whole Dynamo graph falls back instead).
     """
     return _compile_graph(gm, example_inputs, kind, check_inputs)[0]
 
@@ -182,10 +184,13 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
         out.failed(e)
         if not knobs.fallback_on_error:
             raise
-        warnings.warn(f"{e} -- running this graph eagerly (set COIL_FALLBACK_ON_ERROR=0 to raise)", stacklevel=2)
         stats.eager_fallback = str(e)
+        if fallback.falls_back_whole(kind):  # the backend runs the Dynamo graph instead
+            warnings.warn(f"{e} -- {fallback.WHOLE_GRAPH}", stacklevel=2)
+            raise fallback.DynamoGraphFallback(name, e) from e
+        warnings.warn(f"{e} -- {fallback.PER_GRAPH}", stacklevel=2)
         stats.output_strides = _output_strides(gm)  # the graph runs as it is now, passes or not
-        call, graph = _eager(gm), f"{name} runs eagerly after a compile error"
+        call, graph = fallback.per_graph(gm), f"{name} runs eagerly after a compile error"
     rec = frontend_cache.recorder()
     if rec is not None and kind == "inference":
         rec.note(graph, frontend_cache.plain_metadata(len(example_inputs)))
@@ -476,12 +481,3 @@ def _boxed(fn: Callable[[list[Any]], Any], check_nan: str | None = None) -> Comp
     call._boxed_call = True  # type: ignore[attr-defined]
     return call
 
-
-def _eager(gm: torch.fx.GraphModule) -> CompiledFn:
-    def call(args: list[Any]) -> Any:
-        a = list(args)
-        args.clear()
-        return gm(*a)
-
-    call._boxed_call = True  # type: ignore[attr-defined]
-    return call

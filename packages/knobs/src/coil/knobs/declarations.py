@@ -44,7 +44,9 @@ class Knobs(Registry):
 
     # --- coil.backend: the compile pipeline ---------------------------------------------------
     fallback_on_error = Knob("COIL_FALLBACK_ON_ERROR", BOOL, True, owner=BACKEND, meaning=(
-        "on a compile error, run that graph eagerly with one warning; 0 raises"))
+        "on a compile error, run that graph eagerly with one warning: under torch.compile its "
+        "whole Dynamo graph, as captured (a training graph's backward is then compiled with its "
+        "forward); 0 raises"))
     fusion = Knob("COIL_FUSION", BOOL, True, owner=BACKEND, meaning=(
         "fuse operations into shared kernels"))
     fusion_visit_order = Knob("COIL_FUSION_VISIT_ORDER", BOOL, True, owner=BACKEND, meaning=(

@@ -1,0 +1,114 @@
+"""What runs when coil cannot compile a graph (COIL_FALLBACK_ON_ERROR, on by default): the rule
+is that it is never slower than eager.
+
+A graph AOTAutograd hands coil's compilers is decomposed by coil's table (attention, layer norm,
+GELU... as many small ATen ops) and may already be rewritten in place by coil's passes: run
+eagerly it costs more than the code the user wrote. So a graph that fails while a backend call
+compiles it falls back with its whole Dynamo graph:
+
+- `whole_graph()` surrounds the backend's AOTAutograd call. Inside it a compile error of a
+  forward, inference or backward graph (one warning, `GraphStats.eager_fallback` set) becomes
+  `DynamoGraphFallback`, which propagates out of AOTAutograd (nothing is cached: torch's
+  AOTAutograd cache stores a result only once the compilers returned, coil's frontend cache only
+  after the call) to the backend, which returns the Dynamo graph's own `forward`
+  (`dynamo_graph`): the torch code Dynamo captured, run as is, with eager's kernels and eager
+  autograd. Dynamo's guards are its own, as for any backend.
+- A training graph's backward is compiled there too: `whole_graph()` sets torch's
+  `force_non_lazy_backward_lowering` (as the AOT cache does), so AOTAutograd compiles the
+  backward together with the forward instead of at the first `backward()`, and a backward that
+  fails is caught at the same point. Every graph of the call already compiled is then marked
+  as running eagerly too (`dynamo_graph`): the count of graphs run eagerly stays true.
+
+A graph compiled outside such a call falls back alone (`per_graph`): `compile_graph` called
+directly runs the graph its caller gave; a backward that torch compiles lazily (a torch without
+`force_non_lazy_backward_lowering`) runs the graph coil received, because its forward already
+ran and saved the activations of coil's partition, which no other backward takes. That graph is
+decomposed by coil's table and possibly rewritten by its passes: it runs as many small ATen ops,
+slower than eager (docs/perf.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from coil.backend.stats import GraphStats
+from coil.knobs import knobs
+
+PER_GRAPH = "running this graph eagerly (set COIL_FALLBACK_ON_ERROR=0 to raise)"
+WHOLE_GRAPH = ("running this graph eagerly: its Dynamo graph runs as captured, undecomposed "
+               "(set COIL_FALLBACK_ON_ERROR=0 to raise)")
+
+
+class DynamoGraphFallback(Exception):
+    """Graph `graph` of the current backend call failed to compile (`error`): the backend runs
+    the call's Dynamo graph eagerly. Raised only inside `whole_graph()`, caught by the backend."""
+
+    def __init__(self, graph: str, error: Exception) -> None:
+        super().__init__(f"{graph}: {error}")
+        self.graph = graph
+        self.error = error
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scope:
+    backward: bool  # the backward is compiled inside the call (torch's setting exists)
+
+
+_SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("coil_whole_graph_fallback", default=None)
+
+
+@contextlib.contextmanager
+def whole_graph() -> Iterator[None]:
+    """Around one backend call's AOTAutograd call: with COIL_FALLBACK_ON_ERROR on, graphs that
+    fail inside fall back with the whole Dynamo graph (`falls_back_whole`), and the backward is
+    compiled with the forward. With the knob off, nothing changes (errors raise)."""
+    if not knobs.fallback_on_error:
+        yield
+        return
+    from torch._functorch import config as functorch_config
+
+    backward = hasattr(functorch_config, "force_non_lazy_backward_lowering")
+    settings: Any = (functorch_config.patch(force_non_lazy_backward_lowering=True) if backward
+                     else contextlib.nullcontext())
+    token = _SCOPE.set(_Scope(backward))
+    try:
+        with settings:
+            yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def falls_back_whole(kind: str) -> bool:
+    """Whether a failed graph of `kind` falls back with its whole Dynamo graph (raise
+    `DynamoGraphFallback`) rather than alone (`per_graph`)."""
+    scope = _SCOPE.get()
+    return scope is not None and (kind != "backward" or scope.backward)
+
+
+def dynamo_graph(gm: torch.fx.GraphModule, failure: DynamoGraphFallback, graphs: Sequence[GraphStats]
+                 ) -> Callable[..., Any]:
+    """What the backend returns after `failure`: the Dynamo graph `gm`'s own forward. Each of
+    the call's `graphs` compiled before the failure is marked as running eagerly with it (the
+    failed one already says why)."""
+    for g in graphs:
+        if g.eager_fallback is None:
+            g.eager_fallback = f"runs eagerly with its Dynamo graph: {failure.graph} failed to compile"
+    return gm.forward  # type: ignore[no-any-return]
+
+
+def per_graph(gm: torch.fx.GraphModule) -> Callable[[list[Any]], Any]:
+    """The boxed callable running `gm` itself eagerly, for a graph that falls back alone: as
+    many ATen ops as coil's decompositions made of it, slower than eager (module docstring)."""
+    def call(args: list[Any]) -> Any:
+        a = list(args)
+        args.clear()
+        return gm(*a)
+
+    call._boxed_call = True  # type: ignore[attr-defined]
+    return call
