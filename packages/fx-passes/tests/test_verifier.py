@@ -96,6 +96,20 @@ def test_mid_graph_mutation_is_caught(trace) -> None:
     )
 
 
+def test_operator_and_or_not_are_not_mutations() -> None:
+    """operator.and_/or_/not_ (Dynamo's guards on symbolic bools) end in "_" but write nothing."""
+    import operator
+
+    from coil.fx_passes.ops import is_mutating
+
+    g = torch.fx.Graph()
+    a, b = g.placeholder("a"), g.placeholder("b")
+    nodes = [g.call_function(fn, args) for fn, args in ((operator.and_, (a, b)), (operator.or_, (a, b)),
+                                                          (operator.not_, (a,)))]
+    assert not any(is_mutating(n) for n in nodes)
+    assert is_mutating(g.call_function(operator.setitem, (a, 0, b)))
+
+
 def test_copy_epilogue_into_inputs_is_allowed() -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         y = x.sin()

@@ -81,6 +81,8 @@ def is_mutating(node: Node) -> bool:
             or node.target in (operator.setitem, operator.delitem)
         ):
             return True
+        if getattr(node.target, "__module__", None) in ("_operator", "operator"):
+            return False  # and_, or_, not_ (size guards on SymBools): the names end in "_", nothing is written
         name = _name(node.target)
         return name.endswith("_") and not name.endswith("__")
     return False
