@@ -43,12 +43,24 @@ class GraphCapture:
     notes: list[str] = field(default_factory=list)
 
 
+def _example(size: Any) -> int:
+    """An example value of a size: a symbolic one's hint (the value it was traced with; 1 for a
+    data-dependent one). Never `int(size)`: on a SymInt that adds a guard, which would
+    specialise the graph being compiled, so the debug dir would change what is compiled."""
+    if isinstance(size, torch.SymInt):
+        hint = size.node.hint
+        return int(hint) if isinstance(hint, int) else 1
+    return int(size)
+
+
 def _input_meta(node: torch.fx.Node) -> dict[str, Any]:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        return {"name": node.name, "kind": "tensor", "shape": [int(s) for s in val.shape],
-                "stride": [int(s) for s in val.stride()], "offset": int(val.storage_offset()),
+        return {"name": node.name, "kind": "tensor", "shape": [_example(s) for s in val.shape],
+                "stride": [_example(s) for s in val.stride()], "offset": _example(val.storage_offset()),
                 "dtype": str(val.dtype).removeprefix("torch."), "device": str(val.device)}
+    if isinstance(val, torch.SymInt):
+        return {"name": node.name, "kind": "scalar", "value": _example(val)}
     if isinstance(val, int | float | bool):
         return {"name": node.name, "kind": "scalar", "value": val}
     return {"name": node.name, "kind": "unknown", "repr": repr(val)}
