@@ -33,6 +33,7 @@ def test_public_api_snapshot():
         "ReinterpretView",
         "Scatter",
         "SplitRule",
+        "SymbolBinding",
         "SymbolInput",
         "TensorRef",
         "Unsupported",
@@ -47,6 +48,7 @@ def test_public_api_snapshot():
         "map_indices",
         "register",
         "registered_ops",
+        "used_symbols",
     ]
     for name in L.__all__:
         assert hasattr(L, name), name

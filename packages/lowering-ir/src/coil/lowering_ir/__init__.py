@@ -22,9 +22,11 @@ from coil.lowering_ir.nodes import (
     Reduction,
     ReinterpretView,
     Scatter,
+    SymbolBinding,
     SymbolInput,
     TensorRef,
     load,
+    used_symbols,
 )
 from coil.lowering_ir.registry import LOWERINGS, lowering_for, register, registered_ops
 from coil.lowering_ir.split_rule import SplitRule
@@ -53,6 +55,7 @@ __all__ = [
     "ReinterpretView",
     "Scatter",
     "SplitRule",
+    "SymbolBinding",
     "SymbolInput",
     "TensorRef",
     "Unsupported",
@@ -67,4 +70,5 @@ __all__ = [
     "map_indices",
     "register",
     "registered_ops",
+    "used_symbols",
 ]

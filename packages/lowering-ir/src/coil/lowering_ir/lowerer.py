@@ -10,6 +10,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+from coil.lowering_ir import unbacked
 from coil.lowering_ir.devices import elsewhere, graph_device
 from coil.lowering_ir.errors import LoweringError, Unsupported
 from coil.lowering_ir.layout import Expr, Layout, as_expr
@@ -23,6 +24,7 @@ from coil.lowering_ir.nodes import (
     Pointwise,
     Reduction,
     ReinterpretView,
+    SymbolBinding,
     SymbolInput,
     TensorRef,
 )
@@ -87,7 +89,7 @@ class Lowerer:
         self.constants: list[ConstantBuffer] = []
         self.inputs: list[InputBuffer | SymbolInput | None] = []
         self.env: dict[torch.fx.Node, Any] = {}
-        self.fake_offset: dict[str, int] = {}  # storage buffer -> storage offset of its FakeTensor
+        self.fake_offset: dict[str, Expr] = {}  # storage buffer -> storage offset of its FakeTensor
         self._count = 0
         self._seeds: dict[str, ComputedBuffer] = {}
         self._streams = 0
@@ -104,8 +106,9 @@ class Lowerer:
 
     def new_buffer(self, val: Any) -> ComputedBuffer:
         """A buffer laid out exactly as the FakeTensor `val` (offset folded into its pointer)."""
-        buf = ComputedBuffer(self.fresh("buf"), Layout.from_tensor(val, int(val.storage_offset())))
-        self.fake_offset[buf.name] = int(val.storage_offset())
+        offset = as_expr(val.storage_offset())  # never int(): a symbolic offset would be specialised
+        buf = ComputedBuffer(self.fresh("buf"), Layout.from_tensor(val, offset))
+        self.fake_offset[buf.name] = offset
         return buf
 
     def out_val(self) -> Any:
@@ -151,7 +154,7 @@ class Lowerer:
         if key not in self._seeds:
             layout = Layout(device, torch.int64, (sympy.Integer(1),), (sympy.Integer(1),))
             buf = ComputedBuffer(self.fresh("seed"), layout)
-            self.fake_offset[buf.name] = 0
+            self.fake_offset[buf.name] = sympy.Integer(0)
             args = (0, 2**31 - 1, [1])
             op = ExternKernel(self.fresh("op"), self.origins(), torch.ops.aten.randint.low, args,
                               {"dtype": torch.int64, "device": device}, buf, False)
@@ -170,7 +173,12 @@ class Lowerer:
 
     def extern(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, fallback: bool,
                mutates: tuple[str, ...] = ()) -> Any:
-        """An ExternKernel calling `target`; its results are shaped by the node's meta["val"]."""
+        """An ExternKernel calling `target`; its results are shaped by the node's meta["val"].
+
+        When the node defines unbacked symbols (data-dependent sizes: `meta["unbacked_bindings"]`)
+        the call binds them from its results (`unbacked.bind_results`); a node returning a
+        scalar (`_local_scalar_dense`) then has that scalar, a sympy Symbol, as its result, and
+        its value in the graph is the node's size expression."""
 
         def make(val: Any) -> Any:
             if isinstance(val, torch.Tensor):
@@ -180,11 +188,20 @@ class Lowerer:
             return None
 
         assert self.current is not None
+        val = self.current.meta.get("val")
         # ops returning None (aten._assert_async.msg) have no meta["val"]: no result buffers
-        results = make(self.current.meta.get("val")) if not mutates else None
-        op = ExternKernel(self.fresh("op"), self.origins(), target, args, kwargs, results, fallback, mutates)
+        results = make(val) if not mutates else None
+        bound = unbacked.bindings_of(self.current)
+        bindings: tuple[SymbolBinding, ...] = ()
+        value = results
+        if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool):
+            value = unbacked.sym_expr(val)
+        if bound or value is not results:
+            results, bindings = unbacked.bind_results(self.current.name, val, results, bound, self.fresh)
+        op = ExternKernel(self.fresh("op"), self.origins(), target, args, kwargs, results, fallback, mutates,
+                          bindings)
         self.operations.append(op)
-        return results
+        return value
 
     # -- the walk --------------------------------------------------------------------------
     def run(self) -> LoweredGraph:
@@ -209,7 +226,8 @@ class Lowerer:
                             self._hints())
 
     def _hints(self) -> dict[sympy.Symbol, int]:
-        """Example values of the graph's size symbols (from the FakeTensors' ShapeEnv)."""
+        """Example values of the graph's size symbols (from the FakeTensors' ShapeEnv); the
+        unbacked ones (data-dependent: no example value) get `unbacked.fallback_hint`."""
         for node in self.gm.graph.nodes:
             val = node.meta.get("val")
             mode = getattr(val, "fake_mode", None)
@@ -218,15 +236,17 @@ class Lowerer:
                 known = getattr(env, "backed_var_to_val", None)
                 if known is None:
                     known = env.var_to_val
-                return {k: int(v) for k, v in known.items() if isinstance(k, sympy.Symbol)}
+                hints = {k: int(v) for k, v in known.items() if isinstance(k, sympy.Symbol)}
+                return {**unbacked.fallback_hints(env, set(hints)), **hints}
         return {}
 
     def _placeholder(self, node: torch.fx.Node) -> Any:
         val = node.meta.get("val")
         index = len(self.inputs)
         if isinstance(val, torch.Tensor):
-            buf = InputBuffer(f"arg{index}", Layout.from_tensor(val, int(val.storage_offset())), index)
-            self.fake_offset[buf.name] = int(val.storage_offset())
+            offset = as_expr(val.storage_offset())
+            buf = InputBuffer(f"arg{index}", Layout.from_tensor(val, offset), index)
+            self.fake_offset[buf.name] = offset
             self.inputs.append(buf)
             return buf
         if isinstance(val, torch.SymInt):
@@ -242,7 +262,7 @@ class Lowerer:
         if not isinstance(value, torch.Tensor):
             return value
         buf = ConstantBuffer(f"const{len(self.constants)}", Layout.from_tensor(value, int(value.storage_offset())), value)
-        self.fake_offset[buf.name] = int(value.storage_offset())
+        self.fake_offset[buf.name] = sympy.Integer(int(value.storage_offset()))
         self.constants.append(buf)
         return buf
 
@@ -252,10 +272,18 @@ class Lowerer:
         if node.target is operator.getitem:
             return args[0][args[1]]
         val = node.meta.get("val")
+        scalar = isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool) and unbacked.reads_scalar(node.target)
+        if isinstance(node.target, torch._ops.OpOverload) and (scalar or unbacked.bindings_of(node)):
+            # a data-dependent size (nonzero's count, .item()): the call runs through ATen and
+            # the wrapper binds the new symbols from its results (a native lowering could not)
+            return self.extern(node.target, tuple(args), dict(kwargs), fallback=not scalar)
         if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool) or (
                 isinstance(val, int | float | bool) and not isinstance(node.target, torch._ops.OpOverload)):
-            # size arithmetic (operator.mul on SymInts, sym_size, ...): the ShapeEnv already knows it
-            if isinstance(val, torch.SymInt | torch.SymFloat | int) and not isinstance(val, bool):
+            # size arithmetic (operator.mul on SymInts, sym_size, comparisons, ...): the ShapeEnv
+            # already knows it, as a sympy expression (a relation for a SymBool)
+            if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool):
+                return unbacked.sym_expr(val)
+            if isinstance(val, int) and not isinstance(val, bool):
                 return as_expr(val)
             return val
         fn = lowering_for(node.target)

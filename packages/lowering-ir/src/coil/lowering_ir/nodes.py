@@ -202,14 +202,37 @@ class Scatter(Operation):
         return [n for n in dict.fromkeys(names) if n != self.output.name]
 
 
+@dataclass(frozen=True)
+class SymbolBinding:
+    """Unbacked size symbol `symbol` takes its value, at run time, from a result of the extern
+    that defines it: `source` names the result (a buffer, or the scalar result's symbol), `attr`
+    what is read of it: "value" (the scalar), "int" (a bool scalar as 0/1), "size" or "stride"
+    (of dim `dim`) or "storage_offset"; the value read is then divided (exactly) by `divisor`.
+    (torch's unbacked_bindings key paths, resolved against the results.)"""
+
+    symbol: sympy.Symbol
+    source: str
+    attr: str
+    dim: int = 0
+    divisor: int = 1
+
+    def __post_init__(self) -> None:
+        if self.attr not in ("value", "int", "size", "stride", "storage_offset"):
+            raise ValueError(f"SymbolBinding of {self.symbol}: unknown attr {self.attr!r}")
+
+
 @dataclass(eq=False)
 class ExternKernel(Operation):
     """A call of an ATen op (`kernel`) on tensors and constants.
 
-    `args`/`kwargs` hold TensorRefs where tensors go. `results` mirrors the op's return value:
-    a TensorRef-producing structure where each returned tensor is a ComputedBuffer (or None for
-    results nobody uses). `fallback` is True when coil has no native lowering for the op.
-    `mutates` names input buffers the op writes in place (only `copy_` epilogues).
+    `args`/`kwargs` hold TensorRefs where tensors go, sympy expressions where sizes go. `results`
+    mirrors the op's return value: a TensorRef-producing structure where each returned tensor is
+    a ComputedBuffer (or None for results nobody uses), or a sympy Symbol for an op that returns
+    a scalar (`_local_scalar_dense`: the wrapper binds a variable of the symbol's name to it).
+    `fallback` is True when coil has no native lowering for the op. `mutates` names input
+    buffers the op writes in place (only `copy_` epilogues). `bindings` define the unbacked
+    symbols (data-dependent sizes) this call's results determine; no operation before it may
+    use them.
     """
 
     kernel: Any
@@ -218,6 +241,14 @@ class ExternKernel(Operation):
     results: Any
     fallback: bool
     mutates: tuple[str, ...] = ()
+    bindings: tuple[SymbolBinding, ...] = ()
+
+    def defined_symbols(self) -> set[sympy.Symbol]:
+        """The symbols this call binds: its scalar result and its bindings'."""
+        out = {b.symbol for b in self.bindings}
+        if isinstance(self.results, sympy.Symbol):
+            out.add(self.results)
+        return out
 
     @property
     def outputs(self) -> list[Buffer]:
@@ -252,6 +283,30 @@ class ExternKernel(Operation):
 
     def reads(self) -> list[str]:
         return list(dict.fromkeys(t.storage.name for t in self.tensor_args()))
+
+
+def used_symbols(x: Any) -> set[sympy.Symbol]:
+    """The size symbols anywhere in an operation (ranges, layouts, index expressions, body
+    values, scalar arguments), a value, a layout or a tree of them."""
+    out: set[sympy.Symbol] = set()
+    seen: set[int] = set()
+
+    def walk(y: Any) -> None:
+        if isinstance(y, sympy.Basic):
+            out.update(s for s in y.free_symbols if isinstance(s, sympy.Symbol))
+        elif isinstance(y, list | tuple):
+            for z in y:
+                walk(z)
+        elif isinstance(y, dict):
+            for z in y.values():
+                walk(z)
+        elif hasattr(y, "__dataclass_fields__") and id(y) not in seen and not isinstance(y, torch.Tensor):
+            seen.add(id(y))
+            for f in y.__dataclass_fields__:
+                walk(getattr(y, f))
+
+    walk(x)
+    return out
 
 
 @dataclass(eq=False)

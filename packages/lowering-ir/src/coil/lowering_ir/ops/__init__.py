@@ -1,6 +1,7 @@
 """Native lowerings, registered into coil.lowering_ir.registry on import."""
 
 from coil.lowering_ir.ops import (
+    asserts,
     avg_pooling,
     bessel,
     extern,
@@ -19,6 +20,6 @@ from coil.lowering_ir.ops import (
 )
 
 __all__ = [
-    "avg_pooling", "bessel", "extern", "indexing", "pointwise", "pointwise_ieee", "pooling", "put", "random", "reduce_by_index",
+    "asserts", "avg_pooling", "bessel", "extern", "indexing", "pointwise", "pointwise_ieee", "pooling", "put", "random", "reduce_by_index",
     "reductions", "remap", "special", "strided_scatter", "views",
 ]
