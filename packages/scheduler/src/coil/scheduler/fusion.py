@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import sympy
 from coil.lowering_ir import ExternKernel, Operation, Pointwise, Reduction, loads
-from coil.lowering_ir.nodes import SCAN_TYPES, Scatter
+from coil.lowering_ir.nodes import SCAN_TYPES, Scatter, used_symbols
 from coil.scheduler.canonical import LoopOrder, loop_permutation
 from coil.scheduler.group import FusionIllegal, KernelGroup, plan
 from coil.scheduler.merge_dag import MergeDag
@@ -187,6 +187,8 @@ class _Fusion:
             self.gid[id(op)] = i
             self.groups[i] = [op]
         self.op_reads = {id(op): op.reads() for op in ops}
+        # the extern defining each unbacked symbol (a data-dependent size): its users run after it
+        self.definer = {sym: op for op in ops if isinstance(op, ExternKernel) for sym in op.defined_symbols()}
         # sympy sizes are slow to evaluate: each op's emptiness and output bytes, once per op
         self.empty = {id(op): _empty(op) for op in ops}
         self.nbytes_memo: dict[tuple[int, str], int] = {}
@@ -205,10 +207,16 @@ class _Fusion:
         return got
 
     def compute_preds(self, g: int) -> set[int]:
-        """The groups group `g` depends on: writers of what it reads, and, for an extern that
-        mutates a buffer, the earlier readers of that buffer."""
+        """The groups group `g` depends on: writers of what it reads, the externs defining the
+        unbacked symbols it uses, and, for an extern that mutates a buffer, the earlier readers
+        of that buffer."""
         out: set[int] = set()
         for op in self.groups[g]:
+            if self.definer:
+                for sym in used_symbols(op) & self.definer.keys():
+                    d = self.definer[sym]
+                    if d is not op and self.gid[id(d)] != g:
+                        out.add(self.gid[id(d)])
             for r in self.op_reads[id(op)]:
                 w = self.writer.get(r)
                 if w is not None and self.gid[id(w)] != g:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import sympy
 from coil.lowering_ir import ExternKernel, InputBuffer, LoweredGraph, Scatter
+from coil.lowering_ir.nodes import used_symbols
 from coil.memory_planner import Buffer as PBuffer
 from coil.memory_planner import Graph as PGraph
 from coil.memory_planner import Node as PNode
@@ -62,7 +63,8 @@ def planner_graph(steps: Sequence[StepT], graph: LoweredGraph, outputs: Set[str]
         constants are planner inputs, `outputs` planner outputs. For every step that mutates a
         buffer (an ExternKernel's `mutates`), each earlier reader `j` of that buffer writes a
         zero-byte buffer `__order_{j}_{i}` that the mutating step `i` reads, so every order of
-        the planner graph is a legal order of the steps.
+        the planner graph is a legal order of the steps. Likewise the extern step `j` defining
+        an unbacked symbol (a data-dependent size) that step `i` uses writes `__order_{j}_{i}`.
     """
     sizes: dict[str, int] = {}
     for name, b in graph.buffers().items():
@@ -76,9 +78,16 @@ def planner_graph(steps: Sequence[StepT], graph: LoweredGraph, outputs: Set[str]
     writes: list[list[str]] = [list(step_writes(st)) for st in steps]
     deps: list[str] = []
     seen_readers: dict[str, list[int]] = {}
+    definer = {sym: j for j, st in enumerate(steps) if isinstance(st, ExternKernel) for sym in st.defined_symbols()}
     for i, st in enumerate(steps):
         own = [r for r in step_reads(st) if r in sizes]
         extra: list[str] = []
+        for sym in sorted(used_symbols(st) & definer.keys(), key=str) if definer else ():
+            j = definer[sym]
+            dep = f"__order_{j}_{i}"
+            if j != i and dep not in extra:
+                extra.append(dep)
+                writes[j].append(dep)
         if isinstance(st, ExternKernel):
             for m in st.mutates:  # every earlier reader of m first
                 for j in seen_readers.get(m, []):
