@@ -31,6 +31,7 @@ STEP_LINES = (KernelCall, ExternCall)
 def test_public_api_snapshot():
     assert sorted(WC.__all__) == [
         "Allocate",
+        "BindSymbol",
         "CheckInput",
         "DynamicShapeError",
         "ExternCall",
@@ -50,6 +51,7 @@ def test_public_api_snapshot():
         "View",
         "WrapperProgram",
         "build",
+        "check_bound",
         "emit_fx",
         "emit_fx_graph",
         "emit_line",

@@ -12,12 +12,15 @@ One FX node (or a few) per Line, in order, covering every Line type:
 | View         | `call_function view(base, size, stride, offset)`                           |
 | KernelCall   | `get_attr k_<kernel>` (once), `call_function launch(kernel, grid, *args)`  |
 | ExternCall   | `call_function <the ATen op>(*args, **kwargs)`, `getitem` per named result, |
-|              | `call_function ensure_layout(result, size, stride)` per `expect` entry     |
+|              | per `binds` entry the read (`call_method size/stride/storage_offset`,      |
+|              | `int`, `floordiv`), `call_function ensure_layout(result, size, stride)`    |
+|              | per `expect` entry                                                         |
 | Free         | `call_function free(value)` (after it the name is dead)                    |
 | Return       | `output`                                                                   |
 | Track        | `get_attr _coil_track` (once), `call_function track(tracker, event, *names)`|
 
-Size expressions (sympy, dynamic shapes) become `operator` nodes over the size symbols' nodes.
+Size expressions (sympy, dynamic shapes) become `operator` nodes over the size symbols' nodes
+(`min`, `max` and a Piecewise's `ite(cond, then, else)` call nodes).
 A name that no line binds is a graph constant: a `get_attr` of that name.
 
 `launch`, `free`, `track` and `check_input` are marked side-effectful (`torch.fx.node.has_side_effect`), so dead-code
@@ -37,11 +40,12 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-from coil.lowering_ir.printing import texpr
+from coil.lowering_ir.printing import pyexpr
 from coil.wrapper_codegen.helpers import check_input, ensure_layout
 from coil.wrapper_codegen.lines import (
     TRACKER,
     Allocate,
+    BindSymbol,
     CheckInput,
     ExternCall,
     Free,
@@ -88,6 +92,11 @@ def reuse(donor: torch.Tensor, size: Sequence[int], stride: Sequence[int]) -> to
 def view(base: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int) -> torch.Tensor:
     """`base` reinterpreted, `offset` relative to base's own offset (Line `View`)."""
     return torch.as_strided(base, tuple(size), tuple(stride), base.storage_offset() + offset)
+
+
+def ite(cond: object, then: object, other: object) -> object:
+    """`then` if `cond` else `other` (a Piecewise size expression)."""
+    return then if cond else other
 
 
 torch.fx.node.has_side_effect(check_input)  # it raises on a bad input: never dead code
@@ -139,8 +148,8 @@ class _Emitter:
 
             return call
 
-        namespace = {"max": minmax(builtins.max), "min": minmax(builtins.min), **proxies}
-        value = eval(texpr(e), {"__builtins__": {}}, namespace)
+        namespace = {"max": minmax(builtins.max), "min": minmax(builtins.min), "ite": minmax(ite), **proxies}
+        value = eval(pyexpr(e, ite="ite"), {"__builtins__": {}}, namespace)
         return value.node if isinstance(value, torch.fx.Proxy) else value
 
     def arg(self, x: Any) -> Any:
@@ -209,6 +218,8 @@ class _Emitter:
                                    {k: self.arg(v) for k, v in ln.kwargs},
                                    name=ln.results.name if isinstance(ln.results, Ref) else None)
             self.bind(ln.results, result)
+            for b in ln.binds:
+                self.env[b.name] = self.bound_value(b)
             for name, size, stride in ln.expect:
                 self.env[name] = g.create_node("call_function", ensure_layout,
                                                (self.node(name), self.arg(size), self.arg(stride)), name=name)
@@ -222,6 +233,23 @@ class _Emitter:
                           name=f"track_{ln.event}")
         else:
             raise TypeError(f"no FX emitter for {type(ln).__name__}")
+
+    def bound_value(self, b: BindSymbol) -> torch.fx.Node:
+        """The nodes reading what a BindSymbol binds (the last one named after the symbol)."""
+        g, src = self.graph, self.node(b.source)
+        last = b.divisor == 1
+        name = b.name if last else None
+        if b.attr == "value":
+            read = src
+        elif b.attr == "int":
+            read = g.create_node("call_function", int, (src,), name=name)
+        elif b.attr == "storage_offset":
+            read = g.create_node("call_method", "storage_offset", (src,), name=name)
+        else:
+            read = g.create_node("call_method", b.attr, (src, b.dim), name=name)
+        if last:
+            return read
+        return g.create_node("call_function", operator.floordiv, (read, b.divisor), name=b.name)
 
     def _kill(self, name: str) -> None:
         if self.env.pop(name, None) is not None:

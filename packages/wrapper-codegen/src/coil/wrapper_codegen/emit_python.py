@@ -13,11 +13,12 @@ from typing import Any
 
 import sympy
 import torch
-from coil.lowering_ir.printing import texpr
+from coil.lowering_ir.printing import pyexpr
 from coil.wrapper_codegen.indirect import IndirectPlan, layout_literal
 from coil.wrapper_codegen.lines import (
     TRACKER,
     Allocate,
+    BindSymbol,
     CheckInput,
     ExternCall,
     Free,
@@ -35,11 +36,12 @@ from coil.wrapper_codegen.segments import SegmentedProgram
 
 
 def pyrepr(x: Any) -> str:
-    """Python source for an argument tree (Refs become variable names, sympy becomes arithmetic)."""
+    """Python source for an argument tree (Refs become variable names, sympy becomes arithmetic,
+    a relation a bool)."""
     if isinstance(x, Ref):
         return x.name
     if isinstance(x, sympy.Basic):
-        return texpr(sympy.sympify(x))
+        return pyexpr(x)
     if isinstance(x, torch.dtype):
         return str(x)
     if isinstance(x, torch._ops.OpOverload | torch._ops.HigherOrderOperator):
@@ -114,6 +116,7 @@ def emit_line(line: Line, *, tracked_view: bool = True) -> list[str]:
         args = "".join(pyrepr(a) + ", " for a in line.args)
         kwargs = "".join(f"{k}={pyrepr(v)}, " for k, v in line.kwargs)
         out = [f"{_results(line.results)} = {line.op}({args}{kwargs})"]
+        out += [f"{b.name} = {bound_value(b)}" for b in line.binds]
         for name, size, stride in line.expect:
             out.append(f"{name} = ensure_layout({name}, {pyrepr(size)}, {pyrepr(stride)})")
         return out
@@ -122,6 +125,13 @@ def emit_line(line: Line, *, tracked_view: bool = True) -> list[str]:
     if isinstance(line, Track):
         return [f"{TRACKER}.{line.event}({', '.join(repr(n) for n in line.names)})"]
     raise TypeError(f"no Python emitter for {type(line).__name__}")
+
+
+def bound_value(b: BindSymbol) -> str:
+    """The Python expression a BindSymbol binds its name to."""
+    read = {"value": b.source, "int": f"int({b.source})", "size": f"{b.source}.size({b.dim})",
+            "stride": f"{b.source}.stride({b.dim})", "storage_offset": f"{b.source}.storage_offset()"}[b.attr]
+    return read if b.divisor == 1 else f"{read} // {b.divisor}"
 
 
 def allocator_name(device: object) -> str:

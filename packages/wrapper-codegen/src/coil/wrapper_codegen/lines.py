@@ -2,7 +2,8 @@
 
 `Ref(name)` marks a variable inside argument trees; everything else in them is a literal
 (numbers, bools, None, torch.dtype, torch.device, lists/tuples of those) or a sympy expression
-over size symbols (dynamic shapes), which emitters print as integer arithmetic.
+over size symbols (dynamic shapes), which emitters print as integer arithmetic (a relation
+between sizes, the condition of a run-time assert, prints as a bool).
 Sizes, strides, offsets and grids are ints or sympy expressions (typed Any below).
 """
 
@@ -102,15 +103,40 @@ class KernelCall:
     sizes: tuple[Any, ...]
 
 
+# what BindSymbol reads of its source
+BIND_ATTRS = ("value", "int", "size", "stride", "storage_offset")
+
+
+@dataclass(frozen=True)
+class BindSymbol:
+    """Bind size symbol `name` to a value read from wrapper variable `source`: `attr` "value"
+    (`source` itself), "int" (`int(source)`, a bool as 0/1), "size" or "stride" (`source.size(dim)`,
+    `source.stride(dim)`) or "storage_offset" (`source.storage_offset()`), divided exactly by
+    `divisor`. The data-dependent sizes an extern's results determine (unbacked symbols)."""
+
+    name: str
+    source: str
+    attr: str
+    dim: int = 0
+    divisor: int = 1
+
+    def __post_init__(self) -> None:
+        if self.attr not in BIND_ATTRS:
+            raise ValueError(f"BindSymbol({self.name!r}): attr {self.attr!r} is none of {BIND_ATTRS}")
+
+
 @dataclass(frozen=True)
 class ExternCall:
-    """results = op(*args, **kwargs). `results` mirrors the op's return (names or None)."""
+    """results = op(*args, **kwargs). `results` mirrors the op's return (names or None; a scalar
+    result is a name too). `binds` then bind the size symbols the results determine, before the
+    `expect` layouts (which may use them) are enforced."""
 
     op: str
     args: tuple[Any, ...]
     kwargs: tuple[tuple[str, Any], ...]
     results: Any
     expect: tuple[tuple[str, tuple[Any, ...], tuple[Any, ...]], ...]  # (name, size, stride) to enforce
+    binds: tuple[BindSymbol, ...] = ()
 
 
 @dataclass(frozen=True)

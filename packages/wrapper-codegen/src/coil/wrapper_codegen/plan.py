@@ -24,6 +24,7 @@ from coil.scheduler.ordering import step_reads, step_writes
 from coil.wrapper_codegen.inplace import inplace_scatters, kernel_stores
 from coil.wrapper_codegen.lines import (
     Allocate,
+    BindSymbol,
     CheckInput,
     ExternCall,
     Free,
@@ -36,10 +37,7 @@ from coil.wrapper_codegen.lines import (
     Unpack,
     View,
 )
-
-
-class DynamicShapeError(NotImplementedError):
-    """A size the wrapper cannot compute at run time (a symbol no input binds)."""
+from coil.wrapper_codegen.symbols import check_bound
 
 
 def ints(xs: Sequence[Any]) -> tuple[Any, ...]:
@@ -98,6 +96,10 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     any step) makes the wrapper raise ValueError on an input of another shape, stride, dtype or
     device than the graph was compiled for, so no kernel runs on memory it was not made for.
     Leave it off where the caller already guards inputs (Dynamo does).
+
+    An extern defining data-dependent sizes binds them right after its call (`ExternCall.binds`,
+    its scalar result); a size symbol any line uses before a line binds it raises
+    DynamicShapeError (`check_bound`).
     """
     g = sched.graph
     lines = _input_lines(g, check_inputs)
@@ -110,6 +112,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
         builder.step(i, st)
     builder.views_done.clear()
     lines.append(Return(tuple(builder.ref(o) for o in g.outputs)))
+    check_bound(lines)
     return WrapperProgram(lines, constants, builder.plan, builder.fallback_ops, builder.blockers)
 
 
@@ -133,6 +136,19 @@ def _input_lines(g: LoweredGraph, check_inputs: bool) -> list[Line]:
         lines += [CheckInput(b.name, b.index, ints(b.layout.size), ints(b.layout.stride), b.layout.dtype,
                              b.layout.device) for b in g.inputs if isinstance(b, InputBuffer)]
     return lines
+
+
+def _aliasing_results(steps: Sequence[Any]) -> set[str]:
+    """Results of ATen calls whose schema says they alias an argument (a view op run through
+    ATen, e.g. a slice at a data-dependent start): their storage is the argument's."""
+    out: set[str] = set()
+    for st in steps:
+        op = getattr(st, "kernel", None)
+        if isinstance(st, KernelGroup | Scatter) or not isinstance(op, torch._ops.OpOverload):
+            continue
+        if any(r.alias_info is not None for r in op._schema.returns):
+            out.update(b.name for b in st.outputs)
+    return out
 
 
 @dataclass
@@ -195,6 +211,11 @@ class _Builder:
         self.fallback_ops: list[str] = []
         self.blockers: dict[int, str] = {}
         self.device = graph_device(g)
+        # size symbols bound so far (inputs' sizes, extern results) and the asserts that a
+        # symbol defined twice asks for
+        self.bound: set[str] = {line.name for line in lines if isinstance(line, SizeOf)}
+        self.bound |= {b.symbol.name for b in g.inputs if isinstance(b, SymbolInput)}
+        self.checks: list[tuple[str, str]] = []
 
     def current(self, name: str) -> str:
         """The buffer that holds `name`'s storage last (itself unless scatters take it over)."""
@@ -210,9 +231,12 @@ class _Builder:
         self.inplace = inplace_scatters(self.steps, self.buffers, life.last, life.out_storage | self.inputs)
         self.renamed = {base: out for out, base in self.inplace.items()}
         lifetimes = []
+        aliases = _aliasing_results(self.steps)
         for b in [w for st in self.steps for w in step_writes(st)]:
             if b in self.inplace:
                 continue  # its storage's lifetime is its base's
+            if b in aliases:
+                continue  # a view of an argument's storage: not the wrapper's to hand on
             buf = self.buffers[b]
             extent = sympy.sympify(buf.layout.storage_extent())
             pool = f"{buf.layout.device}/{buf.layout.dtype}"
@@ -313,14 +337,56 @@ class _Builder:
         # results nothing reads are not laid out (ATen may return them other than the meta
         # function says: embedding_bag's offset2bag is empty on some CPU paths)
         unused = set(self.freed_by_step.get(i, []))
-        expect = tuple((b.name, ints(b.layout.size), ints(b.layout.stride)) for b in st.outputs
-                       if b.name not in unused)
-        results = self.ref(st.results) if st.results is not None else None
+        results = self.result_refs(st.results)
+        binds = tuple(BindSymbol(self.bind_name(b.symbol.name), b.source, b.attr, b.dim, b.divisor)
+                      for b in st.bindings)
+        # a symbol this call defines again is laid out by its own value here; the check follows
+        again = dict(self.checks)
+
+        def own(e: Any) -> Any:
+            e = sympy.sympify(e)
+            return e.xreplace({s: sympy.Symbol(again[s.name], integer=True) for s in e.free_symbols if s.name in again})
+
+        expect = tuple((b.name, ints([own(e) for e in b.layout.size]), ints([own(e) for e in b.layout.stride]))
+                       for b in st.outputs if b.name not in unused)
         call = ExternCall(op_name(st.kernel), self.ref(st.args), tuple((k, self.ref(v)) for k, v in st.kwargs.items()),
-                          results, expect if st.fallback else ())
+                          results, expect if st.fallback else (), binds)
         why = capture_blocker(st, self.device)
         if why is not None:
             self.blockers[len(self.lines)] = why
         self.lines.append(call)
+        self.lines.extend(self.symbol_checks())
         for w in step_writes(st):
             self.live_storage[w] = w
+
+    def result_refs(self, results: Any) -> Any:
+        """An extern's results as the wrapper's names: Refs for buffers and for a scalar result
+        (a sympy Symbol: the variable of that name), None for unused ones."""
+        if isinstance(results, Buffer):
+            return Ref(results.name)
+        if isinstance(results, sympy.Symbol):
+            return Ref(self.bind_name(results.name))
+        if isinstance(results, list | tuple):
+            return type(results)(self.result_refs(r) for r in results)
+        return None
+
+    def bind_name(self, symbol: str) -> str:
+        """The variable a newly defined size symbol is bound to: the symbol's own name, or,
+        when an earlier line bound it already (two ATen calls define one symbol), a fresh name
+        that `checks` then compares with the first value (a run-time assert, as torch's)."""
+        if symbol not in self.bound:
+            self.bound.add(symbol)
+            return symbol
+        again = f"{symbol}_again{len(self.checks)}"
+        self.checks.append((symbol, again))
+        return again
+
+    def symbol_checks(self) -> list[Line]:
+        """The asserts `bind_name` asked for since the last call."""
+        out: list[Line] = []
+        for symbol, again in self.checks:
+            same = sympy.Eq(sympy.Symbol(symbol, integer=True), sympy.Symbol(again, integer=True))
+            out.append(ExternCall(op_name(torch.ops.aten._assert_scalar.default),
+                                  (same, f"the size {symbol} differs between the ATen calls defining it"), (), None, ()))
+        self.checks.clear()
+        return out

@@ -17,7 +17,7 @@ segment 3 lives until segment 3 has it, and not longer.
 
 The lines before the first step (`CheckInput`) go to the first segment; the views the `Return`
 needs go to the last. `None` when there is nothing to split (no blocker) or the program has
-symbolic sizes (dynamic shapes: the whole graph is uncapturable anyway).
+symbolic sizes or binds size symbols (dynamic shapes: the whole graph is uncapturable anyway).
 """
 
 from __future__ import annotations
@@ -140,7 +140,8 @@ def _groups(lines: list[Line], blockers: dict[int, str]) -> tuple[list[tuple[lis
 def split_segments(program: WrapperProgram) -> SegmentedProgram | None:
     """The program as segments (module docstring), or None when there is nothing to split."""
     lines = program.lines
-    if not program.blockers or any(isinstance(ln, SizeOf) or _symbolic(ln) for ln in lines):
+    if not program.blockers or any(isinstance(ln, SizeOf) or _symbolic(ln) or (isinstance(ln, ExternCall) and ln.binds)
+                                   for ln in lines):
         return None
     if not lines or not isinstance(lines[0], Unpack) or not isinstance(lines[-1], Return):
         raise ValueError("split_segments: a wrapper program starts with Unpack and ends with Return")
