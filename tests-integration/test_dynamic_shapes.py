@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from coil.backend import COMPILED
@@ -96,3 +100,186 @@ def test_cross_entropy_training_with_symbolic_batch_and_classes(device: torch.de
             torch.testing.assert_close(x.grad, x_ref.grad)
     assert sorted(s.name.split("_")[0] for s in COMPILED) == ["backward", "forward"]
     assert all(s.eager_fallback is None and s.fallbacks == [] for s in COMPILED)
+
+
+# -- models at new batch sizes and sequence lengths (Dynamo's automatic dynamic) -------------------
+# The first call compiles static shapes; the second changes both dims, so Dynamo recompiles with
+# batch and sequence symbolic, and that graph must serve every later shape: two compiles at most
+# (a guard coil added while compiling would specialise a size and force more).
+BATCHES, SEQS = (2, 3, 5), (3, 4, 6)
+SHAPES = [(2, 3), (3, 4)] + [(b, s) for b in BATCHES for s in SEQS if (b, s) not in ((2, 3), (3, 4))]
+
+
+def _compiled_natively(max_compiles: int) -> None:
+    """Every graph coil compiled ran natively (none eagerly) and each kind compiled at most
+    `max_compiles` times."""
+    assert COMPILED, "nothing compiled"
+    assert all(s.eager_fallback is None for s in COMPILED), [(s.name, s.eager_fallback) for s in COMPILED]
+    kinds = [s.name.split("_")[0] for s in COMPILED]
+    for kind in set(kinds):
+        assert kinds.count(kind) <= max_compiles, kinds
+
+
+class _MHA(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+def _model(name: str) -> torch.nn.Module:
+    if name == "mha":
+        return _MHA()
+    # SiLU, not ReLU or GELU: in eval mode under no_grad eager then skips its fused encoder-layer
+    # kernel (one ATen op), so the layer's own attention, norms and MLP are what coil compiles
+    return torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, activation=_F.silu,
+                                            batch_first=True)
+
+
+@pytest.mark.parametrize("name", ["mha", "encoder_layer"])
+def test_attention_inference_at_new_batch_and_sequence_lengths(name: str, device: torch.device) -> None:
+    torch.manual_seed(0)
+    model = _model(name).to(device).eval()
+    compiled = torch.compile(model, backend="coil")
+    with knobs.override(fallback_on_error=False), torch.no_grad():
+        for b, s in SHAPES:
+            x = torch.randn(b, s, 8, device=device)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-4)
+    _compiled_natively(max_compiles=2)
+
+
+@pytest.mark.parametrize("name", ["mha", "encoder_layer"])
+def test_attention_training_at_new_batch_and_sequence_lengths(name: str, device: torch.device) -> None:
+    torch.manual_seed(0)
+    model = _model(name).to(device).train()
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="coil")
+    with knobs.override(fallback_on_error=False):
+        for b, s in SHAPES:
+            x = torch.randn(b, s, 8, device=device)
+            model.zero_grad()
+            reference.zero_grad()
+            out = compiled(x)
+            out.square().sum().backward()
+            ref = reference(x)
+            ref.square().sum().backward()
+            torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+            for (pname, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=pname)
+    _compiled_natively(max_compiles=2)
+
+
+def _train_marked_dynamic(device: torch.device) -> None:
+    """A training step of a small encoder layer with batch and sequence marked dynamic: one
+    forward and one backward graph serve three shapes."""
+    torch.manual_seed(0)
+    model = _model("encoder_layer").to(device).train()
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="coil")
+    with knobs.override(fallback_on_error=False):
+        for b, s in ((2, 3), (3, 5), (4, 4)):
+            x = torch.randn(b, s, 8, device=device)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(x, 1)
+            out = compiled(x)
+            out.sum().backward()
+            ref = reference(x)
+            ref.sum().backward()
+            torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+            for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+            model.zero_grad()
+            reference.zero_grad()
+    _compiled_natively(max_compiles=1)
+
+
+def test_training_with_batch_and_sequence_marked_dynamic(device: torch.device) -> None:
+    _train_marked_dynamic(device)
+
+
+def test_debug_dir_does_not_change_what_is_compiled(tmp_path: Path, device: torch.device) -> None:
+    """The debug dir writes each graph's repro from its inputs' example sizes: reading them must
+    not guard (specialise) the symbolic sizes, or a marked-dynamic dim would violate its
+    constraint and automatic dynamic would recompile per shape."""
+    with knobs.override(debug_dir=str(tmp_path)):
+        _train_marked_dynamic(device)
+    for stats in COMPILED:
+        inputs = json.loads((tmp_path / stats.name / "repro_inputs.json").read_text())["inputs"]
+        assert inputs, stats.name
+        assert not (tmp_path / stats.name / "error.txt").exists()
+
+
+# -- data-dependent sizes (unbacked symbols) ---------------------------------------------------------
+
+
+def _masked_double(x: torch.Tensor) -> torch.Tensor:
+    return x[torch.nonzero(x > 0, as_tuple=True)] * 2
+
+
+def test_captured_nonzero_compiles_natively(device: torch.device) -> None:
+    """nonzero's count is an unbacked symbol: bound after the nonzero call, then used by the
+    kernels and the runtime asserts Dynamo derived (0 <= u0 <= numel)."""
+    compiled = torch.compile(_masked_double, backend="coil")
+    torch.manual_seed(0)
+    with knobs.override(fallback_on_error=False), torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        for n in (10, 10, 10):
+            x = torch.randn(n, device=device)
+            torch.testing.assert_close(compiled(x), _masked_double(x))
+        x = torch.zeros(10, device=device)  # no element selected: an empty result
+        torch.testing.assert_close(compiled(x), _masked_double(x))
+    _compiled_natively(max_compiles=1)
+    assert "_assert_scalar" in COMPILED[0].wrapper_source
+
+
+def _checked_count(x: torch.Tensor) -> torch.Tensor:
+    idx = torch.nonzero(x)
+    torch._check(idx.shape[0] <= 4)
+    return idx * 2
+
+
+def test_runtime_asserts_on_unbacked_sizes_are_checked(device: torch.device) -> None:
+    compiled = torch.compile(_checked_count, backend="coil")
+    with knobs.override(fallback_on_error=False), torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        ok = torch.tensor([1.0, 0.0, 2.0, 0.0, 0.0, 3.0], device=device)
+        torch.testing.assert_close(compiled(ok), _checked_count(ok))
+        with pytest.raises(RuntimeError):
+            compiled(torch.ones(6, device=device))
+    _compiled_natively(max_compiles=1)
+
+
+def _narrow_at(x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    return torch.narrow(x, 0, start, 3) * 2
+
+
+def _narrow_at_one(x: torch.Tensor) -> torch.Tensor:
+    return torch.narrow(x, 0, torch.tensor(1), 3)
+
+
+def test_narrow_with_a_tensor_start(device: torch.device) -> None:
+    """The start is read with `.item()` (an unbacked symbol, bound by the read); the slice's
+    data-dependent offset is another, bound from the slice itself."""
+    with knobs.override(fallback_on_error=False), torch._dynamo.config.patch(capture_scalar_outputs=True):
+        compiled = torch.compile(_narrow_at, backend="coil")
+        x = torch.randn(6, 4, device=device)
+        for start in (1, 0, 3):
+            s = torch.tensor(start, device=device)
+            torch.testing.assert_close(compiled(x, s), _narrow_at(x, s))
+        x = torch.randn(6, 4, device=device)
+        torch.testing.assert_close(torch.compile(_narrow_at_one, backend="coil")(x), _narrow_at_one(x))
+    _compiled_natively(max_compiles=2)
+
+
+def _zeros_of_read_size(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(n.item(), device=x.device) + x.sum()
+
+
+def test_item_sizes_an_allocation(device: torch.device) -> None:
+    compiled = torch.compile(_zeros_of_read_size, backend="coil")
+    with knobs.override(fallback_on_error=False), torch._dynamo.config.patch(capture_scalar_outputs=True):
+        x = torch.randn(3, 4, device=device)
+        for n in (5, 2, 7):
+            s = torch.tensor(n, device=device)
+            torch.testing.assert_close(compiled(x, s), _zeros_of_read_size(x, s))
+    _compiled_natively(max_compiles=1)
