@@ -123,13 +123,7 @@ def _case_step(case: str) -> tuple[Any, Callable[[Any], None]]:
     """A `coil bench` model case's model and step (coil.bench.models)."""
     from coil.bench import models as bm
 
-    spec, kind = bm._split(case)
-    model = bm._model(spec)
-    inputs = spec.inputs(model)
-    if kind == "infer_bf16":
-        model = model.to(torch.bfloat16).eval()
-        return model, lambda m: bm._infer_step(spec, m, inputs)
-    return model, lambda m: bm._train_step(spec, m, inputs)
+    return bm.load(case)
 
 
 def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,

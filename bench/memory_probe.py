@@ -111,8 +111,8 @@ def main(argv: list[str]) -> int:
     original = measure.warm_peak
     current: list[str] = []
 
-    def probed(fn: Any) -> dict[str, Any]:
-        out = original(fn)
+    def probed(fn: Any, base: dict[str, float] | None = None) -> dict[str, Any]:
+        out = original(fn, base)
         print(json.dumps({"case": case, "mode": current[-1] if current else "?",
                           "peak_mib": round(out["peak_mib"], 1),
                           "peak_allocated_mib": round(out["peak_allocated_mib"], 1),

@@ -27,13 +27,7 @@ def _model(case: str) -> tuple[Any, Any]:
     """The model of a `coil bench` model case and its step function (coil.bench.models)."""
     from coil.bench import models as bm
 
-    spec, kind = bm._split(case)
-    m = bm._model(spec)
-    inputs = spec.inputs(m)
-    if kind == "infer_bf16":
-        m = m.to(torch.bfloat16).eval()
-        return m, lambda model: bm._infer_step(spec, model, inputs)
-    return m, lambda model: bm._train_step(spec, model, inputs)
+    return bm.load(case)
 
 
 def profile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:

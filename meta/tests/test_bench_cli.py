@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from coil.backend.cli.main import main
+from coil.bench import zoo
 from coil.bench.runner import select, suite_names
 
 
@@ -31,7 +32,9 @@ def test_bench_selects_subsets() -> None:
     assert select(["softmax"]) == ["softmax_bf16", "softmax_fp32"]
     assert select(["gpt2_train_amp", "sum_dim0_fp32"]) == ["gpt2_train_amp", "sum_dim0_fp32"]
     assert select(["resnet50"]) == ["resnet50_infer_bf16", "resnet50_train_amp"]
-    assert select([]) == suite_names() and len(suite_names()) == 16 + 10
+    # without names: the micro cases and the five hand-picked models; the zoo is asked for by name
+    assert select([]) == select(["micro", "models"]) and len(select([])) == 16 + 10
+    assert select(["all"]) == suite_names() and len(suite_names()) == 16 + 10 + 3 * len(zoo.names())
     with pytest.raises(ValueError, match="unknown case"):
         select(["nope"])
 

@@ -42,7 +42,8 @@ def test_each_compiled_mode_runs_that_many_processes(monkeypatch: pytest.MonkeyP
     calls: list[tuple[str, str, dict[str, str]]] = []
     seconds = iter([4.0, 3.0, 3.5, 9.0])
 
-    def fake(case: str, mode: str, env: dict[str, str]) -> tuple[float, list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    def fake(case: str, mode: str, env: dict[str, str], timeout_s: float = 600.0
+             ) -> tuple[float, list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
         calls.append((case, mode, env))
         n = len(calls)
         return next(seconds), [{"name": f"g{n}"}], {"peak_mib": float(n)}, {"traced": n}

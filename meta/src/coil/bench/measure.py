@@ -1,39 +1,73 @@
-"""How `coil bench` runs and measures one mode: the modes, fresh caches, timing, peak memory.
+"""How `coil bench` runs and measures one mode: the modes, fresh caches, timing, memory, counts.
 
-- `MODES` and `compile_mode(fn, mode)`: `fn` itself (eager), `torch.compile` (TorchInductor) or
-  `torch.compile(backend="coil")`.
+- `MODES` and `compile_mode(fn, mode)`: `fn` itself (eager), `torch.compile` default
+  (TorchInductor, no CUDA graphs), `torch.compile(mode="reduce-overhead")` (Inductor with CUDA
+  graphs), `torch.compile(backend="coil")` (coil's defaults: CUDA graphs on) and coil with CUDA
+  graphs off (`COIL_NOCG`). `PEERS` pairs each coil mode with the Inductor mode that makes the
+  same choice about CUDA graphs.
 - `cold_caches(root, tag)`: empty cache folders for Inductor, Triton and coil, set before the
   compile, in-memory kernel memos cleared; yields the cache environment a new process needs to
   compile again from those caches.
-- `do_bench(fn, warmup, rep)`: the median of `triton.testing.do_bench` (CUDA events), in ms.
-- `warm_peak(fn)`: device memory at the peak of one warm call (`torch.cuda.max_memory_reserved`
-  over the call after `empty_cache`; CUDA-graph pools are reserved memory too), and
+- `do_bench(fn, warmup, rep)`: the median of `triton.testing.do_bench` (CUDA events), in ms;
+  `loop_ms(fn, steps)`: wall-clock ms a step over a loop of `steps` calls (launch overhead and
+  host work included, which CUDA events between calls hide).
+- `baseline()`: the device memory the model and its inputs hold before any compile;
+  `warm_peak(fn, base)`: device memory at the peak of one warm call, and its growth over `base`;
   `memory_by_pool()`: what the caching allocator holds per pool.
-- `coil_graphs()`: what coil compiled in this process (kernels, fallbacks, eager graphs).
+- `coil_graphs()`, `coil_counts(graphs)`: what coil compiled in this process, and how many
+  graphs it compiled, ran eagerly after a compile error, and ATen fallbacks inside them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from coil.knobs import KNOBS, knobs
 
-MODES = ("eager", "inductor", "coil")
+MODES = ("eager", "inductor", "inductor_ro", "coil", "coil_nocg")
+# each coil mode and its fair peer: the Inductor mode with the same CUDA-graph choice
+PEERS = {"coil": "inductor_ro", "coil_nocg": "inductor"}
+# torch.compile(options=...) of the coil_nocg mode: coil's knobs for CUDA graphs, both off
+COIL_NOCG = {"cuda_graphs": False, "cuda_graphs_training": False}
+
+
+def is_coil(mode: str) -> bool:
+    """Whether `mode` compiles with coil (coil, coil_nocg)."""
+    return mode.startswith("coil")
 
 
 def compile_mode(fn: Any, mode: str) -> Any:
-    """`fn` as run by one bench mode: itself (eager), `torch.compile` (Inductor) or coil."""
+    """`fn` as run by one bench mode (MODES): itself (eager), `torch.compile` (inductor),
+    `torch.compile(mode="reduce-overhead")` (inductor_ro), `torch.compile(backend="coil")`
+    (coil) or the same with `options=COIL_NOCG` (coil_nocg). ValueError for any other mode."""
     import torch
 
     if mode == "eager":
         return fn
     if mode == "inductor":
         return torch.compile(fn)
-    return torch.compile(fn, backend="coil")
+    if mode == "inductor_ro":
+        return torch.compile(fn, mode="reduce-overhead")
+    if mode == "coil":
+        return torch.compile(fn, backend="coil")
+    if mode == "coil_nocg":
+        return torch.compile(fn, backend="coil", options=dict(COIL_NOCG))
+    raise ValueError(f"unknown bench mode {mode!r}; known: {', '.join(MODES)}")
+
+
+def mark_step(mode: str) -> None:
+    """What a training loop does before each step under `mode`: Inductor's CUDA-graph trees
+    (inductor_ro) are told that a new iteration begins (`torch.compiler.cudagraph_mark_step_begin`),
+    so that the previous step's outputs may be overwritten; nothing for the other modes."""
+    if mode == "inductor_ro":
+        import torch
+
+        torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]
 
 
 @contextlib.contextmanager
@@ -75,18 +109,47 @@ def do_bench(fn: Callable[[], object], warmup: int, rep: int) -> float:
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
-def warm_peak(fn: Callable[[], object]) -> dict[str, Any]:
+def loop_ms(fn: Callable[[], object], steps: int) -> float:
+    """Wall-clock milliseconds a call over a loop of `steps` calls of `fn`, synchronised before
+    and after the loop and nowhere inside it: what a user's loop sees, the host's work and the
+    launches included."""
+    import torch
+
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / steps * 1e3
+
+
+def baseline() -> dict[str, float]:
+    """The device memory held now, in MiB, after `empty_cache`: what the model, its gradients (if
+    any) and its inputs take before a mode compiles or runs anything (`base_allocated_mib`,
+    `base_reserved_mib`). `warm_peak` reports its growth over these."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return {"base_allocated_mib": torch.cuda.memory_allocated() / 2**20,
+            "base_reserved_mib": torch.cuda.memory_reserved() / 2**20}
+
+
+def warm_peak(fn: Callable[[], object], base: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Device memory at the peak of one warm call, in MiB: `peak_mib`, the most the process held
     (`torch.cuda.max_memory_reserved()` over the call, after `torch.cuda.empty_cache()` released
     the allocator's unused cached blocks), and `peak_allocated_mib`, the most allocated to tensors
     (`max_memory_allocated`; the difference is the caching allocator's rounding and
     fragmentation, and the free blocks of CUDA-graph pools).
 
-    Reserved rather than allocated memory, and absolute rather than above a baseline, so that
-    CUDA-graph replay is counted like eager allocation: a replay allocates nothing; it runs in
-    its pool's memory, reserved (and partly allocated to the outputs it hands out) before the
-    call. Both include the model's parameters, gradients and inputs, the same in every mode.
-    `after_call_by_pool`: `memory_by_pool()` after the call."""
+    Reserved rather than allocated memory, so that CUDA-graph replay is counted like eager
+    allocation: a replay allocates nothing; it runs in its pool's memory, reserved (and partly
+    allocated to the outputs it hands out) before the call. Both include the model's
+    parameters, gradients and inputs, the same in every mode; given `base` (`baseline()` before
+    the compile), `growth_allocated_mib` and `growth_reserved_mib` are the peaks over it: what
+    the mode needs beyond the model's own. `after_call_by_pool`: `memory_by_pool()` after the call."""
     import torch
 
     torch.cuda.synchronize()
@@ -97,6 +160,10 @@ def warm_peak(fn: Callable[[], object]) -> dict[str, Any]:
     out: dict[str, Any] = {"peak_mib": torch.cuda.max_memory_reserved() / 2**20,
                            "peak_allocated_mib": torch.cuda.max_memory_allocated() / 2**20}
     del r
+    if base is not None:
+        out.update(base)
+        out["growth_allocated_mib"] = out["peak_allocated_mib"] - base["base_allocated_mib"]
+        out["growth_reserved_mib"] = out["peak_mib"] - base["base_reserved_mib"]
     out["after_call_by_pool"] = memory_by_pool()
     return out
 
@@ -123,3 +190,20 @@ def coil_graphs() -> list[dict[str, Any]]:
 
     return [{"name": s.name, "kernels": s.kernels, "ir_ops": s.ir_ops, "externs": s.externs,
              "fallbacks": s.fallbacks, "eager_fallback": s.eager_fallback} for s in cb.COMPILED]
+
+
+def coil_counts(graphs: list[dict[str, Any]]) -> dict[str, int]:
+    """From `coil_graphs()`: `graphs_compiled` (graphs coil was given), `graphs_eager` (of those,
+    graphs run eagerly after a compile error: `GraphStats.eager_fallback`) and `aten_fallbacks`
+    (ATen ops run as fallbacks inside the compiled graphs, counted per graph)."""
+    return {"graphs_compiled": len(graphs),
+            "graphs_eager": sum(1 for g in graphs if g.get("eager_fallback")),
+            "aten_fallbacks": sum(len(g.get("fallbacks") or ()) for g in graphs)}
+
+
+def dynamo_graphs() -> int:
+    """How many graphs Dynamo traced in this process since its counters were last cleared
+    (`torch._dynamo.utils.counters`): one per graph break plus one."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])

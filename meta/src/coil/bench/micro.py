@@ -5,7 +5,7 @@ Each case runs in the bench's own process. Every mode compiles on fresh caches
 PyTorch benchmark harness's rule against an fp64 reference: RMSE(mode) <= 3 * RMSE(eager) +
 tol / 10 (tol 1e-2 for bf16, 1e-4 for fp32). Once every mode has compiled, the modes are timed in
 interleaved rounds (`--rounds`, default ROUNDS; coil.bench.rounds): a mode's time is the median
-of its rounds, and coil is compared with Inductor round by round. A case also reports achieved
+of its rounds, and the modes of coil.bench.pairs' PAIRS are compared round by round. A case also reports achieved
 GB/s (bytes of the inputs read + output written / median time) against a device-to-device copy
 of a same-size tensor measured in the same run.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coil.bench import measure
-from coil.bench.measure import MODES, compile_mode
+from coil.bench.measure import MODES, compile_mode, is_coil
 
 if TYPE_CHECKING:
     import torch
@@ -148,7 +148,8 @@ def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES, rounds: int = R
     """One micro case in every mode: each mode's cold compile and first call, accuracy and warm
     peak in turn; then the modes' times in `rounds` interleaved rounds (coil.bench.rounds),
     each round one `do_bench` median per mode. A mode's `ms` is the median of its rounds
-    (`ms_rounds` has them all); `coil_vs_inductor` compares the two round by round."""
+    (`ms_rounds` has them all); `<a>_vs_<b>` compares two modes round by round, for
+    coil.bench.pairs' PAIRS and coil against Inductor's default."""
     import torch
 
     base, dname = name.rsplit("_", 1)
@@ -170,7 +171,7 @@ def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES, rounds: int = R
     for mode in modes:
         r: dict[str, Any] = {}
         try:
-            if mode == "coil":
+            if is_coil(mode):
                 import coil.backend as cb
 
                 cb.reset()
@@ -187,8 +188,9 @@ def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES, rounds: int = R
                 r["rmse"] = rm
                 r["accuracy_ok"] = rm <= MULTIPLIER * e_rmse + tol / 10
                 r.update(measure.warm_peak(functools.partial(f, *inputs)))
-            if mode == "coil":
+            if is_coil(mode):
                 r["graphs"] = measure.coil_graphs()
+                r.update(measure.coil_counts(r["graphs"]))
             calls[mode] = functools.partial(f, *inputs)
         except Exception as exc:
             r["error"] = f"{type(exc).__name__}: {exc}"[:800]
@@ -203,10 +205,12 @@ def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES, rounds: int = R
 def _time_in_rounds(res: dict[str, Any], calls: dict[str, Callable[[], object]], rounds: int,
                     nbytes: int, copy_gbs: float) -> None:
     """Each compiled mode's `ms` (median of `rounds` interleaved rounds), GB/s and % of copy into
-    `res`, and the round-by-round comparison of coil with Inductor. The cold compiles reset
+    `res`, and the round-by-round comparisons of coil.bench.pairs' PAIRS and of coil with Inductor's
+    default. The cold compiles reset
     Dynamo, so every mode but the last compiles again on its first call here (into the last
     mode's cache folders), outside the timing."""
     import torch
+    from coil.bench.pairs import PAIRS
     from coil.bench.rounds import interleaved, paired
 
     with torch.no_grad():
@@ -225,5 +229,6 @@ def _time_in_rounds(res: dict[str, Any], calls: dict[str, Callable[[], object]],
         r["ms"] = statistics.median(ms_rounds)
         r["gbs"] = nbytes / (r["ms"] * 1e-3) / 1e9
         r["pct_copy"] = 100 * r["gbs"] / copy_gbs
-    if "coil" in times and "inductor" in times:
-        res["coil_vs_inductor"] = paired(times["coil"], times["inductor"])
+    for a, b in (*PAIRS, ("coil", "inductor")):
+        if a in times and b in times:
+            res[f"{a}_vs_{b}"] = paired(times[a], times[b])

@@ -1,9 +1,12 @@
-"""`coil bench`'s report: bench.md's table, the targets line by line, and the errors.
+"""`coil bench`'s report: bench.md's tables, the pairs, the targets line by line, and the errors.
 
-`render(report)` gives the Markdown of a run's report (the dict bench.json holds); `targets(report)`
-the lines that say where coil stands against eager and TorchInductor in that run (speed, copy
-bandwidth, first calls cold and warm, how each warm graph was served, Dynamo's share of a warm
-start, training peak memory, accuracy).
+`render(report)` gives the Markdown of a run's report (the dict bench.json holds): every row's
+time in every mode with the ratios of coil.bench.pairs' PAIRS, their geomeans and the rows where
+coil is slower, the model rows mode by mode (loop time, first calls, memory growth, accuracy,
+coil's graph counts), the micro rows' bandwidth; `targets(report)` the lines that say where coil
+stands against eager and TorchInductor in that run (speed, copy bandwidth, first calls cold and
+warm, how each warm graph was served, Dynamo's share of a warm start, training peak memory,
+accuracy).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from coil.bench import pairs
 from coil.bench.measure import MODES
 
 
@@ -31,37 +35,102 @@ def _speed(res: dict[str, Any], mode: str) -> float | None:
     return e / m if isinstance(e, float) and isinstance(m, float) and m > 0 else None
 
 
+def _modes(report: dict[str, Any]) -> list[str]:
+    """The modes of a run, in MODES order: the report's `modes`, else those its rows have."""
+    ran = report.get("modes") or [m for m in MODES if any(m in r for r in report["cases"].values())]
+    return [m for m in MODES if m in ran]
+
+
+def _ratio(res: dict[str, Any], a: str, b: str) -> str:
+    x, y = pairs.ms(res, a), pairs.ms(res, b)
+    return f"{x / y:.2f}" if x is not None and y is not None else "—"
+
+
+def _time_table(cases: dict[str, dict[str, Any]], modes: list[str]) -> list[str]:
+    """Every row's median time per mode, the PAIRS' ratios and each compiled mode's accuracy."""
+    shown = [(a, b) for a, b in pairs.PAIRS if a in modes and b in modes]
+    compiled = [m for m in modes if m != "eager"]
+    head = ["case", *(f"{m} ms" for m in modes), *(f"{a} / {b}" for a, b in shown),
+            "accuracy " + " / ".join(compiled)]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, res in cases.items():
+        if "skipped" in res or "error" in res:
+            what = f"skipped: {res['skipped']}" if "skipped" in res else f"ERROR: {str(res['error'])[:200]}"
+            out.append(f"| {name} | {what} |" + "|" * (len(head) - 2))
+            continue
+        cells = [name, *(_f(res.get(m, {}).get("ms"), ".3f") for m in modes),
+                 *(_ratio(res, a, b) for a, b in shown), " / ".join(_acc(res.get(m, {})) for m in compiled)]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _counts(r: dict[str, Any]) -> str:
+    if "graphs_compiled" not in r:
+        return "—"
+    return f"{r['graphs_compiled']} / {r['graphs_eager']} / {r['aten_fallbacks']}"
+
+
+def _mode_table(cases: dict[str, dict[str, Any]], modes: list[str]) -> list[str]:
+    """The model rows mode by mode: times, first calls, memory growth, accuracy, coil's counts."""
+    out = ["| case | mode | ms | loop ms | first call s | warm first call s | peak growth MiB alloc / reserved "
+           "| accuracy | coil graphs / eager / ATen fallbacks |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, res in cases.items():
+        if res.get("kind") != "model" or "skipped" in res or "error" in res:
+            continue
+        for m in modes:
+            r = res.get(m, {})
+            out.append(
+                f"| {name} | {m} | {_f(r.get('ms'), '.3f')} | {_f(r.get('loop_ms'), '.3f')} "
+                f"| {_f(r.get('first_call_s'), '.1f')} | {_f(r.get('warm_first_call_s'), '.1f')} "
+                f"| {_f(r.get('growth_allocated_mib'), '.0f')} / {_f(r.get('growth_reserved_mib'), '.0f')} "
+                f"| {_acc(r)} | {_counts(r)} |")
+    return out
+
+
+def _micro_table(cases: dict[str, dict[str, Any]], modes: list[str]) -> list[str]:
+    """The micro rows' achieved bandwidth per compiled mode and its share of the copy's."""
+    compiled = [m for m in modes if m != "eager"]
+    out = ["| case | GB/s " + " / ".join(compiled) + " | % of copy " + " / ".join(compiled) + " |", "|---|---|---|"]
+    for name, res in cases.items():
+        if res.get("kind") != "micro" or "skipped" in res:
+            continue
+        gbs = " / ".join(_f(res.get(m, {}).get("gbs"), ".0f") for m in compiled)
+        pct = " / ".join(_f(res.get(m, {}).get("pct_copy"), ".0f") for m in compiled)
+        out.append(f"| {name} | {gbs} | {pct} |")
+    return out
+
+
 def render(report: dict[str, Any]) -> str:
+    """bench.md: the run's versions and settings, the time table (every row, every mode, the
+    PAIRS' ratios), the pairs' geomeans and slower rows, the model rows mode by mode, the micro
+    rows' bandwidth, the targets and the errors."""
     cases: dict[str, dict[str, Any]] = report["cases"]
+    modes = _modes(report)
     lines = [f"coil bench — {report['date']}, {report['gpu']}, torch {report['torch']}, Triton {report['triton']}"
              + (f", transformers {report['transformers']}" if report.get("transformers") else ""), ""]
-    if report["copy_gbs"]:
+    settings = report.get("settings")
+    if settings:
+        lines += ["Settings: " + ", ".join(f"{k} {v}" for k, v in settings.items()) + ".", ""]
+    if report.get("copy_gbs"):
         lines.append("Device-to-device copy of a 16384x8192 tensor (read + write), same run: "
                      + ", ".join(f"{k} {v:.0f} GB/s" for k, v in report["copy_gbs"].items()) + ".")
         lines.append("")
-    lines += ["| case | eager ms | inductor ms | coil ms | inductor x eager | coil x eager | coil / inductor time "
-              "| first call s (ind / coil) | warm peak MiB (eager / ind / coil) | GB/s ind / coil | % of copy ind / coil "
-              "| accuracy ind / coil |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, res in cases.items():
-        if "skipped" in res:
-            lines.append(f"| {name} | skipped: {res['skipped']} |||||||||||")
-            continue
-        e, i, c = (res.get(m, {}) for m in ("eager", "inductor", "coil"))
-        si, sc = _speed(res, "inductor"), _speed(res, "coil")
-        ratio = c["ms"] / i["ms"] if isinstance(c.get("ms"), float) and isinstance(i.get("ms"), float) else None
-        micro = res.get("kind") == "micro"
-        lines.append(
-            f"| {name} | {_f(e.get('ms'), '.3f')} | {_f(i.get('ms'), '.3f')} | {_f(c.get('ms'), '.3f')} "
-            f"| {_f(si, '.2f')}x | {_f(sc, '.2f')}x | {_f(ratio, '.2f')} "
-            f"| {_f(i.get('first_call_s'), '.1f')} / {_f(c.get('first_call_s'), '.1f')} "
-            f"| {_f(e.get('peak_mib'), '.0f')} / {_f(i.get('peak_mib'), '.0f')} / {_f(c.get('peak_mib'), '.0f')} "
-            f"| {(_f(i.get('gbs'), '.0f') + ' / ' + _f(c.get('gbs'), '.0f')) if micro else '—'} "
-            f"| {(_f(i.get('pct_copy'), '.0f') + ' / ' + _f(c.get('pct_copy'), '.0f')) if micro else '—'} "
-            f"| {_acc(i)} / {_acc(c)} |")
-    lines.append("")
+    lines += ["Median time (do_bench), ms; a / b: a's time over b's (below 1: a is faster).", ""]
+    lines += [*_time_table(cases, modes), ""]
+    compared = pairs.lines(cases, modes)
+    if compared:
+        lines += ["Pairs (geometric mean of the rows' time ratios):"] + [f"- {t}" for t in compared] + [""]
+    if any(r.get("kind") == "model" and "skipped" not in r and "error" not in r for r in cases.values()):
+        lines += ["Model rows by mode (loop: wall-clock ms a step over a loop; growth: the peak over the "
+                  "model's own memory; first call: cold, new process unless the run was quick):", ""]
+        lines += [*_mode_table(cases, modes), ""]
+    if any(r.get("kind") == "micro" and "skipped" not in r for r in cases.values()):
+        lines += [*_micro_table(cases, modes), ""]
     lines += ["Targets (from this run):"] + [f"- {t}" for t in targets(report)]
-    errors = [f"{n} {m}: {r[m]['error']}" for n, r in cases.items() for m in MODES if "error" in r.get(m, {})]
+    errors = [f"{n}: {r['error']}" for n, r in cases.items() if "error" in r]
+    errors += [f"{n} {m}: {r[m]['error']}" for n, r in cases.items() for m in MODES
+               if isinstance(r.get(m), dict) and "error" in r[m]]
+    errors += [f"{n} reference: {r['reference_error']}" for n, r in cases.items() if "reference_error" in r]
     if errors:
         lines += ["", "Errors:"] + [f"- {x[:300]}" for x in errors]
     return "\n".join(lines) + "\n"

@@ -1,17 +1,27 @@
-"""`coil bench`: eager, torch.compile default (TorchInductor) and coil side by side.
+"""`coil bench`: eager, TorchInductor (default and reduce-overhead) and coil (with and without
+CUDA graphs) side by side.
 
-The suite is the micro cases (coil.bench.micro: fused operations, run in this process) and the
-model cases (coil.bench.models, each measured in a process of its own by coil.bench.model_runs).
+The suite (coil.bench.suite) is the micro cases (coil.bench.micro: fused operations, run in this
+process) and the model cases (coil.bench.models: the five hand-picked models and the zoo's, each
+measured in a process of its own by coil.bench.model_runs). The modes (`measure.MODES`):
+eager, `inductor` (torch.compile default, no CUDA graphs), `inductor_ro`
+(mode="reduce-overhead": CUDA graphs), `coil` (its defaults: CUDA graphs) and `coil_nocg`
+(CUDA graphs off); each coil mode's fair peer is the Inductor mode with the same CUDA-graph
+choice (coil.bench.pairs).
+
 For each case, on the same inputs, each mode in turn: `torch._dynamo.reset()`, fresh cache folders
 (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, COIL_CACHE_DIR set to new temp folders before the
 compile, in-memory kernel memos cleared: `measure.cold_caches`), the first call timed from
-`torch.compile` on (for a model case cold and warm, each in new processes), then the median of
-`triton.testing.do_bench` (CUDA events), the peak memory of one warm iteration
-(`measure.warm_peak`), and accuracy with the PyTorch benchmark harness's rule against an fp64
-reference: RMSE(mode) <= 3 * RMSE(eager) + tol / 10.
+`torch.compile` on (for a model case cold and warm, each in new processes, unless the run is
+quick), then the median of `triton.testing.do_bench` (CUDA events), the wall-clock time of a
+loop of steps, the peak memory of one warm iteration and its growth over the model's own
+(`measure.warm_peak`), accuracy with the PyTorch benchmark harness's rule against an fp64
+reference: RMSE(mode) <= 3 * RMSE(eager) + tol / 10, and for coil the graphs it compiled, ran
+eagerly after a compile error, and the ATen fallbacks inside them.
 
 `run` writes bench.json and bench.md (coil.bench.report) to --out after every case (a run cut
-short keeps what it measured); `select` expands case names and groups; `suite_names` lists them.
+short keeps what it measured); a model case that fails (build, compile, run, out of memory, its
+time budget) is a row with its error and the run goes on.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import contextlib
 import datetime
 import importlib
 import json
+import math
 import sys
 import tempfile
 import time
@@ -28,104 +39,78 @@ from pathlib import Path
 from typing import Any
 
 from coil.bench.measure import MODES
-from coil.bench.micro import DTYPES, MICRO, ROUNDS, Ctx, run_micro
-from coil.bench.model_runs import precompile_requested, run_model_in_process, warm_runs
-from coil.bench.models import EST_S, IMPORTED_BEFORE_THE_CLOCK, MODEL_CASES, SPECS
+from coil.bench.micro import ROUNDS, Ctx, run_micro
+from coil.bench.model_runs import CaseSettings, precompile_requested, run_model_in_process
+from coil.bench.models import IMPORTED_BEFORE_THE_CLOCK, estimate_s, model_cases
 from coil.bench.report import render
+from coil.bench.suite import select, suite_names
 
-MODELS = MODEL_CASES
-# rough seconds a case takes (all three modes, cold compiles): what --budget-s counts on
-_EST = EST_S
+__all__ = ["parse_modes", "run", "select", "suite_names"]
+
+# rough seconds a micro case takes (every mode, cold compiles): what --budget-s counts on
 _EST_MICRO = 15.0
 
 
-def suite_names() -> list[str]:
-    """Every case name, in run order."""
-    return [f"{m.base}_{d}" for d in DTYPES for m in MICRO] + list(MODELS)
-
-
-def select(names: Sequence[str]) -> list[str]:
-    """Expand names (exact, a micro base name such as 'softmax', 'micro', 'models', 'all')."""
-    every = suite_names()
-    if not names:
-        return every
-    out: list[str] = []
-    for n in names:
-        if n == "all":
-            hit = every
-        elif n == "micro":
-            hit = [c for c in every if c not in MODELS]
-        elif n == "models":
-            hit = list(MODELS)
-        elif n in SPECS:
-            hit = [c for c in MODELS if c.startswith(n + "_")]
-        else:
-            hit = [c for c in every if c == n or c.rsplit("_", 1)[0] == n]
-        if not hit:
-            raise ValueError(f"unknown case {n!r}; known: {', '.join(every)}")
-        out += [c for c in hit if c not in out]
-    return out
+def parse_modes(modes: Sequence[str]) -> tuple[str, ...]:
+    """The modes asked for, in MODES's order; ValueError for an unknown one or none."""
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ValueError(f"unknown modes {bad} (known: {', '.join(MODES)})" if bad else "no modes")
+    return tuple(m for m in MODES if m in modes)
 
 
 def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequence[str] = MODES,
-        rounds: int = ROUNDS) -> int:
+        rounds: int = ROUNDS, settings: CaseSettings | None = None, case_budget_s: float | None = None) -> int:
     """Run the selected cases in `modes` (a subset of MODES, in MODES's order), micro cases timed
-    in `rounds` interleaved rounds; write bench.json and bench.md to out_dir after each. Exit code."""
+    in `rounds` interleaved rounds, model cases measured as `settings` say (CaseSettings: warm
+    runs, quick, loop steps), each in at most `case_budget_s` seconds and all within `budget_s`
+    (a case that would not fit is skipped; a model case is stopped at what is left); write
+    bench.json and bench.md to out_dir after each. Exit code: 0 when every compiled mode of
+    every case passed accuracy, 1 otherwise, 2 without CUDA or for a bad argument."""
     import torch
 
     if not torch.cuda.is_available():
         print("coil bench: needs a CUDA GPU (torch.cuda.is_available() is False); nothing was measured.",
               file=sys.stderr)
         return 2
+    settings = settings or CaseSettings()
     try:
         cases = select(names)
         if rounds < 1:
             raise ValueError(f"--rounds must be at least 1, got {rounds}")
-        bad = [m for m in modes if m not in MODES]
-        if bad or not modes:
-            raise ValueError(f"unknown modes {bad} (known: {', '.join(MODES)})" if bad else "no modes")
-        modes = tuple(m for m in MODES if m in modes)
+        modes = parse_modes(modes)
+        if case_budget_s is not None and case_budget_s <= 0:
+            raise ValueError(f"--case-budget-s must be positive, got {case_budget_s}")
+        runs = settings.runs()
     except ValueError as exc:
         print(f"coil bench: {exc}", file=sys.stderr)
         return 2
-    import triton
-
     importlib.import_module(IMPORTED_BEFORE_THE_CLOCK)
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tv = None
-    with contextlib.suppress(Exception):
-        import transformers
-
-        tv = transformers.__version__
-    report: dict[str, Any] = {
-        "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "triton": triton.__version__, "transformers": tv, "budget_s": budget_s, "copy_gbs": {},
-        "precompile": precompile_requested(), "rounds": rounds, "warm_runs": warm_runs(),
-        "rule": "RMSE(mode vs fp64) <= 3 * RMSE(eager vs fp64) + tol/10; tol 1e-2 bf16, 1e-4 fp32",
-        "cases": {},
-    }
+    report = _header(budget_s, rounds, modes, settings, runs, case_budget_s)
     ctx = Ctx(Path(tempfile.mkdtemp(prefix="coil-bench-")))
     start = time.perf_counter()
     ok = True
+    models = set(model_cases())
     for name in cases:
         elapsed = time.perf_counter() - start
-        est = _EST.get(name, _EST_MICRO)
-        if elapsed + est > budget_s:
+        est = (estimate_s(name, modes, quick=settings.quick, warm_runs=runs) if name in models else _EST_MICRO)
+        if elapsed + min(est, case_budget_s or math.inf) > budget_s:
             report["cases"][name] = {"skipped": f"time budget ({elapsed:.0f} s used of {budget_s:.0f})"}
             print(f"[bench] {name}: skipped (budget)", flush=True)
             continue
         t0 = time.perf_counter()
         print(f"[bench] {name} ...", flush=True)
-        if name in MODELS:
-            res = run_model_in_process(name, ctx.root, tuple(modes))
+        if name in models:
+            limit = min(case_budget_s or math.inf, budget_s - elapsed)
+            res = run_model_in_process(name, ctx.root, modes, settings, None if math.isinf(limit) else limit)
         else:
             res = run_micro(name, ctx, modes, rounds)
         res["case_s"] = time.perf_counter() - t0
         report["cases"][name] = res
         report["copy_gbs"] = ctx.copy_gbs
-        ok &= all(res.get(m, {}).get("accuracy_ok") is True for m in ("inductor", "coil") if m in modes)
+        ok &= "error" not in res and all(res.get(m, {}).get("accuracy_ok") is True for m in modes if m != "eager")
         brief = {m: {k: res.get(m, {}).get(k) for k in ("ms", "first_call_s", "accuracy_ok", "error")} for m in modes}
         print(f"[bench] {name} done in {res['case_s']:.0f} s: {json.dumps(brief, default=str)[:600]}", flush=True)
         (out / "bench.json").write_text(json.dumps(report, indent=2, default=str))
@@ -136,3 +121,26 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
     (out / "bench.md").write_text(md)
     print(md, flush=True)
     return 0 if ok else 1
+
+
+def _header(budget_s: float, rounds: int, modes: tuple[str, ...], settings: CaseSettings, runs: int,
+            case_budget_s: float | None) -> dict[str, Any]:
+    """bench.json's head: date, GPU and versions, the run's settings, and an empty `cases`."""
+    import torch
+    import triton
+
+    tv = None
+    with contextlib.suppress(Exception):
+        import transformers
+
+        tv = transformers.__version__
+    return {
+        "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "triton": triton.__version__, "transformers": tv, "budget_s": budget_s, "copy_gbs": {},
+        "precompile": precompile_requested(), "rounds": rounds, "warm_runs": runs, "modes": list(modes),
+        "settings": {"modes": ",".join(modes), "first calls": "bench process (quick)" if settings.quick
+                     else f"new processes, {runs} warm", "loop steps": settings.loop_steps,
+                     "case budget s": case_budget_s, "rounds": rounds},
+        "rule": "RMSE(mode vs fp64) <= 3 * RMSE(eager vs fp64) + tol/10; tol 1e-2 bf16, 1e-4 fp32",
+        "cases": {},
+    }

@@ -1,0 +1,86 @@
+"""The command line of `coil bench`: its arguments and what runs them.
+
+`add_arguments(parser)` declares them on an argparse parser and `run_args(args, parser)` runs
+a parsed command line: `--list` prints the cases (those the names select, or every case),
+otherwise `coil.bench.runner.run`. `main(argv)` is `python -m coil.bench`, the same command on
+its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from coil.bench.measure import MODES
+from coil.bench.micro import ROUNDS
+from coil.bench.model_runs import CaseSettings
+from coil.bench.runner import run
+from coil.bench.suite import select, suite_names
+from coil.knobs import knobs
+
+DESCRIPTION = ("Run eager, torch.compile (TorchInductor: default and reduce-overhead) and coil (with and "
+               "without CUDA graphs) side by side, one model case a process, and write bench.json and bench.md.")
+EPILOG = ("names: a case, a micro op (softmax), a model (gpt2, zoo_llama, llama), a group (all, micro, "
+          "models, zoo, zoo-decoder, zoo-encoder, zoo-encdec, zoo-vision) or a family (gpt-neox, swin); "
+          "NAME:infer, NAME:train or NAME:accum keeps one step kind (zoo-vision:infer). Default: micro models. "
+          "`--list NAMES` prints what they select.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare `coil bench`'s arguments on `parser`."""
+    parser.add_argument("names", nargs="*", metavar="NAMES", help="cases or groups to run (default: micro models)")
+    parser.add_argument("--out", default="bench-out", help="folder for bench.json and bench.md (default: bench-out)")
+    parser.add_argument("--budget-s", type=float, default=480.0,
+                        help="skip cases that would not finish within this many seconds in all (default: 480)")
+    parser.add_argument("--case-budget-s", type=float, default=None, metavar="S",
+                        help="model cases: stop a case after S seconds; the modes it finished keep their figures")
+    parser.add_argument("--list", action="store_true", help="print the cases NAMES select (default: every case) and exit")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help=f"comma list of the modes to run (default: {','.join(MODES)})")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help=f"micro cases: time the modes in this many interleaved rounds and report each "
+                             f"mode's median (default: {ROUNDS})")
+    parser.add_argument("--warm-runs", type=int, default=None, metavar="N",
+                        help="model cases: run each compiled mode's warm start in N new processes and report "
+                             "their median; 0 for none (default: 3)")
+    parser.add_argument("--quick", action="store_true",
+                        help="model cases: start no first-call processes: the bench's process compiles each mode "
+                             "on empty caches and times that first call; no warm starts")
+    parser.add_argument("--loop-steps", type=int, default=20, metavar="N",
+                        help="model cases: steps of the wall-clock loop (default: 20)")
+    parser.add_argument("--precompile", action="store_true",
+                        help="model cases: the cold and the warm first-call processes of every mode run under "
+                             "torch's caching precompile (TORCH_CACHING_PRECOMPILE=1; the cold one saves Dynamo's "
+                             "package), so that the warm one can skip Dynamo's tracing")
+
+
+def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run a command line `add_arguments` parsed; `parser.error` (exit 2) for a bad value."""
+    if args.list:
+        try:
+            print("\n".join(select(args.names) if args.names else suite_names()))
+        except ValueError as exc:
+            parser.error(str(exc))
+        return 0
+    if args.warm_runs is not None and args.warm_runs < 0:
+        parser.error(f"--warm-runs {args.warm_runs}: expected 0 or more")
+    if args.loop_steps < 1:
+        parser.error(f"--loop-steps {args.loop_steps}: expected a positive integer")
+    if args.warm_runs:
+        knobs.export(bench_warm_runs=args.warm_runs)  # the default of every case process
+    if args.precompile:
+        knobs.export(bench_precompile=True)  # read by each model case's process
+    settings = CaseSettings(warm_runs=args.warm_runs, quick=args.quick, loop_steps=args.loop_steps)
+    return run(args.names, args.out, args.budget_s, [m for m in args.modes.split(",") if m],
+               ROUNDS if args.rounds is None else args.rounds, settings, args.case_budget_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m coil.bench [NAMES ...] [options]`: `coil bench` on its own."""
+    parser = argparse.ArgumentParser(prog="python -m coil.bench", description=DESCRIPTION, epilog=EPILOG)
+    add_arguments(parser)
+    return run_args(parser.parse_args(argv), parser)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The steps a model case of `coil bench` times, and how each is checked against fp64.
+
+Step kinds (`STEPS`; a case is `<spec>_<step>`):
+
+* `infer_bf16`: the model in bf16, `eval()`, under `torch.no_grad()` (inputs cast to bf16 once);
+* `train_amp`: one training step: `zero_grad`, forward and loss under
+  `torch.autocast(bfloat16)` with fp32 weights, backward (no optimizer);
+* `train_accum`: gradient accumulation: `zero_grad`, then ACCUM_MICRO_STEPS micro-steps of
+  forward, loss and backward under the same autocast, without `zero_grad` between them (the
+  gradients add up in `.grad`); one call is the whole accumulation, its result the summed loss.
+
+Before each step the mode's step marker runs (`measure.mark_step`: Inductor's CUDA-graph trees
+learn that an iteration begins), as a training loop under that mode would.
+
+Accuracy follows the PyTorch benchmark harness's rule against an fp64 copy of the model run
+without autocast (`reference`): RMSE(mode) <= MULTIPLIER * RMSE(eager) + TOL / 10 for the output
+(inference) or for the loss and every gradient (training), checked on call ACCURACY_CALL: a
+CUDA-graph runner returns its eager warm-up from the first call and replays from the second (or
+third) on.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from coil.bench import spec as _spec
+from coil.bench.measure import mark_step
+from coil.bench.spec import Inputs, ModelSpec, cast_inputs
+
+STEPS = ("infer_bf16", "train_amp", "train_accum")
+ACCUM_MICRO_STEPS = 4
+TOL = 1e-2
+MULTIPLIER = 3.0
+ACCURACY_CALL = 3
+
+
+def _device_type() -> str:
+    return _spec.DEVICE.split(":")[0]
+
+
+def prepare(model: Any, inputs: Inputs, step: str) -> tuple[Any, Inputs]:
+    """The model and inputs as `step` runs them: bf16 and `eval()` for inference (the inputs'
+    floating tensors cast once), the fp32 training model and inputs otherwise."""
+    import torch
+
+    if step == "infer_bf16":
+        return model.to(torch.bfloat16).eval(), cast_inputs(inputs, torch.bfloat16)
+    return model, inputs
+
+
+def infer_step(spec: ModelSpec, model: Any, inputs: Inputs, mode: str = "eager") -> Any:
+    """The forward under `no_grad`: the tensor `spec.output` picks."""
+    import torch
+
+    mark_step(mode)
+    with torch.no_grad():
+        return spec.output(model, inputs)
+
+
+def train_step(spec: ModelSpec, model: Any, inputs: Inputs, mode: str = "eager", *, amp: bool = True) -> Any:
+    """`zero_grad`, the loss under bf16 autocast (fp32 without `amp`), backward; the loss."""
+    import torch
+
+    mark_step(mode)
+    model.zero_grad(set_to_none=True)
+    with torch.autocast(_device_type(), dtype=torch.bfloat16, enabled=amp):
+        loss = spec.loss(model, inputs)
+    loss.backward()
+    return loss.detach()
+
+
+def accum_step(spec: ModelSpec, model: Any, inputs: Inputs, mode: str = "eager", *, amp: bool = True,
+               micro_steps: int = ACCUM_MICRO_STEPS) -> Any:
+    """`zero_grad`, then `micro_steps` forward + loss + backward without `zero_grad` between
+    them: the gradients accumulate. The summed loss."""
+    import torch
+
+    mark_step(mode)
+    model.zero_grad(set_to_none=True)
+    total = None
+    for _ in range(micro_steps):
+        with torch.autocast(_device_type(), dtype=torch.bfloat16, enabled=amp):
+            loss = spec.loss(model, inputs)
+        loss.backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    return total
+
+
+_STEP_FNS: dict[str, Callable[..., Any]] = {"infer_bf16": infer_step, "train_amp": train_step,
+                                            "train_accum": accum_step}
+
+
+def make_step(spec: ModelSpec, step: str, model: Any, inputs: Inputs, mode: str = "eager") -> Callable[[], Any]:
+    """One call of `step` on `model` (the module or its compiled form) and `inputs`, under `mode`."""
+    return functools.partial(_STEP_FNS[step], spec, model, inputs, mode)
+
+
+def grads(model: Any) -> list[Any]:
+    """Copies of the model's gradients, in parameter order (those that have one)."""
+    return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+
+
+def checked(step: str, out: Any, model: Any) -> list[Any]:
+    """The tensors a step's accuracy is judged on: the output (inference), else the loss and
+    every gradient."""
+    return [out] if step == "infer_bf16" else [out, *grads(model)]
+
+
+def reference(spec: ModelSpec, step: str, base: Any, inputs: Inputs) -> list[Any]:
+    """The fp64 reference of `step`: a float64 copy of `base` (fp32, untouched) run without
+    autocast on float64 inputs; `checked`'s tensors."""
+    import torch
+
+    m64 = copy.deepcopy(base).to(torch.float64)
+    x64 = cast_inputs(inputs, torch.float64)
+    if step == "infer_bf16":
+        m64.eval()
+        return [infer_step(spec, m64, x64)]
+    fn = train_step if step == "train_amp" else accum_step
+    out = fn(spec, m64, x64, amp=False)
+    return checked(step, out, m64)
+
+
+def rmse(a: Any, ref: Any) -> float:
+    """Root mean square error of `a` against `ref`, in fp64 on `ref`'s device (the host: the
+    bench keeps its references there)."""
+    import torch
+
+    return float(torch.sqrt(torch.mean((a.detach().to(ref.device, torch.float64) - ref.double()) ** 2)))
+
+
+def ratios(got: list[Any], refs: list[Any], eager_rmse: list[float]) -> list[float]:
+    """Each checked tensor's RMSE against its reference over what the rule allows
+    (MULTIPLIER * eager's RMSE + TOL / 10): a ratio over 1 fails."""
+    return [rmse(a, b) / (MULTIPLIER * e + TOL / 10) for a, b, e in zip(got, refs, eager_rmse, strict=True)]

@@ -1,0 +1,195 @@
+"""`coil bench`'s model cases: the zoo's cases and how names select them, and how a case's row
+is assembled when a model, a mode or the case's process fails (on the CPU, with fakes: no GPU,
+no compiler)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from coil.bench import measure, model_runs, models, zoo
+from coil.bench import spec as bench_spec
+from coil.bench.cli import main as bench_main
+from coil.bench.model_runs import CaseSettings, run_killing_group, run_model, unfinished
+from coil.bench.spec import ModelSpec
+from coil.bench.suite import select, suite_names
+
+
+def test_every_zoo_model_is_three_cases_after_the_five() -> None:
+    names = suite_names()
+    for n in zoo.names():
+        for step in ("infer_bf16", "train_amp", "train_accum"):
+            assert f"zoo_{n}_{step}" in names
+    spec, step = models.split(f"zoo_{zoo.names()[0]}_train_accum")
+    assert (spec.group, spec.kind, step) == ("zoo", zoo.entry(zoo.names()[0]).kind, "train_accum")
+    assert names.index("vit_b16_train_amp") < names.index(f"zoo_{zoo.names()[0]}_infer_bf16")
+    with pytest.raises(ValueError, match="not a model case"):
+        models.split("gpt2_train_accum")  # the five have no accumulation case
+
+
+def test_names_select_zoo_models_groups_families_and_steps() -> None:
+    assert select(["gpt2"]) == ["gpt2_infer_bf16", "gpt2_train_amp"]  # the hand-picked GPT-2
+    steps = ("infer_bf16", "train_amp", "train_accum")
+    for n in zoo.names():
+        assert select([f"zoo_{n}"]) == [f"zoo_{n}_{s}" for s in steps]
+        if n not in models.SPECS:  # a zoo model's own name, where no hand-picked model has it
+            assert select([n]) == select([f"zoo_{n}"])
+    kinds = {zoo.entry(n).kind for n in zoo.names()}
+    for kind in kinds:
+        want = [f"zoo_{n}_{s}" for n in zoo.names() if zoo.entry(n).kind == kind
+                for s in ("infer_bf16", "train_amp", "train_accum")]
+        assert select([f"zoo-{kind}"]) == want
+    assert select(["zoo"]) == [c for c in suite_names() if c.startswith("zoo_")]
+    family = zoo.entry(zoo.names()[-1]).family  # any case will do: "GPT-NeoX" or "gpt-neox"
+    members = [n for n in zoo.names() if zoo.entry(n).family == family]
+    assert select([family.lower()]) == select([family.upper()]) == [f"zoo_{n}_{s}" for n in members for s in steps]
+    assert select(["zoo-vision:infer"]) == [f"zoo_{n}_infer_bf16" for n in zoo.names() if zoo.entry(n).kind == "vision"]
+    assert select(["models:train"]) == [f"{n}_train_amp" for n in ("gpt2", "bert_base", "llama_style", "resnet50",
+                                                                   "vit_b16")]
+    first = zoo.names()[0]
+    assert select(["zoo:accum", f"zoo_{first}"]) == [
+        *(f"zoo_{n}_train_accum" for n in zoo.names()), f"zoo_{first}_infer_bf16", f"zoo_{first}_train_amp"]
+    for bad in ("softmax:infer", "zoo-robots", "gpt2:eval"):
+        with pytest.raises(ValueError):
+            select([bad])
+
+
+def test_list_prints_what_the_names_select(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench_main(["--list", "zoo-vision:infer", "softmax"]) == 0
+    assert capsys.readouterr().out.split() == select(["zoo-vision:infer", "softmax"])
+    assert bench_main(["--list"]) == 0
+    assert capsys.readouterr().out.split() == suite_names()
+    with pytest.raises(SystemExit):
+        bench_main(["--list", "nope"])
+    assert "unknown case 'nope'" in capsys.readouterr().err
+
+
+def test_the_command_checks_its_numbers_and_needs_cuda(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for bad in (["--warm-runs", "-1"], ["--loop-steps", "0"]):
+        with pytest.raises(SystemExit):
+            bench_main(["llama", *bad])
+    assert "--loop-steps 0: expected a positive integer" in capsys.readouterr().err
+    assert bench_main(["zoo-decoder:infer", "--warm-runs", "0", "--quick", "--out", str(tmp_path)]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+class _Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.lin(x))
+
+
+def _tiny() -> tuple[Any, Any]:
+    torch.manual_seed(0)
+    return _Tiny(), (torch.randn(16, 8),)
+
+
+def _broken() -> tuple[Any, Any]:
+    raise ImportError("no module named 'timm'")
+
+
+def _spec(name: str, make: Any) -> ModelSpec:
+    return ModelSpec(name, "a tiny MLP", make, lambda m, x: m(*x), lambda m, x: m(*x).float().pow(2).mean(),
+                     steps=("infer_bf16", "train_amp", "train_accum"), family="Tiny", kind="vision", group="zoo")
+
+
+@pytest.fixture
+def cpu_bench(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model-case plumbing on the CPU: the device is the CPU, the CUDA memory calls are
+    fakes, do_bench runs the step once, and the compilers are stand-ins: every mode runs
+    eagerly except coil, whose compile fails."""
+    monkeypatch.setattr(bench_spec, "DEVICE", "cpu")
+    for fn in ("synchronize", "empty_cache", "reset_peak_memory_stats"):
+        monkeypatch.setattr(torch.cuda, fn, lambda: None)
+    sizes = {"memory_allocated": 100 * 2**20, "memory_reserved": 128 * 2**20,
+             "max_memory_allocated": 150 * 2**20, "max_memory_reserved": 192 * 2**20}
+    for fn, size in sizes.items():
+        monkeypatch.setattr(torch.cuda, fn, lambda size=size: size)
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: [])
+    monkeypatch.setattr(measure, "do_bench", lambda fn, warmup, rep: (fn(), 2.5)[1])
+    monkeypatch.setattr(models, "specs", lambda: {"tiny": _spec("tiny", _tiny), "broken": _spec("broken", _broken)})
+
+    def compile_mode(fn: Any, mode: str) -> Any:
+        if mode == "coil":
+            raise RuntimeError("coil: lowering failed")
+        return fn
+
+    monkeypatch.setattr(models, "compile_mode", compile_mode)
+
+
+def _cold(tag: str) -> Any:
+    return contextlib.nullcontext({})
+
+
+@pytest.mark.parametrize("step", ["infer_bf16", "train_amp", "train_accum"])
+def test_a_row_keeps_every_mode_and_a_failed_modes_error(cpu_bench: None, step: str) -> None:
+    written: list[str | None] = []
+    res = run_model(f"tiny_{step}", _cold, ("eager", "inductor", "coil", "coil_nocg"),
+                    CaseSettings(quick=True, loop_steps=2), lambda r: written.append(r.get("running")))
+    assert written == ["build", "eager", "inductor", "coil", "coil_nocg", None]
+    assert (res["group"], res["family"], res["step"]) == ("zoo", "Tiny", step)
+    assert res["tensors_checked"] == (1 if step == "infer_bf16" else 3)  # output, or loss + weight and bias grads
+    for mode in ("eager", "inductor", "coil_nocg"):
+        r = res[mode]
+        assert r["ms"] == 2.5 and r["loop_ms"] > 0 and r["accuracy_ok"] is True, r
+        assert r["growth_allocated_mib"] == 50.0 and r["growth_reserved_mib"] == 64.0
+        assert r["peak_where"] == "bench process" and "first_call_s" in r
+    assert res["coil"]["error"] == "RuntimeError: coil: lowering failed"
+    assert res["coil_nocg"]["graphs_compiled"] == 0 and res["coil_nocg"]["aten_fallbacks"] == 0
+
+
+def test_a_model_that_fails_to_build_is_a_row_with_its_error(cpu_bench: None) -> None:
+    res = run_model("broken_train_amp", _cold, ("eager", "coil"), CaseSettings(quick=True))
+    assert res["error"] == "build: ImportError: no module named 'timm'"
+    assert "eager" not in res and "running" not in res
+
+
+def test_a_case_process_cut_short_keeps_its_finished_modes() -> None:
+    modes = ("eager", "inductor", "coil", "coil_nocg")
+    partial = {"kind": "model", "eager": {"ms": 3.0}, "inductor": {"ms": 2.0}, "running": "coil"}
+    res = unfinished(dict(partial), modes, "timeout", 300.0)
+    assert res["eager"] == {"ms": 3.0} and "running" not in res
+    assert res["coil"] == {"error": "the case's time budget of 300 s ran out during this mode"}
+    assert res["coil_nocg"] == {"error": "the case's time budget of 300 s ran out before this mode"}
+    died = unfinished({"kind": "model", "running": "build"}, modes, -11, None)
+    assert died["error"] == "the case's process ended (exit -11) while building the model and its reference"
+    whole = {"kind": "model", **{m: {"ms": 1.0} for m in modes}}
+    assert unfinished(dict(whole), modes, 0, 300.0) == whole
+
+
+def test_settings_travel_to_the_case_process_as_json() -> None:
+    s = CaseSettings(warm_runs=0, quick=True, loop_steps=5, deadline=time.time() + 30)
+    assert CaseSettings.from_json(s.to_json()) == s and s.runs() == 0
+    assert 1.0 <= s.timeout_s() <= 30.0 and CaseSettings().timeout_s() == model_runs.FIRST_CALL_TIMEOUT_S
+    with pytest.raises(ValueError):
+        CaseSettings(warm_runs=-1)
+
+
+def test_a_case_over_its_budget_is_killed_with_what_it_started(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild"
+    code = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    t0 = time.monotonic()
+    assert run_killing_group([sys.executable, "-c", code], 3.0) == "timeout"
+    assert time.monotonic() - t0 < 30
+    pid = int(pid_file.read_text())
+    for _ in range(50):  # the grandchild is gone, or a zombie waiting for its new parent
+        status = Path(f"/proc/{pid}/status")
+        if not status.exists() or "\nState:\tZ" in status.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the case's own processes outlived its budget")
+    assert run_killing_group([sys.executable, "-c", "raise SystemExit(3)"], 30.0) == 3
