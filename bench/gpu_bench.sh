@@ -1,78 +1,83 @@
 #!/usr/bin/env bash
-# coil's benchmarks on the GPU machine: `coil bench` over the chosen suites, from the root of a
-# copy of the tree that carries coil's wheels in .whl/ (bench/README.md: how to build and carry
-# them, and the device call).
+# coil's benchmarks on the GPU machine: `coil bench` (python -m coil.bench) over the chosen
+# suites, from the root of a copy of the tree that carries coil's wheels in .whl/ (bench/README.md:
+# how to build and carry them, and the device call).
 #
 #   bash bench/gpu_bench.sh [SUITE|CASE ...] [-- COIL_BENCH_ARG ...]
 #
-# SUITE: micro (the default: the 16 micro cases), infer (the five bf16 inference cases), train
-# (the five AMP training steps), models (infer and train), all (micro and models); or any name
-# `coil bench --list` shows: a case (resnet50_train_amp), a model (gpt2: its two cases) or a micro
-# base name (softmax: bf16 and fp32).
-# The micro cases chosen run in one `coil bench` call (timed in interleaved rounds); every model
-# case runs in a `coil bench` call of its own, at most CASE_S seconds (default 300), so one case
-# that does not finish costs only itself. Arguments after `--` go to every call, e.g.
-# `-- --warm-runs 1` (fewer warm-start processes, to fit the training cases into one device call),
-# `-- --modes eager,coil`, `-- --rounds 3`, `-- --precompile`.
+# SUITE: micro (the default: the 16 micro cases), infer (the five hand-picked models' bf16
+# inference), train (their AMP training steps), models (both), zoo (every zoo case: inference,
+# training, gradient accumulation), zoo-decoder, zoo-encoder, zoo-encdec, zoo-vision, all; or any
+# name `python -m coil.bench --list NAME` accepts: a case, a model (gpt2, zoo_llama, llama), a
+# family (gpt-neox), a micro op (softmax), NAME:infer, NAME:train or NAME:accum for one step kind.
 #
-# Writes under $OUT (default bench-out): micro/ and <case>/ with the harness's bench.json and
-# bench.md, and <name>.log with everything a call printed; prints the versions, then each call's
-# bench.md (the table and the targets it checks). Exit status: 1 if any call failed.
+# The micro cases run in one call (timed in interleaved rounds), the model cases in another, each
+# model case in a process of its own that is stopped after CASE_S seconds (default 300; the modes
+# it finished keep their figures). The whole script keeps within TOTAL_S seconds (default 540,
+# inside one 10-minute device call): a model case that would not fit is skipped and listed at
+# the end with the command that runs what is left. Arguments after `--` go to every call, e.g.
+# `-- --quick` (no first-call processes: one compile a mode), `-- --warm-runs 0` (cold
+# first calls only), `-- --modes eager,coil,inductor_ro`, `-- --rounds 3`, `-- --precompile`.
+#
+# Writes under $OUT (default bench-out): micro/ and models/ with the harness's bench.json and
+# bench.md, and micro.log, models.log with everything a call printed; prints the versions, then
+# each call's bench.md (tables, pairs, targets). Exit status: 1 if any call failed.
 set -u
+start=$SECONDS
 source bench/device_env.sh
 
 suites=()
 extra=()
 while [ $# -gt 0 ]; do
   if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
-  suites+=("$1"); shift
+  case "$1" in
+    infer) suites+=(models:infer) ;;
+    train) suites+=(models:train) ;;
+    *) suites+=("$1") ;;
+  esac
+  shift
 done
 [ ${#suites[@]} -gt 0 ] || suites=(micro)
 
-# every case coil bench knows (`coil bench --list`: one name a line)
-all_cases=$(coil bench --list | grep -E '^[a-z0-9_]+$')
-[ -n "$all_cases" ] || { echo "coil bench --list printed no cases"; exit 1; }
-expand() {
-  local c
-  for c in $all_cases; do
-    case "$1" in
-      all) echo "$c" ;;
-      micro) [[ $c == *_infer_* || $c == *_train_* ]] || echo "$c" ;;
-      models) [[ $c == *_infer_* || $c == *_train_* ]] && echo "$c" ;;
-      infer) [[ $c == *_infer_* ]] && echo "$c" ;;
-      train) [[ $c == *_train_* ]] && echo "$c" ;;
-      *) [[ $c == "$1" || $c == "$1"_* ]] && echo "$c" ;;
-    esac
-  done
-  return 0
-}
-
+# the cases the suites select, one a line, in run order
+cases=$(python3 -m coil.bench --list "${suites[@]}") || { echo "no coil bench case matches: ${suites[*]}"; exit 1; }
 micro=()
 models=()
-for s in "${suites[@]}"; do
-  found=$(expand "$s")
-  [ -n "$found" ] || { echo "no coil bench case matches '$s' (coil bench --list)"; exit 1; }
-  for c in $found; do
-    if [[ $c == *_infer_* || $c == *_train_* ]]; then
-      [[ " ${models[*]} " == *" $c "* ]] || models+=("$c")
-    else
-      [[ " ${micro[*]} " == *" $c "* ]] || micro+=("$c")
-    fi
-  done
+for c in $cases; do
+  if [[ $c == *_infer_bf16 || $c == *_train_amp || $c == *_train_accum ]]; then models+=("$c"); else micro+=("$c"); fi
 done
 
 status=0
-bench() {  # bench NAME CASE...: one `coil bench` call into $OUT/NAME, its bench.md printed
-  local name=$1
-  shift
+bench() {  # bench NAME BUDGET_S ARG...: one `python -m coil.bench` call into $OUT/NAME, its bench.md printed
+  local name=$1 budget=$2
+  shift 2
   echo "== coil bench $* ${extra[*]}"
-  timeout "${CASE_S:-300}" coil bench "$@" --out "$OUT/$name" --budget-s 2000 ${extra[@]+"${extra[@]}"} \
-    > "$OUT/$name.log" 2>&1 || { echo "   exit $? (log: $OUT/$name.log)"; tail -5 "$OUT/$name.log"; status=1; }
+  timeout $((budget + 60)) python3 -m coil.bench "$@" --out "$OUT/$name" --budget-s "$budget" \
+    ${extra[@]+"${extra[@]}"} > "$OUT/$name.log" 2>&1 || { echo "   exit $? (log: $OUT/$name.log)"; tail -5 "$OUT/$name.log"; status=1; }
   [ -f "$OUT/$name/bench.md" ] && cat "$OUT/$name/bench.md"
 }
 
-[ ${#micro[@]} -eq 0 ] || bench micro "${micro[@]}"
-for c in ${models[@]+"${models[@]}"}; do
-  bench "$c" "$c"
-done
+total=${TOTAL_S:-540}
+[ ${#micro[@]} -eq 0 ] || bench micro $((total - (SECONDS - start))) "${micro[@]}"
+if [ ${#models[@]} -gt 0 ]; then
+  left=$((total - (SECONDS - start)))
+  bench models "$left" "${models[@]}" --case-budget-s "${CASE_S:-300}"
+  # what the budget left out or cut short, as the command that runs it
+  python3 - "$OUT/models/bench.json" "${extra[*]}" "${models[@]}" <<'PY'
+import json, sys
+path, extra, wanted = sys.argv[1], sys.argv[2], sys.argv[3:]
+try:
+    cases = json.load(open(path))["cases"]
+except (OSError, ValueError):
+    cases = {}
+left = [n for n in wanted if n not in cases or "skipped" in cases[n]]
+cut = [n for n in wanted if n in cases and any("time budget" in str(r.get("error", "")) for r in cases[n].values()
+                                               if isinstance(r, dict))]
+if cut:
+    print(f"cut short by the case budget (CASE_S): {' '.join(cut)}")
+if left:
+    print(f"not run (time budget): {len(left)} cases; next: bash bench/gpu_bench.sh {' '.join(left)}"
+          + (f" -- {extra}" if extra else ""))
+PY
+fi
 exit $status
