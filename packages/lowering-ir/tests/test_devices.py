@@ -211,3 +211,18 @@ def test_a_folded_constant_keeps_its_dtype_and_casts(ir: Any, dtype: torch.dtype
     (want,) = ir.evaluate(ir.lower(f, x), [x])
     (got,) = _evaluate_on_cpu(ir, g, [x])
     assert torch.equal(got, want)
+
+
+def test_literals_fold_under_the_callers_fake_mode(ir: Any) -> None:
+    """The backend lowers inside the FakeTensorMode of its trace; reading a known CPU value is
+    then a real-tensor read that must leave that mode (it raised 'convert all Tensors to
+    FakeTensors' there)."""
+    x = torch.randn(8)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        fake = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=CUDA)
+    gm = ir.trace(lambda t: (t * torch.tensor(0.5),), fake)
+    with FakeTensorMode():  # strict: a real tensor reaching an op inside it raises
+        g = L.lower(gm)
+    _check_placement(g)
+    assert 0.5 in _literals(g)

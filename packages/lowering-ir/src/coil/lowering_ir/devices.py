@@ -206,7 +206,8 @@ def _evaluate(op: ExternKernel, known: Callable[[str], torch.Tensor | None]) -> 
 
 def _literal(value: torch.Tensor, ld: Load) -> Value:
     """The known element `value` as the Value `ld` reads (0 where its mask is false)."""
-    item = value.item()
+    with unset_fake_temporarily():  # lowering may run under the caller's FakeTensorMode
+        item = value.item()
     if ld.dtype == torch.bool:
         lit = Constant(bool(item), ld.dtype)
     elif ld.dtype.is_floating_point:
