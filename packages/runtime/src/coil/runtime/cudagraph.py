@@ -661,13 +661,25 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
     """A boxed callable running `call` through a `CudaGraphRunner` built at its first call.
 
     The first call warms up on its inputs and returns that (eager) result, then captures; later
-    calls replay. `spec` and `policy` as for `CudaGraphRunner`.
+    calls replay. `spec` and `policy` as for `CudaGraphRunner`. A graph whose tensor inputs are not
+    all on one CUDA device (a CPU scalar tensor beside CUDA ones) runs uncaptured, said once in the
+    log: a replay would not read host memory again.
     """
     runner: CudaGraphRunner | None = None
+    uncaptured = False
 
     def run(args: list[Any]) -> tuple[Any, ...]:
-        nonlocal runner
+        nonlocal runner, uncaptured
+        if uncaptured:
+            return tuple(call(args))
         if runner is None:
+            import torch
+
+            devices = sorted({str(a.device) for a in args if isinstance(a, torch.Tensor)})
+            if len(devices) > 1:
+                log.info("not captured as a CUDA graph: its tensor inputs are on %s", ", ".join(devices))
+                uncaptured = True
+                return tuple(call(args))
             runner = CudaGraphRunner(call, args, spec, policy)
             first = runner.first_outputs
             runner.first_outputs = None
