@@ -11,7 +11,11 @@ Keys are test node ids without the file's folder; a key ending in `[` covers eve
 
 from __future__ import annotations
 
-ON_CUDA: dict[str, str] = {}
+ON_CUDA: dict[str, str] = {
+    "test_dynamic_shapes.py::test_narrow_with_a_tensor_start": (
+        "torch 2.11's Dynamo raises PendingUnbackedSymbolNotFound (u0 not in the returned outputs) "
+        "while it traces narrow at a CUDA tensor's data-dependent start, before any backend runs"),
+}
 
 # Tests known to fail where Triton is older than 3.9 (its interpreter runs the CPU graphs). Its
 # interpreter cannot take a loop bound from a run-time int under NumPy 2 (an upstream bug); coil's
