@@ -23,7 +23,7 @@ from __future__ import annotations
 import sympy
 from sympy.logic.boolalg import BooleanFalse, BooleanTrue
 
-_RELATIONS = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+_RELATIONS = frozenset({"==", "!=", "<", "<=", ">", ">="})  # printed as sympy spells them
 _FLOAT_FUNCTIONS = ("ToFloat", "FloatTrueDiv", "IntTrueDiv")  # sympy functions of torch's with float values
 _DIVISIONS = ("FloorDiv", "CleanDiv")
 _MODS = ("Mod", "PythonMod")
@@ -42,27 +42,26 @@ def pyexpr(e: sympy.Basic, *, ite: str | None = None) -> str:
     return _Printer(triton=False, ite=ite).text(sympy.sympify(e))
 
 
-def _nonnegative(e: sympy.Expr) -> bool:
-    """Provably >= 0 from the symbols' assumptions (sympy's, then torch's value ranges)."""
-    if e.is_nonnegative:
+def _provably_above_zero(e: sympy.Expr, *, strict: bool) -> bool:
+    """e > 0 (`strict`) or e >= 0, provable from the symbols' assumptions (sympy's, then torch's
+    value ranges)."""
+    if e.is_positive if strict else e.is_nonnegative:
         return True
     try:
         from torch.utils._sympy.value_ranges import bound_sympy
 
-        return bool(bound_sympy(e).lower >= 0)
+        lower = bound_sympy(e).lower
+        return bool(lower > 0 if strict else lower >= 0)
     except Exception:  # an expression value ranges do not cover: not provable
         return False
 
 
-def _positive(e: sympy.Expr) -> bool:
-    if e.is_positive:
-        return True
-    try:
-        from torch.utils._sympy.value_ranges import bound_sympy
+def _nonnegative(e: sympy.Expr) -> bool:
+    return _provably_above_zero(e, strict=False)
 
-        return bool(bound_sympy(e).lower > 0)
-    except Exception:
-        return False
+
+def _positive(e: sympy.Expr) -> bool:
+    return _provably_above_zero(e, strict=True)
 
 
 def _float_valued(e: sympy.Basic) -> bool:
@@ -161,9 +160,9 @@ class _Printer:
             return "(" + " * ".join(self.text(a) for a in e.args) + ")"
         if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer):
             if int(e.exp) > 0:
-                return "(" + " * ".join([self.text(e.base)] * int(e.exp)) + ")"
+                return self.power(e.base, int(e.exp))
             if self.floating and int(e.exp) < 0:
-                return "(1 / (" + " * ".join([self.text(e.base)] * -int(e.exp)) + "))"
+                return f"(1 / {self.power(e.base, -int(e.exp))})"
         if isinstance(e, sympy.floor):
             num, den = self.fraction(e.args[0])
             return self.text(num) if den == 1 else self.floordiv(num, den)
@@ -175,7 +174,7 @@ class _Printer:
         if isinstance(e, sympy.Min | sympy.Max):
             return f"{'min' if isinstance(e, sympy.Min) else 'max'}({', '.join(self.text(a) for a in e.args)})"
         if isinstance(e, sympy.core.relational.Relational) and e.rel_op in _RELATIONS:
-            return f"({self.text(e.lhs)} {_RELATIONS[e.rel_op]} {self.text(e.rhs)})"
+            return f"({self.text(e.lhs)} {e.rel_op} {self.text(e.rhs)})"
         if isinstance(e, sympy.And | sympy.Or):
             op = " & " if isinstance(e, sympy.And) else " | "
             return "(" + op.join(self.text(a) for a in sorted(e.args, key=sympy.default_sort_key)) + ")"
@@ -184,6 +183,10 @@ class _Printer:
         if isinstance(e, sympy.Piecewise):
             return self.piecewise(list(e.args))
         return self.function(e)
+
+    def power(self, base: sympy.Basic, n: int) -> str:
+        """base ** n for n >= 1, as a product (exact for integers, no pow in kernels)."""
+        return "(" + " * ".join([self.text(base)] * n) + ")"
 
     def piecewise(self, pieces: list[tuple[sympy.Basic, sympy.Basic]]) -> str:
         (value, cond), rest = pieces[0], pieces[1:]
@@ -215,5 +218,5 @@ class _Printer:
         if name == "Identity" and len(args) == 1:
             return self.text(args[0])
         if name == "PowByNatural" and len(args) == 2 and isinstance(args[1], sympy.Integer) and int(args[1]) > 0:
-            return "(" + " * ".join([self.text(args[0])] * int(args[1])) + ")"
+            return self.power(args[0], int(args[1]))
         raise ValueError(f"cannot print index expression {e} ({type(e).__name__})")
