@@ -39,6 +39,7 @@ from coil.fx_passes import adopt_input_strides, run_post_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
 from coil.knobs import knobs
 from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, SplitRule, lower
+from coil.lowering_ir.devices import graph_device
 from coil.runtime import (
     KernelSpec,
     TensorArg,
@@ -107,11 +108,9 @@ def _split_rule(gm: torch.fx.GraphModule) -> SplitRule:
     count of the CUDA device its tensors are on, or lowering's default without one (the CPU
     interpreter); codegen's outputs per outer-reduction program (OUTER_XBLOCK) either way. Part
     of the graph cache's key through the device (graph_cache.add_devices)."""
-    for node in gm.graph.nodes:
-        val = node.meta.get("val")
-        for t in val if isinstance(val, list | tuple) else (val,):
-            if isinstance(t, torch.Tensor) and t.device.type == "cuda":
-                return SplitRule(torch.cuda.get_device_properties(t.device).multi_processor_count, OUTER_XBLOCK)
+    device = graph_device(gm)
+    if device.type == "cuda":
+        return SplitRule(torch.cuda.get_device_properties(device).multi_processor_count, OUTER_XBLOCK)
     return SplitRule(outer_rows=OUTER_XBLOCK)
 
 
