@@ -1,7 +1,7 @@
 """Check the tree's house rules (run by `nox -s lint`, so by CI).
 
-1. The tree describes coil as it is: no text refers to numbered rounds of past work ("session 12",
-   "gpu_session12a.sh", "issue 7's rules"), and only docs/perf.md, whose tables must say when and where each figure
+1. The tree describes coil as it is: no text refers to numbered rounds of past work (the word
+   session or issue followed by a number, numbered gpu_session scripts), and only docs/perf.md, whose tables must say when and where each figure
    was measured, and the OpInfo sweep's generated results, which stamp their run, carry dates.
 2. Small files and functions: no Python file over MAX_FILE_LINES lines, no function over
    MAX_FUNCTION_LINES (classes may be longer: their methods are counted one by one).
