@@ -13,7 +13,9 @@
 #
 # The micro cases run in one call (timed in interleaved rounds), the model cases in another, each
 # model case in a process of its own that is stopped after CASE_S seconds (default 300; the modes
-# it finished keep their figures). The whole script keeps within TOTAL_S seconds (default 540,
+# it finished keep their figures). On a machine of several GPUs the model cases are dealt out to
+# one `coil bench` a GPU (LANES, default: every GPU; each case still alone on its GPU, the CPUs
+# shared) and their reports merged into one. The whole script keeps within TOTAL_S seconds (default 540,
 # inside one 10-minute device call): a model case that would not fit is skipped and listed at
 # the end with the command that runs what is left. Arguments after `--` go to every call, e.g.
 # `-- --quick` (no first-call processes: one compile a mode), `-- --warm-runs 0` (cold
@@ -61,7 +63,27 @@ total=${TOTAL_S:-540}
 [ ${#micro[@]} -eq 0 ] || bench micro $((total - (SECONDS - start))) "${micro[@]}"
 if [ ${#models[@]} -gt 0 ]; then
   left=$((total - (SECONDS - start)))
-  bench models "$left" "${models[@]}" --case-budget-s "${CASE_S:-300}"
+  lanes=${LANES:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
+  [ "$lanes" -ge 1 ] 2>/dev/null || lanes=1
+  [ "$lanes" -le ${#models[@]} ] || lanes=${#models[@]}
+  if [ "$lanes" -eq 1 ]; then
+    bench models "$left" "${models[@]}" --case-budget-s "${CASE_S:-300}"
+  else
+    # one `coil bench` a GPU over every lanes-th case, then one report of them all
+    echo "== coil bench over $lanes GPUs in parallel: ${models[*]} ${extra[*]}"
+    rm -rf "$OUT/lanes" && mkdir -p "$OUT/lanes"
+    for ((g = 0; g < lanes; g++)); do
+      mine=()
+      for ((i = g; i < ${#models[@]}; i += lanes)); do mine+=("${models[$i]}"); done
+      CUDA_VISIBLE_DEVICES=$g timeout $((left + 60)) python3 -m coil.bench "${mine[@]}" --out "$OUT/lanes/$g" \
+        --budget-s "$left" --case-budget-s "${CASE_S:-300}" ${extra[@]+"${extra[@]}"} > "$OUT/lanes/$g.log" 2>&1 &
+    done
+    wait
+    for ((g = 0; g < lanes; g++)); do echo "## GPU $g"; cat "$OUT/lanes/$g.log"; done > "$OUT/models.log"
+    python3 -m coil.bench "${models[@]}" --merge $(for ((g = 0; g < lanes; g++)); do echo "$OUT/lanes/$g"; done) \
+      --out "$OUT/models" || status=1
+    rm -rf "$OUT/lanes"
+  fi
   # what the budget left out or cut short, as the command that runs it
   python3 - "$OUT/models/bench.json" "${extra[*]}" "${models[@]}" <<'PY'
 import json, sys

@@ -2,7 +2,7 @@
 
 `add_arguments(parser)` declares them on an argparse parser and `run_args(args, parser)` runs
 a parsed command line: `--list` prints the cases (those the names select, or every case),
-otherwise `coil.bench.runner.run`. `main(argv)` is `python -m coil.bench`, the same command on
+`--merge DIR...` joins runs made in parallel (coil.bench.merge), otherwise `coil.bench.runner.run`. `main(argv)` is `python -m coil.bench`, the same command on
 its own.
 """
 
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from coil.bench.measure import MODES
+from coil.bench.merge import merge_dirs
 from coil.bench.micro import ROUNDS
 from coil.bench.model_runs import CaseSettings
 from coil.bench.runner import run
@@ -48,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "on empty caches and times that first call; no warm starts")
     parser.add_argument("--loop-steps", type=int, default=20, metavar="N",
                         help="model cases: steps of the wall-clock loop (default: 20)")
+    parser.add_argument("--merge", nargs="+", metavar="DIR", default=None,
+                        help="measure nothing: join the bench.json of runs over disjoint cases (one a GPU) into "
+                             "--out's bench.json and bench.md, the cases in the order NAMES select")
     parser.add_argument("--precompile", action="store_true",
                         help="model cases: the cold and the warm first-call processes of every mode run under "
                              "torch's caching precompile (TORCH_CACHING_PRECOMPILE=1; the cold one saves Dynamo's "
@@ -61,6 +66,13 @@ def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             print("\n".join(select(args.names) if args.names else suite_names()))
         except ValueError as exc:
             parser.error(str(exc))
+        return 0
+    if args.merge:
+        try:
+            merge_dirs(args.merge, args.out, select(args.names) if args.names else ())
+        except ValueError as exc:
+            parser.error(str(exc))
+        print((Path(args.out) / "bench.md").read_text())
         return 0
     if args.warm_runs is not None and args.warm_runs < 0:
         parser.error(f"--warm-runs {args.warm_runs}: expected 0 or more")
