@@ -122,6 +122,33 @@ def test_x_contiguity_is_read_from_the_loads(tk):
     assert not x_contiguous_loads(g)
 
 
+def test_broadcast_row_values_do_not_vote_on_the_tiling(tk, no_split):
+    """A log-softmax backward fused with the column sum of its result (a language model head's
+    bias gradient: [tokens, vocab] logits, per-token max, log-sum-exp, scale and label): the
+    matrix runs along x (the vocabulary), so the kernel tiles wide in x however many per-token
+    vectors it also reads; it computes what eager does."""
+
+    def head_grad(logits, m, lse, scale, label):
+        vocab = torch.arange(logits.shape[1])
+        g = torch.where(vocab[None, :] == label[:, None], -1.0, 0.0) * scale[:, None]
+        d = g - torch.exp(logits - m[:, None] - lse[:, None]) * scale[:, None]
+        return d, d.sum(0)
+
+    def args(tokens, vocab):
+        return (torch.randn(tokens, vocab), torch.randn(tokens), torch.randn(tokens), torch.rand(tokens),
+                torch.randint(0, vocab, (tokens,)))
+
+    s = tk.schedule(head_grad, *args(2048, 40))  # rows too long for a persistent block of 64 outputs
+    (group,) = [st for st in s.steps if isinstance(st, KernelGroup) and st.is_reduction]
+    assert x_contiguous_loads(group)
+    assert generate(group, s.graph.buffers(), "cuda").strategy == "outer"
+    torch.manual_seed(0)
+    args = args(96, 80)
+    got = tk.run(head_grad, *args, strategy="outer")
+    for g, w in zip(got, head_grad(*(a.double() if a.is_floating_point() else a for a in args)), strict=True):
+        torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-5)
+
+
 def test_choose_outer_on_cuda():
     cfg = choose(8192, 16384, True, "cuda", x_contiguous=True)
     assert cfg == KernelConfig("outer", config.OUTER_XBLOCK, config.OUTER_RBLOCK, config.OUTER_WARPS)

@@ -29,7 +29,10 @@ def x_contiguous_loads(group: KernelGroup) -> bool:
     walks fastest. A load whose index moves by 1 along the innermost r dim votes "inner"; one
     that depends on r and moves by 1 along the innermost x dim but not along r votes "outer"
     (weighted by element size). Outer wins only with more weight than inner: then the kernel
-    should tile wide in x (config "outer"). Data-dependent (indirect) loads do not vote.
+    should tile wide in x (config "outer"). Data-dependent (indirect) loads do not vote, nor do
+    loads that depend on r alone: a per-row value broadcast over the outputs (a log-softmax
+    backward's row max, say, beside the column sum of its result) is read once per r for every
+    output, a vector against the matrix the others stream, so it says nothing of how to tile.
     """
     if not group.x_dims or not group.r_dims:
         return False
@@ -45,6 +48,8 @@ def x_contiguous_loads(group: KernelGroup) -> bool:
             found = {names[s.name]: s for s in e.free_symbols if s.name in names}
             if not any(s.name.startswith(f"{R_PREFIX}d") for s in e.free_symbols):
                 continue  # read once per x: not part of the streaming loop
+            if not any(s.name.startswith(X_PREFIX) for s in e.free_symbols):
+                continue  # read once per r, shared by every output: a broadcast row value
             size = ld.dtype.itemsize
             rstep, xstep = _unit_step(e, found.get("r")), _unit_step(e, found.get("x"))
             if rstep == 1:
