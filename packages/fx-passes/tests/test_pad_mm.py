@@ -69,14 +69,47 @@ def test_unaligned_operand_storage_is_padded_once_for_both_products(trace) -> No
     assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
     check_graph(gm, pass_name="pad_matmul_strides")
     pads = _calls(gm, aten.constant_pad_nd.default)
-    assert len(pads) == 1 and pads[0].args[0].target is aten.exp.default
-    for mm in _calls(gm, aten.mm.default):
-        for arg in mm.args:
-            v = arg.meta["val"]
-            assert _ld(v) % 4 == 0, (mm, arg, v.stride())
+    # g padded once (the pad fuses into exp); w, an input, copied with zero rows to K = 40
+    assert sorted(str(p.args[0].target) for p in pads) == ["aten.exp.default", "w_1"]
+    _assert_aligned_products(gm)
     gm.recompile()
     for got, want in zip(gm(a, w, x), f(a, w, x), strict=True):
         torch.testing.assert_close(got, want)
+
+
+def _assert_aligned_products(gm: GraphModule) -> None:
+    """Every product's operands have aligned leading dimensions, K and M (fp32: 4 elements)."""
+    for mm in _calls(gm, aten.mm.default):
+        a, b = (arg.meta["val"] for arg in mm.args[-2:])
+        for v in (a, b):
+            assert _ld(v) % 4 == 0, (mm, v.stride())
+        assert a.shape[0] % 4 == 0 and a.shape[1] % 4 == 0, (mm, a.shape)
+
+
+def test_unaligned_inner_and_row_lengths_are_zero_extended(trace) -> None:
+    """An LM head's backward over a vocabulary of 37: g @ w reduces over 37 (K), g.t() @ x has
+    37 rows (M). K runs over zero-extended operands, M over the padded g's rows (no copy; the
+    result's first 37 rows are what users read); both equal eager's products."""
+
+    def f(a: torch.Tensor, w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.exp(a).view(2, 4, 37).view(8, 37)
+        return torch.tanh(g @ (w * 2)), g.t() @ x
+
+    a, w, x = torch.randn(8, 37), torch.randn(37, 16), torch.randn(8, 16)
+    gm = trace(f, a, w, x)
+    assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
+    check_graph(gm, pass_name="pad_matmul_strides")
+    mms = _calls(gm, aten.mm.default)
+    assert sorted(tuple(mm.meta["val"].shape) for mm in mms) == [(8, 16), (40, 16)]
+    # the only copies: g's pad (fused into exp) and w * 2's (fused into the mul)
+    pads = _calls(gm, aten.constant_pad_nd.default)
+    assert sorted(str(p.args[0].target) for p in pads) == ["aten.exp.default", "aten.mul.Tensor"]
+    _assert_aligned_products(gm)
+    gm.recompile()
+    for got, want in zip(gm(a, w, x), f(a, w, x), strict=True):
+        assert got.stride() == want.stride()
+        torch.testing.assert_close(got, want)
+    assert not pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)  # a fixpoint
 
 
 def test_a_view_that_cannot_take_the_padding_undoes_the_rewrite(trace) -> None:
@@ -173,8 +206,10 @@ def test_unaligned_graph_input_is_copied_once_unless_an_output_views_it(trace) -
     gm = trace(f, g, w, x)
     assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
     check_graph(gm, pass_name="pad_matmul_strides")
-    pads = _calls(gm, aten.constant_pad_nd.default)
-    assert len(pads) == 1 and pads[0].args[0].op == "placeholder"
+    pads = _calls(gm, aten.constant_pad_nd.default)  # g once for both products, w along K
+    assert all(p.args[0].op == "placeholder" for p in pads)
+    assert sorted(p.args[0].name for p in pads) == ["g_1", "w_1"]
+    _assert_aligned_products(gm)
     placeholders = [n.op == "placeholder" for n in gm.graph.nodes]
     assert placeholders == sorted(placeholders, reverse=True)  # inputs still come first
     gm.recompile()
@@ -182,7 +217,13 @@ def test_unaligned_graph_input_is_copied_once_unless_an_output_views_it(trace) -
         torch.testing.assert_close(got, want)
 
     gm2 = trace(lambda g, w: (g @ w, g.t()), g, w)  # an output views g: g must stay as it is
-    assert not pad_matmul_strides_for(gm2, devices=("cpu",), min_work=0)
+    assert pad_matmul_strides_for(gm2, devices=("cpu",), min_work=0)  # K still padded, by copies
+    out = next(n for n in gm2.graph.nodes if n.op == "output")
+    assert out.args[0][1].args[0].op == "placeholder"  # g.t() still views the input itself
+    gm2.recompile()
+    got = gm2(g, w)
+    assert got[1].data_ptr() == g.data_ptr()
+    torch.testing.assert_close(got[0], g @ w)
 
 
 def test_transposed_weight_narrower_than_one_aligned_width_is_padded_along_its_rows(trace) -> None:

@@ -26,7 +26,15 @@ The pass keeps every value and every shape; only strides change:
   and its transpose); that tensor is padded once (``constant_pad_nd``, which the scheduler fuses
   into its producer, or a copy when it is a graph input such as the logits' gradient of a
   backward graph) and every user reads the slice ``[..., :N]`` of the padded copy; a tensor
-  that a graph output is or views is left alone (the output must keep aliasing it).
+  that a graph output is or views is left alone (the output must keep aliasing it);
+* a product whose inner length ``K`` or row count ``M`` is unaligned (an LM head's backward:
+  ``dlogits @ W`` reduces over the vocabulary, ``t(dlogits) @ h`` has a row per token of it)
+  runs on operands extended with zeros to the aligned length: cuBLAS picks ``align1`` kernels
+  for such a product even when every leading dimension is aligned (several times slower). An
+  operand that is a view of a slice of a zero-padded tensor (the rule above made one) is
+  extended for free by reading the padded tensor through the same views; any other is padded
+  along ``K`` (``constant_pad_nd``, fused into its producer or a copy of an input). ``M`` is
+  padded only for free; the result's first ``M`` rows are contiguous, so users see no change.
 
 Graph outputs keep their strides: where an output's strides would change, the output is a
 contiguous clone. A rewrite whose strides some view cannot take (a flatten of the padded rows)
@@ -285,6 +293,119 @@ def _weight_owner(b: Node, bv: torch.Tensor) -> Node | None:
     return owner
 
 
+_CHAIN_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.t.default, aten.transpose.int,
+                          aten.permute.default})
+
+
+def _zero_padded_base(node: Node) -> Node | None:
+    """The zero-padded tensor ``node`` cuts back: ``node`` is ``slice(P, d, 0, n)`` with ``P`` a
+    ``constant_pad_nd`` by zeros that only extends the end of ``d``; else None."""
+    if overload_of(node) is not aten.slice.Tensor or len(node.args) < 4 or node.args[2] != 0:
+        return None
+    p = node.args[0]
+    if not isinstance(p, Node) or overload_of(p) is not aten.constant_pad_nd.default:
+        return None
+    value = p.args[2] if len(p.args) > 2 else p.kwargs.get("value", 0.0)
+    pv, sv = _val(p), _val(node)
+    if value != 0 or pv is None or sv is None or not isinstance(p.args[0], Node):
+        return None
+    src = _val(p.args[0])
+    widths = list(p.args[1])  # type: ignore[arg-type]
+    d = int(node.args[1]) % pv.dim()  # type: ignore[arg-type]
+    before_d = 2 * (pv.dim() - 1 - d)  # constant_pad_nd's (before, after) pairs start at the last dim
+    only_end = all(w == 0 for i, w in enumerate(widths) if i != before_d + 1)
+    if src is None or not only_end or tuple(sv.shape) != tuple(src.shape):
+        return None
+    return p
+
+
+def _zero_extended(gm: GraphModule, x: Node, dim: int, length: int, added: list[Node]) -> Node | None:
+    """``x`` with ``dim`` extended by zeros to ``length``, read through ``x``'s views from the
+    zero-padded tensor it slices (no copy), the new nodes appended to ``added``; None when ``x``
+    is not such a view or a reshape moves the padded dim (the new nodes are then removed)."""
+    chain: list[Node] = []
+    node = x
+    while (base := _zero_padded_base(node)) is None:
+        if overload_of(node) not in _CHAIN_VIEWS or not isinstance(node.args[0], Node):
+            return None
+        chain.append(node)
+        node = node.args[0]
+    xv = _val(x)
+    assert xv is not None
+    mine: list[Node] = []
+    cur = base
+    for v in reversed(chain):
+        src, now = _val(v.args[0]), _val(cur)
+        if overload_of(v) in (aten.view.default, aten._unsafe_view.default):
+            sizes = list(v.args[1])  # type: ignore[arg-type]
+            # only reshapes of the leading dims: the last dim, padded or not, stays last
+            if src is None or now is None or not sizes or sizes[-1] != src.shape[-1]:
+                break
+            args: tuple[Argument, ...] = (cur, [*sizes[:-1], int(now.shape[-1])])
+        else:
+            args = (cur, *v.args[1:])
+        cur = gm.graph.call_function(v.target, args, dict(v.kwargs))  # type: ignore[arg-type]
+        mine.append(cur)
+        refresh_meta(gm, [cur])
+    else:
+        cv = _val(cur)
+        want = [int(s) for s in xv.shape]
+        want[dim] = length
+        if cv is not None and [int(s) for s in cv.shape] == want:
+            added += mine
+            return cur
+    for n in reversed(mine):
+        gm.graph.erase_node(n)
+    return None
+
+
+def _pad_along(gm: GraphModule, x: Node, dim: int, extra: int) -> Node:
+    """``constant_pad_nd`` of the 2-D ``x`` by ``extra`` zeros at the end of ``dim``."""
+    widths = [0, extra] if dim == 1 else [0, 0, 0, extra]
+    return gm.graph.call_function(aten.constant_pad_nd.default, (x, widths, 0.0))
+
+
+def _pad_inner(gm: GraphModule, mm: Node) -> _Rewrite | None:
+    """``mm``/``addmm`` over zero-extended operands when its ``K`` or ``M`` is unaligned (module
+    docstring), or None when both are aligned or nothing can be done for free where it must be."""
+    a, b = mm.args[-2:]
+    av, bv = _val(a), _val(b)
+    if not isinstance(a, Node) or not isinstance(b, Node) or av is None or bv is None:
+        return None
+    if av.dim() != 2 or bv.dim() != 2 or not (_static(av) and _static(bv)):
+        return None
+    m, k = int(av.shape[0]), int(av.shape[1])
+    align = _align(av)
+    added: list[Node] = []
+    with gm.graph.inserting_before(mm):
+        if k % align:
+            kp = k - k % align + align
+            new_a = _zero_extended(gm, a, 1, kp, added)
+            if new_a is None:
+                new_a = _pad_along(gm, a, 1, kp - k)
+                added.append(new_a)
+            new_b = _zero_extended(gm, b, 0, kp, added)
+            if new_b is None:
+                new_b = _pad_along(gm, b, 0, kp - k)
+                added.append(new_b)
+            old = (mm, tuple(mm.args))
+            mm.args = (*mm.args[:-2], new_a, new_b)
+            return _Rewrite(tuple(added), mm, mm, (old,))
+        bias = _val(mm.args[0]) if overload_of(mm) is aten.addmm.default else None
+        if m % align == 0 or (bias is not None and bias.dim() == 2 and bias.shape[0] != 1):
+            return None
+        new_a = _zero_extended(gm, a, 0, m - m % align + align, added)
+        if new_a is None:
+            return None
+    with gm.graph.inserting_after(mm):
+        rows = gm.graph.call_function(aten.slice.Tensor, (mm, 0, 0, m))
+    added.append(rows)
+    mm.replace_all_uses_with(rows, delete_user_cb=lambda u: u is not rows)
+    old = (mm, tuple(mm.args))
+    mm.args = (*mm.args[:-2], new_a, b)
+    return _Rewrite(tuple(added), mm, rows, (old,))
+
+
 def _undo(gm: GraphModule, rw: _Rewrite) -> None:
     rw.moved_to.replace_all_uses_with(rw.moved_from)
     for src, dst in reversed(rw.also_moved):
@@ -375,6 +496,9 @@ def pad_matmul_strides_for(gm: GraphModule, devices: Collection[str] = ("cuda",)
                 continue
             before = _output_strides(gm)
             changed |= _try(gm, _pad_source(gm, owner), before)
+        inner = _pad_inner(gm, mm)
+        if inner is not None:
+            changed |= _try(gm, inner, _output_strides(gm))
     return changed
 
 
