@@ -206,6 +206,29 @@ def test_tolerance_and_matches() -> None:
     assert autotune.matches(torch.tensor([1, 2]), torch.tensor([1, 3]), 1) is not None
 
 
+def test_a_float32_result_rounded_through_bfloat16_may_differ_by_one_of_its_ulps() -> None:
+    """A kernel that handles bfloat16 values (a sum cast to bfloat16 inside, then a float32
+    result): two summation orders may round one element to neighbouring bfloat16 values, at any
+    magnitude; that is agreement. A 5 % error is not, and a float32-only kernel keeps its tight
+    tolerance."""
+    want = torch.tensor([1000.0, 0.400390625, -3.0])  # each a bfloat16 value
+    got = torch.tensor([1004.0, 0.40234375, -3.0])  # the first two one bfloat16 ulp up
+    assert torch.equal(got.to(torch.bfloat16).float(), got)
+    assert autotune.matches(got, want, 4096, torch.bfloat16) is None
+    assert autotune.matches(got, want, 4096) is not None  # without the bfloat16 rounding: differs
+    assert autotune.matches(want * 1.05, want, 4096, torch.bfloat16) is not None
+    assert autotune.tolerance(torch.float32, 1, torch.float32) == autotune.tolerance(torch.float32, 1)
+
+
+def test_the_rounding_type_is_the_coarsest_float_the_kernel_handles() -> None:
+    src = "import triton\n\n@triton.jit\ndef k(a, b, c, n):\n    pass\n"
+    spec = KernelSpec("k", src, (TensorArg(torch.float32), TensorArg(torch.bfloat16), TensorArg(torch.int64), 4))
+    problem = autotune.TuningProblem((autotune.Candidate(spec, (1, 1, 1)),), (8, 8, 8), (0,))
+    assert autotune.coarsest_float(problem) == torch.bfloat16
+    only_ints = KernelSpec("k", src, (TensorArg(torch.int64),))
+    assert autotune.coarsest_float(autotune.TuningProblem((autotune.Candidate(only_ints, (1, 1, 1)),), (8,), (0,))) is None
+
+
 def test_problems_are_validated() -> None:
     c = _candidate(4, 64)
     with pytest.raises(ValueError, match="buffer sizes"):

@@ -23,8 +23,9 @@ pointer arguments has, which of them it writes, and its reduction length. For ea
    scatter), bool buffers False, ints the spec's values. Before each candidate runs, every buffer
    is restored from those values (written buffers too: an element a candidate fails to write
    then differs). The default runs first; each other candidate's written buffers must match the
-   default's (`matches`: floating ones within `tolerance(dtype, reduction_length)`, NaN equal to
-   NaN; others exactly). One that differs is discarded and logged at WARNING with the kernel's
+   default's (`matches`: floating ones within `tolerance(dtype, reduction_length, rounding)`,
+   `rounding` the coarsest floating type among the kernel's buffers, NaN equal to NaN; others
+   exactly). One that differs is discarded and logged at WARNING with the kernel's
    name and configuration; one that raises is discarded at INFO.
 4. **Time.** Each surviving candidate is timed by `timing.measure` (CUDA events, median; a
    module attribute tests replace); the fastest is kept if it beats the default by more than
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coil.runtime")
 
-FORMAT_VERSION = 4  # bumped whenever a stored choice would be made otherwise (SWITCH_MARGIN included)
+FORMAT_VERSION = 5  # bumped whenever a stored choice would be made otherwise (SWITCH_MARGIN, tolerance)
 NAMESPACE = "autotune"
 # leave the default only for a candidate more than 0.3 % faster: a tuning median repeats within
 # about 0.2 %, so a smaller margin would switch on noise, and larger ones kept defaults that were
@@ -214,24 +215,38 @@ def device_description(device: torch.device) -> str:
     return f"{device.type} interpreted"
 
 
-def tolerance(dtype: torch.dtype, reduction_length: int) -> tuple[float, float]:
+def tolerance(dtype: torch.dtype, reduction_length: int,
+              rounding: torch.dtype | None = None) -> tuple[float, float]:
     """(rtol, atol) within which two launch configurations of one kernel must agree on a floating
-    output of `dtype`: two roundings of the output (one ulp each way) plus the spread of a float32
-    (float64 for float64 outputs) accumulation reordered over `reduction_length` elements, taken
-    as 16 eps * sqrt(length) (standard-normal data keeps partial sums near sqrt(length))."""
+    output of `dtype`: two roundings (one ulp each way) of the coarser of `dtype` and `rounding`
+    plus the spread of a float32 (float64 for float64 outputs) accumulation reordered over
+    `reduction_length` elements, taken as 16 eps * sqrt(length) (standard-normal data keeps
+    partial sums near sqrt(length)). `rounding`: the coarsest floating type the kernel handles;
+    a value it casts to bfloat16 on the way (an autocast region's sum, then a float32 result)
+    may land one bfloat16 ulp apart under two summation orders, at any magnitude."""
     import torch
 
     acc = torch.float64 if dtype == torch.float64 else torch.float32
-    tol = 2 * torch.finfo(dtype).eps + 16 * torch.finfo(acc).eps * max(1, reduction_length) ** 0.5
+    ulp = max(torch.finfo(dtype).eps, torch.finfo(rounding).eps if rounding is not None else 0.0)
+    tol = 2 * ulp + 16 * torch.finfo(acc).eps * max(1, reduction_length) ** 0.5
     return tol, tol
 
 
-def matches(got: torch.Tensor, want: torch.Tensor, reduction_length: int) -> str | None:
+def coarsest_float(problem: TuningProblem) -> torch.dtype | None:
+    """The floating type of largest epsilon among `problem`'s pointer arguments (None without one)."""
+    import torch
+
+    floats = [a.dtype for a in problem.candidates[0].spec.args if isinstance(a, TensorArg) and a.dtype.is_floating_point]
+    return max(floats, key=lambda d: torch.finfo(d).eps, default=None)
+
+
+def matches(got: torch.Tensor, want: torch.Tensor, reduction_length: int,
+            rounding: torch.dtype | None = None) -> str | None:
     """None when `got` agrees with `want` (see `tolerance`); else what differs."""
     import torch
 
     if got.dtype.is_floating_point:
-        rtol, atol = tolerance(got.dtype, reduction_length)
+        rtol, atol = tolerance(got.dtype, reduction_length, rounding)
         wide = torch.float64 if got.dtype == torch.float64 else torch.float32  # exact for every narrower float
         g, w = got.to(wide), want.to(wide)
         close = torch.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
@@ -328,7 +343,8 @@ def _check(problem: TuningProblem, i: int, kernel: Kernel | KernelCompileError, 
         for b, v in zip(buffers, base, strict=True):
             b.copy_(v)
         kernel(cand.grid, *work)
-        diff = next((w for w in (matches(buffers[o], ref, problem.reduction_length)
+        rounding = coarsest_float(problem)
+        diff = next((w for w in (matches(buffers[o], ref, problem.reduction_length, rounding)
                                  for o, ref in zip(problem.outputs, reference, strict=True)) if w), None)
     except Exception as exc:
         log.info("coil: autotuning %s: %s failed: %s", problem.name, cand.describe(), exc)
