@@ -246,6 +246,28 @@ def test_constants_are_inlined_into_broadcasting_readers(ir):
     ir.assert_same(ir.evaluate(g, [x]), list(fn(x)))
 
 
+def test_a_lone_reader_broadcasting_a_small_producer_recomputes_it(ir):
+    """An inference batch norm: rsqrt(var + eps) * weight per channel, read per element by the
+    normalisation, its one reader. The scheduler fuses only equal iteration spaces, so the
+    per-channel chain would be a kernel of its own; the reader recomputes it. With two readers
+    the chain stays (each would recompute it)."""
+
+    def one(x, var, w):
+        return (x * (torch.rsqrt(var + 1e-5) * w)[None, :, None, None],)
+
+    def two(x, var, w):
+        s = (torch.rsqrt(var + 1e-5) * w)[None, :, None, None]
+        return (x * s, x.exp() + s)
+
+    x, var, w = torch.randn(2, 3, 4, 5), torch.rand(3) + 0.5, torch.randn(3)
+    g = ir.lower(one, x, var, w)
+    assert [shape for _, shape in _shapes(g)] == [(2, 3, 4, 5)]  # one operation: the reader
+    ir.assert_same(ir.evaluate(g, [x, var, w]), list(one(x, var, w)))
+    g2 = ir.lower(two, x, var, w)
+    assert (3,) in [shape for _, shape in _shapes(g2)]
+    ir.assert_same(ir.evaluate(g2, [x, var, w]), list(two(x, var, w)))
+
+
 # -- what stays ------------------------------------------------------------------------------------
 
 

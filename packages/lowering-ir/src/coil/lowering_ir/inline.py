@@ -19,7 +19,9 @@ A Pointwise P is inlined when
   than a materialised copy would (a batch-norm backward under autocast stored two fp32
   [N, C, H, W] buffers, read twice each, for its reduction and its final pointwise); likewise
   when P is *broadcast-only* (`_broadcast_only`: it loads nothing at full size, only per-row or
-  per-channel values, within `MAX_NODES`). A narrowing or broadcast-only P none of whose
+  per-channel values, within `MAX_NODES`), and when P's one reader reads it directly but runs
+  over more elements (a broadcast, which the scheduler cannot fuse: an inference batch norm's
+  per-channel `rsqrt(var + eps)`) and P has at most `MAX_NARROW_NODES` nodes. A narrowing or broadcast-only P none of whose
   readers reads it directly is recomputed too when no read visits twice as many elements as P
   has (a batch norm's statistics of a bf16 activation, split into partial reductions that walk
   it chunk by chunk, read an fp32 copy written for them alone: per element, a kernel reading 2
@@ -248,12 +250,14 @@ def _try_inline(p: Pointwise, at: int, rs: list[int], ops: Sequence[Operation | 
     elsewhere: Expr = sympy.Integer(0)  # elements read by the reads that are not direct
     direct: set[str] = set()
     repeated = False  # a read that is not direct visits each element of P twice or more (a broadcast)
+    widened = False  # a direct read from a wider space than P's: the scheduler cannot fuse it
     for r in readers:
         for ld in memo.loads(r.body):
             if ld.buffer != name:
                 continue
             if _direct(ld, r, p, load_free):
                 direct.add(r.name)
+                widened = widened or _wider(r, p)
             else:
                 elsewhere += _numel(r)
                 repeated = repeated or not index_ranges.le(_numel(r), 2 * _numel(p))
@@ -262,7 +266,11 @@ def _try_inline(p: Pointwise, at: int, rs: list[int], ops: Sequence[Operation | 
     # statistic of a bf16 activation read a materialised fp32 copy, written for it alone)
     narrowing = (bool(direct) or (elsewhere != 0 and not repeated)) and (
         _narrowing(p, nodes) or _broadcast_only(p, nodes))
-    if elsewhere == 0 and not narrowing and not load_free:
+    # one reader broadcasting a small P over a wider space (an inference batch norm's
+    # rsqrt(var + eps) per channel, read per element): fused by no one, P would be a kernel of
+    # its own; the reader recomputes it per element instead
+    lone_broadcast = widened and len(readers) == 1 and len(nodes) <= MAX_NARROW_NODES
+    if elsewhere == 0 and not narrowing and not load_free and not lone_broadcast:
         return None
     few = len(direct) <= MAX_DIRECT_READERS and index_ranges.le(FEW_READS * elsewhere, _numel(p))
     # read elsewhere, each element once a read, and no wider than what it loads: each reader
@@ -399,6 +407,14 @@ def _walk(index: Expr, loops: tuple[tuple[sympy.Symbol, Expr], ...]
         else:
             merged.append((c, n))
     return rest, tuple(merged), broadcast
+
+
+def _wider(reader: Pointwise | Reduction, p: Pointwise) -> bool:
+    """Does `reader` run over provably more elements than P in the loops a fusion would share
+    (a Pointwise's loops, a Reduction's output loops)? Then the scheduler, which fuses only
+    groups of one iteration space, cannot fuse P into it."""
+    space = sympy.Mul(*reader.ranges) if reader.ranges else sympy.Integer(1)
+    return index_ranges.le(_numel(p) + 1, space)
 
 
 def _direct(ld: Load, reader: Pointwise | Reduction, p: Pointwise, load_free: bool) -> bool:
