@@ -57,3 +57,34 @@ def test_native_and_equal_to_eager(name: str, device: torch.device) -> None:
     torch.testing.assert_close(out, fn(*args))
     assert [f for s in COMPILED for f in s.fallbacks] == []
     assert sum(s.kernels for s in COMPILED) >= 1
+
+
+HALF_ACCUMULATING: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "index_put": lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True),
+    "index_add": lambda x, i, v: x.index_add(0, i, v),
+    "scatter_add": lambda x, i, v: x.scatter_add(0, i[:, None].expand_as(v), v),
+    "put": lambda x, i, v: x.put(i * x.shape[1], v[:, 0], accumulate=True),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("name", sorted(HALF_ACCUMULATING))
+def test_half_precision_accumulation_is_native_and_rounded_once(name: str, dtype: torch.dtype,
+                                                                 device: torch.device) -> None:
+    """Accumulating scatters in a half type (an embedding's or a gather's backward under autocast)
+    compile natively: they accumulate in float32 and round once, so every element is within one
+    rounding of the exact (float64) sum, never further from it than eager's result."""
+    fn = HALF_ACCUMULATING[name]
+    torch.manual_seed(0)
+    x = torch.randn(6, 5, device=device).to(dtype)
+    i = torch.tensor([0, 2, 2, 5, 2, 2, 0, 2], device=device)  # positions 0 and 2 take several adds
+    v = (torch.randn(8, 5, device=device) * 3).to(dtype)
+    exact = fn(x.double(), i, v.double())
+    got = torch.compile(fn, backend="coil")(x, i, v)
+    assert got.dtype == dtype
+    assert [f for s in COMPILED for f in s.fallbacks] == []
+    one_rounding = exact.to(dtype).double()
+    ulp = (one_rounding.abs() * torch.finfo(dtype).eps).clamp_min(torch.finfo(dtype).tiny)
+    assert bool(((got.double() - exact).abs() <= ulp).all()), (got, exact)
+    eager_err = (fn(x, i, v).double() - exact).abs()
+    assert bool(((got.double() - exact).abs() <= eager_err + ulp / 2).all())

@@ -53,8 +53,12 @@ def test_put_into_a_non_contiguous_layout_falls_back(ir):
     assert _fallbacks(g) == [torch.ops.aten.put.default]
 
 
-def test_put_half_accumulate_falls_back(ir):
-    # no half-precision atomics: the lowering declines, the node runs as an ATen fallback
-    x = torch.zeros(4, dtype=torch.float16)
-    g = ir.lower(lambda x, i, s: (torch.put(x, i, s, accumulate=True),), x, torch.tensor([1, 1]), torch.ones(2).half())
-    assert _fallbacks(g) == [torch.ops.aten.put.default]
+def test_put_half_accumulate_runs_in_float32(ir):
+    """No half-precision atomics: the scatter accumulates into a float32 twin, then one cast."""
+    x = torch.full((4,), 0.5, dtype=torch.float16)
+    i, s = torch.tensor([1, 1, 3]), torch.tensor([1e-3, 1e-3, 2.0]).half()
+    g = ir.lower(lambda x, i, s: (torch.put(x, i, s, accumulate=True),), x, i, s)
+    assert _fallbacks(g) == []
+    (got,) = ir.evaluate(g, [x, i, s])
+    exact = torch.put(x.double(), i, s.double(), accumulate=True)
+    assert got.dtype == torch.float16 and torch.equal(got, exact.half())

@@ -18,6 +18,7 @@ from coil.lowering_ir.layout import Expr
 from coil.lowering_ir.lowerer import Lowerer
 from coil.lowering_ir.nodes import TensorRef, load
 from coil.lowering_ir.ops.common import cast, is_tensor, value_of
+from coil.lowering_ir.ops.wide_accumulate import accumulation_target, finish
 from coil.lowering_ir.registry import register
 from coil.lowering_ir.values import Constant, IndexValue, Load, Op, Value, indirect_symbol
 
@@ -237,9 +238,7 @@ def _scatter_op(lw: Lowerer, base: TensorRef | None, ranges: list[Expr], target_
     from coil.lowering_ir.nodes import Scatter
 
     val = lw.out_val()
-    if accumulate and val.dtype in (torch.float16, torch.bfloat16):
-        raise Unsupported("atomic accumulation in half precision")
-    out = lw.new_buffer(val)
+    out, base = accumulation_target(lw, base, val, accumulate)
     p = index_symbols("p", len(ranges))
     idx, vals = target_idx(p) if callable(target_idx) else (target_idx, values)
     bound: list[tuple[sympy.Symbol, Value]] = []
@@ -253,9 +252,10 @@ def _scatter_op(lw: Lowerer, base: TensorRef | None, ranges: list[Expr], target_
             full.append(i)
     ld = load(out, full)
     target = Load(ld.buffer, ld.index, ld.dtype, None, tuple(bound))
-    op = Scatter(lw.fresh("op"), lw.origins(), out, base, tuple(ranges), target, cast(value_fn(p), val.dtype), accumulate)
+    value = cast(cast(value_fn(p), val.dtype), out.layout.dtype)  # rounded as eager's values are
+    op = Scatter(lw.fresh("op"), lw.origins(), out, base, tuple(ranges), target, value, accumulate)
     lw.operations.append(op)
-    return out
+    return finish(lw, out, val)
 
 
 @register(aten.index_put.default)

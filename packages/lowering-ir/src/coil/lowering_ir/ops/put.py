@@ -6,8 +6,8 @@ any shapes; a negative index counts from the end. Lowered as one `Scatter` over 
 of `index` and `source` (each read at k's row-major position in its own shape), writing flat
 position `index[k]` of the output; the output must be contiguous so a flat position is its
 storage index. Without `accumulate`, which of several writes to one position stays is
-unspecified (eager's CPU loop keeps the last). Accumulating in float16/bfloat16 falls back, as
-for index_put (no half-precision atomics).
+unspecified (eager's CPU loop keeps the last). Accumulating in float16/bfloat16 runs in float32
+(coil.lowering_ir.ops.wide_accumulate).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from coil.lowering_ir.layout import Expr
 from coil.lowering_ir.lowerer import Lowerer, index_symbols
 from coil.lowering_ir.nodes import Scatter, TensorRef, load
 from coil.lowering_ir.ops.common import cast, is_tensor
+from coil.lowering_ir.ops.wide_accumulate import accumulation_target, finish
 from coil.lowering_ir.registry import register
 from coil.lowering_ir.values import Constant, Load, Op, Value, indirect_symbol
 
@@ -48,8 +49,6 @@ def put(lw: Lowerer, node: torch.fx.Node, x: Any, index: Any, source: Any, accum
         raise Unsupported("put with symbolic sizes")
     if not val.is_contiguous() or int(val.storage_offset()) != 0:
         raise Unsupported("put into a non-contiguous output")
-    if accumulate and val.dtype in (torch.float16, torch.bfloat16):
-        raise Unsupported("atomic accumulation in half precision")
     numel = int(val.numel())
     count = 1
     for s in index.layout.size:
@@ -57,14 +56,14 @@ def put(lw: Lowerer, node: torch.fx.Node, x: Any, index: Any, source: Any, accum
     if numel == 0 or count == 0:
         raise Unsupported("put with no elements")
 
-    out = lw.new_buffer(val)
+    out, base = accumulation_target(lw, x, val, bool(accumulate))
     (k,) = index_symbols("p", 1)
     i: Value = cast(load(index, _unravel(k, index.layout.size)), torch.int64)
     wrapped = Op("where", (Op("lt", (i, Constant(0, torch.int64)), torch.bool),
                            Op("add", (i, Constant(numel, torch.int64)), torch.int64), i), torch.int64)
     target_sym = indirect_symbol(sympy.Integer(numel))
     target = Load(out.name, target_sym, out.layout.dtype, None, ((target_sym, wrapped),))
-    value = cast(load(source, _unravel(k, source.layout.size)), val.dtype)
-    lw.operations.append(Scatter(lw.fresh("op"), lw.origins(), out, x, (sympy.Integer(count),), target, value,
+    value = cast(cast(load(source, _unravel(k, source.layout.size)), val.dtype), out.layout.dtype)
+    lw.operations.append(Scatter(lw.fresh("op"), lw.origins(), out, base, (sympy.Integer(count),), target, value,
                                  bool(accumulate)))
-    return out
+    return finish(lw, out, val)
