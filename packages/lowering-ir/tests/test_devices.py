@@ -117,6 +117,7 @@ def test_a_cpu_constant_returned_stays_on_the_cpu(ir: Any) -> None:
     assert isinstance(out, L.Buffer) and out.layout.device == CPU
     writer = next(op for op in g.operations if out in op.outputs)
     assert isinstance(writer, L.ExternKernel)  # an ATen call on the CPU, a fresh tensor per call
+    assert not writer.fallback  # where a kernel cannot run: intended, not a fallback
     _same(ir, _evaluate_on_cpu(ir, g, [x]), f(x))
 
 
@@ -170,8 +171,10 @@ def test_to_cpu_and_back_are_explicit_copies(ir: Any) -> None:
     g = _lower(ir, f, x, s)
     _check_placement(g)
     externs = {str(op.kernel) for op in g.operations if isinstance(op, L.ExternKernel)}
-    # both copies across devices and the arithmetic on the CPU copy are ATen calls
+    # both copies across devices and the arithmetic on the CPU copy are ATen calls, by design:
+    # intended externs, not fallbacks
     assert "aten._to_copy.default" in externs and {"aten.add.Tensor", "aten.sum.dim_IntList"} <= externs
+    assert not [op.kernel for op in g.operations if isinstance(op, L.ExternKernel) and op.fallback]
     assert [o.layout.device.type for o in g.outputs] == ["cpu", "cpu", "cuda"]
     _same(ir, _evaluate_on_cpu(ir, g, [x, s]), f(x, s))
 

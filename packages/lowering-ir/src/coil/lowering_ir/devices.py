@@ -81,6 +81,14 @@ def elsewhere(operations: Sequence[Operation], device: torch.device) -> bool:
                for op in operations)
 
 
+def off_device(node: torch.fx.Node, device: torch.device) -> bool:
+    """Does `node` touch a tensor of another device than `device` (its results, or its inputs:
+    a copy across devices)? Such a node is an ATen call by design (rules 1 and 3), an intended
+    extern rather than a fallback."""
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    return any(not same_device(t.device, device) for v in vals for t in _tensors(v))
+
+
 def foldable(op: Operation) -> bool:
     """Is `op` an ATen call computing one CPU element from CPU tensors that can run at compile
     time (deterministic, no mutation, no side effect)? Lowering folds its value into the kernels

@@ -11,7 +11,7 @@ import sympy
 import torch
 import torch.fx
 from coil.lowering_ir import unbacked
-from coil.lowering_ir.devices import elsewhere, graph_device
+from coil.lowering_ir.devices import elsewhere, graph_device, off_device
 from coil.lowering_ir.errors import LoweringError, Unsupported
 from coil.lowering_ir.layout import Expr, Layout, as_expr
 from coil.lowering_ir.nodes import (
@@ -306,4 +306,5 @@ class Lowerer:
                 raise LoweringError(node.name, str(node.target), f"{type(e).__name__}: {e}") from e
         if not isinstance(node.target, torch._ops.OpOverload | torch._ops.HigherOrderOperator):
             raise LoweringError(node.name, str(node.target), "not an ATen op; cannot fall back")
-        return self.extern(node.target, tuple(args), dict(kwargs), fallback=True)
+        # work on another device than the graph's is an ATen call by design, not a fallback
+        return self.extern(node.target, tuple(args), dict(kwargs), fallback=not off_device(node, self.device))
