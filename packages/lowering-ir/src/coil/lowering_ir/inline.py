@@ -18,18 +18,19 @@ A Pointwise P is inlined when
   cast or `float(x_bf16) - mean`): then every reader recomputes it, which reads fewer bytes
   than a materialised copy would (a batch-norm backward under autocast stored two fp32
   [N, C, H, W] buffers, read twice each, for its reduction and its final pointwise); likewise
-  when P is *broadcast-only* (`_broadcast_only`: it loads nothing at full size, only per-row or
-  per-channel values, within `MAX_NODES`), and when P's one reader reads it directly but runs
-  over more elements (a broadcast, which the scheduler cannot fuse: an inference batch norm's
-  per-channel `rsqrt(var + eps)`) and P has at most `MAX_NARROW_NODES` nodes. A narrowing or broadcast-only P none of whose
-  readers reads it directly is recomputed too when no read visits twice as many elements as P
-  has (a batch norm's statistics of a bf16 activation, split into partial reductions that walk
-  it chunk by chunk, read an fp32 copy written for them alone: per element, a kernel reading 2
-  bytes and writing 4, then 4 bytes read per pass where 2 would do). A P that reads no buffer
-  (constants, iota) is inlined into every reader, direct or broadcasting: recomputing it costs
-  nothing, and a comparison with an iota it feeds then reads no buffer either and follows it
-  into its own readers (a ViT backward's `arange(17) == 0` mask stayed a kernel of its own
-  once the `where` reading it was inlined into the reductions after it);
+  when P is *broadcast-only* (`_broadcast_only`: it loads nothing at full size, only per-row
+  or per-channel values, within `MAX_NODES`), and when P's one reader reads it directly but
+  runs over more elements (a broadcast, which the scheduler cannot fuse: an inference batch
+  norm's per-channel `rsqrt(var + eps)`) and P has at most `MAX_NARROW_NODES` nodes. A
+  narrowing or broadcast-only P none of whose readers reads it directly is recomputed too when
+  no read visits twice as many elements as P has (a batch norm's statistics of a bf16
+  activation, split into partial reductions that walk it chunk by chunk, read an fp32 copy
+  written for them alone: per element, a kernel reading 2 bytes and writing 4, then 4 bytes
+  read per pass where 2 would do). A P that reads no buffer (constants, iota) is inlined into
+  every reader, direct or broadcasting: recomputing it costs nothing, and a comparison with an
+  iota it feeds then reads no buffer either and follows it into its own readers (a ViT
+  backward's `arange(17) == 0` mask stayed a kernel of its own once the `where` reading it was
+  inlined into the reductions after it);
 - when P stays by these rules, it is tried once more with the Pointwise producers that only P
   reads, directly, substituted into it first (`_with_exclusive_producers`: the scheduler would
   fuse them into P anyway): a cross-entropy backward's bf16 one-hot gradient is a cast of an
