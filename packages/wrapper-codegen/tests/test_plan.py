@@ -7,7 +7,7 @@ import coil.wrapper_codegen as WC
 import pytest
 import sympy
 import torch
-from coil.scheduler import Schedule
+from coil.scheduler import Schedule, schedule
 from coil.wrapper_codegen import (
     Allocate,
     DynamicShapeError,
@@ -360,3 +360,43 @@ def test_check_inputs_ignores_strides_of_length_one_dims(wr):
     call, *_ = wr.compile(wr.schedule(fn, x), check_inputs=True)
     odd = torch.randn(5, 3)[:1, :].contiguous().as_strided((1, 5), (999, 1))
     torch.testing.assert_close(call([odd])[0], odd * 2.0)
+
+
+def _waited(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor]:
+    a = torch.ops._c10d_functional.wait_tensor(x @ x)
+    return (a + torch.sin(y) @ x,)
+
+
+@pytest.mark.skipif(not hasattr(torch.ops._c10d_functional, "wait_tensor"), reason="torch without distributed")
+def test_wait_tensor_result_keeps_its_argument_storage(wr):
+    """`wait_tensor` returns its argument itself (a functional collective's result, filled when
+    the wait returns), though its schema and FakeTensor say it makes a new tensor: the argument's
+    storage must not go to `sin(y)`, made before the waited value's last read."""
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    s = wr.schedule(_waited, x, y, fusion=False)
+    prog = wr.program(s)
+    wait = next(ln for ln in prog.lines if isinstance(ln, ExternCall) and "wait_tensor" in ln.op)
+    donated = {ln.donor for ln in prog.lines if isinstance(ln, Reuse)}
+    assert wait.args[0].name not in donated, prog.lines
+    wr.check(_waited, x, y, fusion=False)
+
+
+def test_opaque_object_input_is_returned_as_given(wr):
+    """An opaque graph input (a DTensor's DeviceMesh, saved for the backward) is bound from the
+    call's arguments and returned as that very object, by both emitters."""
+    layout = L.Layout(torch.device("cpu"), torch.float32, (sympy.Integer(4),), (sympy.Integer(1),))
+    x = L.InputBuffer("arg0", layout, 0)
+    mesh = L.ObjectInput(1, "obj1")
+    out = L.ComputedBuffer("buf1", x.layout)
+    p = sympy.Symbol("p0", integer=True, nonnegative=True)
+    body = L.Op("mul", (L.Load("arg0", p, torch.float32), L.Constant(2.0, torch.float32)), torch.float32)
+    op = L.Pointwise("op1", (), out, x.layout.size, body, p)
+    s = schedule(L.LoweredGraph("g", [x, mesh], [], [op], [out, mesh]), fusion=False)
+    call, _, prog, kernels = wr.compile(s)
+    assert prog.lines[0] == Unpack(("arg0", "obj1"))
+    obj, t = object(), torch.randn(4)
+    got = call([t, obj])
+    assert got[1] is obj
+    torch.testing.assert_close(got[0], t * 2)
+    gm = WC.emit_fx(prog.lines, kernels, prog.constants)
+    assert gm(t, obj)[1] is obj

@@ -13,6 +13,7 @@ from coil.lowering_ir import (
     ConstantBuffer,
     InputBuffer,
     LoweredGraph,
+    ObjectInput,
     ReinterpretView,
     Scatter,
     SymbolInput,
@@ -121,7 +122,7 @@ def _input_lines(g: LoweredGraph, check_inputs: bool) -> list[Line]:
     with `check_inputs`, check every tensor input (CheckInput)."""
     lines: list[Line] = []
     names: list[str | None] = [
-        b.name if isinstance(b, InputBuffer) else b.symbol.name if isinstance(b, SymbolInput) else None
+        b.name if isinstance(b, InputBuffer | ObjectInput) else b.symbol.name if isinstance(b, SymbolInput) else None
         for b in g.inputs
     ]
     lines.append(Unpack(tuple(names)))
@@ -138,16 +139,39 @@ def _input_lines(g: LoweredGraph, check_inputs: bool) -> list[Line]:
     return lines
 
 
-def _aliasing_results(steps: Sequence[Any]) -> set[str]:
-    """Results of ATen calls whose schema says they alias an argument (a view op run through
-    ATen, e.g. a slice at a data-dependent start): their storage is the argument's."""
-    out: set[str] = set()
+# ops whose result is, at run time, their first argument itself, though their schema declares
+# no alias (their FakeTensor has a storage of its own): a functional collective's wait returns the
+# tensor the collective fills
+RETURNS_FIRST_ARGUMENT = frozenset({"_c10d_functional::wait_tensor"})
+
+
+def _aliased_argument(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The argument `op`'s results alias (None: they own their storage): the first argument of a
+    RETURNS_FIRST_ARGUMENT op, else the argument in the alias set the schema gives a result."""
+    schema = op._schema
+    if schema.name in RETURNS_FIRST_ARGUMENT:
+        return args[0] if args else None
+    sets = {s for r in schema.returns if r.alias_info is not None for s in r.alias_info.before_set}
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is not None and sets & set(a.alias_info.before_set):
+            return args[i] if i < len(args) else kwargs.get(a.name)
+    return None
+
+
+def _aliasing_results(steps: Sequence[Any]) -> dict[str, str | None]:
+    """Results of ATen calls that alias an argument, each with that argument's storage buffer
+    (None where it is no buffer of the graph): a view op run through ATen, e.g. a slice at a
+    data-dependent start, or `wait_tensor`. Their storage is the argument's."""
+    out: dict[str, str | None] = {}
     for st in steps:
         op = getattr(st, "kernel", None)
         if isinstance(st, KernelGroup | Scatter) or not isinstance(op, torch._ops.OpOverload):
             continue
-        if any(r.alias_info is not None for r in op._schema.returns):
-            out.update(b.name for b in st.outputs)
+        aliasing = any(r.alias_info is not None for r in op._schema.returns)
+        if aliasing or op._schema.name in RETURNS_FIRST_ARGUMENT:
+            base = _aliased_argument(op, st.args, st.kwargs)
+            storage = base.storage.name if isinstance(base, Buffer | ReinterpretView) else None
+            out.update((b.name, storage) for b in st.outputs)
     return out
 
 
@@ -175,6 +199,14 @@ class _Lifetimes:
         out_storage = {o.storage.name for o in g.outputs if isinstance(o, Buffer | ReinterpretView)}
         for o in out_storage:
             last[o] = len(steps)
+        # a result aliasing an argument keeps the argument's storage alive as long as itself
+        aliases = _aliasing_results(steps)
+        for result in aliases:
+            base: str | None = result
+            while base in aliases:
+                base = aliases[base]
+            if base is not None:
+                last[base] = max(last.get(base, 0), last[result])
         return _Lifetimes(first, last, out_storage)
 
 
@@ -261,7 +293,7 @@ class _Builder:
                 self.views_done.add(t.name)
                 self.step_views.append(t.name)
             return Ref(t.name)
-        if isinstance(t, Buffer):
+        if isinstance(t, Buffer | ObjectInput):
             return Ref(t.name)
         if isinstance(t, list):
             return [self.ref(x) for x in t]
