@@ -138,8 +138,15 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
         log.info("AOT cache not used: %s", unusable)
     # imported when first needed: a frontend-cache hit does not need its many imports (with
     # backend="coil" by name torch's backend registry imports it anyway)
+    from torch._dynamo.utils import counters
     from torch._functorch.aot_autograd import aot_module_simplified
 
+    # torch's own `aot_autograd` backend helper counts its calls here, and DDPOptimizer reads the
+    # count to learn that a graph went through AOTAutograd: it then makes the first call of the
+    # compiled graph itself, with fake tensors, which is the call AOTAutograd answers with fake
+    # outputs while DDPOptimizer compiles (`fakify_first_call`). Uncounted, that first call would
+    # be the user's, and would return fake tensors.
+    counters["aot_autograd"]["total"] += 1
     failure: fallback.DynamoGraphFallback | None = None
     with (fallback.whole_graph(), settings, aot_cache.watch() as verdict,
           frontend_cache.recording(front.status == "miss") as rec):
