@@ -115,6 +115,27 @@ def test_graph_with_constant_attribute(ir):
     ir.assert_same(ir.evaluate(g, [x]), [x * scale])
 
 
+def test_opaque_object_input_is_passed_through_not_baked_in():
+    """A placeholder holding an opaque object (a FakeScriptObject while tracing: a DTensor's
+    DeviceMesh) becomes an ObjectInput, and an output returning it is that input, not the
+    tracing-time object."""
+    from torch._library.fake_class_registry import FakeScriptObject
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    graph = torch.fx.Graph()
+    x_node, obj_node = graph.placeholder("x"), graph.placeholder("mesh")
+    mul = graph.call_function(torch.ops.aten.mul.Tensor, (x_node, 2.0))
+    graph.output((mul, obj_node))
+    with FakeTensorMode() as mode:
+        x_node.meta["val"] = mode.from_tensor(torch.empty(4))
+        mul.meta["val"] = x_node.meta["val"] * 2.0
+    obj_node.meta["val"] = FakeScriptObject(object(), "DeviceMesh", None)
+    g = L.lower(torch.fx.GraphModule(torch.nn.Module(), graph))
+    assert g.inputs[1] == L.ObjectInput(1, "obj1")
+    assert g.outputs[1] is g.inputs[1]
+    g.verify()
+
+
 # -- layouts ---------------------------------------------------------------------------------------
 
 

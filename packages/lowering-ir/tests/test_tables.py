@@ -25,6 +25,7 @@ def test_public_api_snapshot():
         "LoweredGraph",
         "LoweringError",
         "OPS",
+        "ObjectInput",
         "Op",
         "Operation",
         "Pointwise",

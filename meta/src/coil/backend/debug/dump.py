@@ -17,6 +17,7 @@ from coil.lowering_ir import (
     InputBuffer,
     Load,
     LoweredGraph,
+    ObjectInput,
     Op,
     Operation,
     Pointwise,
@@ -113,6 +114,8 @@ def format_ir(graph: LoweredGraph) -> str:
             out.append(f"  {inp.name} (input {inp.index}): {_layout(inp)}")
         elif isinstance(inp, SymbolInput):
             out.append(f"  input {inp.index}: size symbol {inp.symbol}")
+        elif isinstance(inp, ObjectInput):
+            out.append(f"  {inp.name} (input {inp.index}): opaque object")
         else:
             out.append(f"  input {i}: unused")
     out.append("constants:")

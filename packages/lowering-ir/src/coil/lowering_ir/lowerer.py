@@ -20,6 +20,7 @@ from coil.lowering_ir.nodes import (
     ExternKernel,
     InputBuffer,
     LoweredGraph,
+    ObjectInput,
     Operation,
     Pointwise,
     Reduction,
@@ -31,6 +32,7 @@ from coil.lowering_ir.nodes import (
 from coil.lowering_ir.registry import lowering_for
 from coil.lowering_ir.split_rule import SplitRule
 from coil.lowering_ir.values import Value
+from torch._library.fake_class_registry import FakeScriptObject
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ class Lowerer:
         self.operations: list[Operation] = []
         self.views: list[ReinterpretView] = []
         self.constants: list[ConstantBuffer] = []
-        self.inputs: list[InputBuffer | SymbolInput | None] = []
+        self.inputs: list[InputBuffer | SymbolInput | ObjectInput | None] = []
         self.env: dict[torch.fx.Node, Any] = {}
         self.fake_offset: dict[str, Expr] = {}  # storage buffer -> storage offset of its FakeTensor
         self._count = 0
@@ -254,6 +256,10 @@ class Lowerer:
             if isinstance(expr, sympy.Symbol):
                 self.inputs.append(SymbolInput(index, expr))
                 return expr
+        if isinstance(val, FakeScriptObject | torch.ScriptObject):
+            obj = ObjectInput(index, f"obj{index}")
+            self.inputs.append(obj)
+            return obj
         self.inputs.append(None)
         return val
 

@@ -1,7 +1,8 @@
 """The loop-level IR: buffers, views and the operations that fill buffers.
 
 A `LoweredGraph` is the lowering of one functional ATen FX graph:
-- `inputs`: one `InputBuffer` per placeholder (tensors) or `SymbolInput` (sizes);
+- `inputs`: one `InputBuffer` per placeholder (tensors), `SymbolInput` (sizes) or
+  `ObjectInput` (opaque objects);
 - `operations`: Pointwise, Reduction and ExternKernel nodes in a valid (topological) order;
   each writes exactly the buffers it lists in `outputs`;
 - `outputs`: per graph output, a `TensorRef` (buffer or view), or a Python constant.
@@ -93,6 +94,16 @@ class SymbolInput:
 
     index: int
     symbol: sympy.Symbol
+
+
+@dataclass(frozen=True)
+class ObjectInput:
+    """A graph input that is an opaque object (a torchbind or registered opaque type, a
+    FakeScriptObject while tracing: a DTensor's DeviceMesh): the wrapper binds it to `name` and
+    hands it on at run time to the calls and outputs that use it, never as a value of tracing."""
+
+    index: int
+    name: str
 
 
 @dataclass(eq=False)
@@ -314,7 +325,7 @@ class LoweredGraph:
     """One lowered FX graph. See the module docstring for the invariants."""
 
     name: str
-    inputs: list[InputBuffer | SymbolInput | None]
+    inputs: list[InputBuffer | SymbolInput | ObjectInput | None]
     constants: list[ConstantBuffer]
     operations: list[Operation]
     outputs: list[Any]
