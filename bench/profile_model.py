@@ -1,22 +1,28 @@
 """Where the GPU time goes: Inductor vs coil on one model, kernel by kernel (torch.profiler).
 
-    python bench/profile_model.py OUT_DIR CASE [--top N] [--only MODE]
+    python bench/profile_model.py OUT_DIR CASE [--top N] [--only MODE[,MODE...]] [--cprofile N]
         (CASE: a `coil bench` model case, e.g. gpt2_infer_bf16, bert_base_train_amp;
-         MODE: inductor or coil, one compiler only)
+         MODE: a `coil bench` mode other than eager; default inductor,coil)
 
-For each compiler: compile, warm up, profile 5 iterations; prints per-iteration wall time, the
+For each mode: compile, warm up, profile 5 iterations; prints per-iteration wall time, the
 number of kernel launches and their summed GPU time, and the top kernels by GPU time. With
---debug-dir the coil run also writes its debug folder (COIL_DEBUG_DIR) under OUT_DIR.
+--cprofile N it also runs 10 warm iterations under cProfile and prints the top N functions by
+own time (host overhead between launches: where a launch-bound step spends its CPU time). With
+--debug-dir the coil runs also write their debug folders (COIL_DEBUG_DIR) under OUT_DIR.
 """
 
 from __future__ import annotations
 
+import cProfile
+import io
+import pstats
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from coil.bench.measure import compile_mode, is_coil
 from coil.knobs import knobs
 from torch.profiler import ProfilerActivity, profile
 
@@ -53,23 +59,42 @@ def profile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
     (out / f"{name}.txt").write_text(prof.key_averages().table(sort_by="self_device_time_total", row_limit=200))
 
 
+def cprofile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
+    """10 warm iterations under cProfile: the top functions by own time, per iteration."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(10):
+        step(model)
+    torch.cuda.synchronize()
+    prof.disable()
+    buf = io.StringIO()
+    stats = pstats.Stats(prof, stream=buf)
+    stats.sort_stats("tottime").print_stats(top)
+    print(f"\n=== {name}: cProfile of 10 warm iterations (times are totals over the 10)")
+    print(buf.getvalue())
+    stats.dump_stats(str(out / f"{name}.pstats"))
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     kind = sys.argv[2] if len(sys.argv) > 2 else "gpt2_infer_bf16"
     top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 30
     out.mkdir(parents=True, exist_ok=True)
     model, step = _model(kind)
-    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
-    for comp in ("inductor", "coil") if only is None else (only,):
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else "inductor,coil"
+    cprof = int(sys.argv[sys.argv.index("--cprofile") + 1]) if "--cprofile" in sys.argv else 0
+    for comp in only.split(","):
         torch._dynamo.reset()
-        debug = str(out / f"{kind}-coil-debug") if comp == "coil" and "--debug-dir" in sys.argv else ""
-        cm = torch.compile(model, backend="coil") if comp == "coil" else torch.compile(model)
+        debug = str(out / f"{kind}-{comp}-debug") if is_coil(comp) and "--debug-dir" in sys.argv else ""
+        cm = compile_mode(model, comp)
         t0 = time.perf_counter()
         with knobs.override(debug_dir=debug):  # the first call compiles
             step(cm)
         torch.cuda.synchronize()
         print(f"{comp}: first call {time.perf_counter() - t0:.1f} s")
         profile_one(f"{kind}-{comp}", step, cm, out, top)
+        if cprof:
+            cprofile_one(f"{kind}-{comp}", step, cm, out, cprof)
 
 
 if __name__ == "__main__":
