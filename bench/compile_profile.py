@@ -70,10 +70,13 @@ def _timed_parts(times: dict[str, float]) -> Iterator[None]:
     scheduler's fusion and memory-planner ordering (`coil.scheduler.schedule`), and autotuning's
     compile of the candidates, the synthetic arguments, and the timing of each candidate
     (`coil.runtime.autotune`, `coil.runtime.timing`)."""
+    import importlib
+
     import coil.runtime.autotune
     import coil.runtime.timing
 
-    sched_mod = sys.modules["coil.scheduler.schedule"]  # the package attribute is the function
+    # imported by name: the package attribute `coil.scheduler.schedule` is the function
+    sched_mod = importlib.import_module("coil.scheduler.schedule")
     targets = [(sched_mod, "fuse", "fusion"), (sched_mod, "order_steps", "ordering"),
                (coil.runtime.autotune, "compile_variants", "autotune: compile candidates"),
                (coil.runtime.autotune, "make_arguments", "autotune: synthetic arguments"),
