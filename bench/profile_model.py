@@ -1,13 +1,15 @@
 """Where the GPU time goes: Inductor vs coil on one model, kernel by kernel (torch.profiler).
 
-    python bench/profile_model.py OUT_DIR CASE [--top N] [--only MODE[,MODE...]] [--cprofile N]
+    python bench/profile_model.py OUT_DIR CASE [--top N] [--only MODE[,MODE...]] [--cprofile N] [--host N]
         (CASE: a `coil bench` model case, e.g. gpt2_infer_bf16, bert_base_train_amp;
          MODE: a `coil bench` mode other than eager; default inductor,coil)
 
 For each mode: compile, warm up, profile 5 iterations; prints per-iteration wall time, the
 number of kernel launches and their summed GPU time, and the top kernels by GPU time. With
 --cprofile N it also runs 10 warm iterations under cProfile and prints the top N functions by
-own time (host overhead between launches: where a launch-bound step spends its CPU time). With
+own time (host overhead between launches: where a launch-bound step spends its CPU time); with
+--host N, the top N ATen operators by host (CPU) time per iteration, their own and with what they
+call (torch.profiler's CPU activity: what an extern call does on the host). With
 --debug-dir the coil runs also write their debug folders (COIL_DEBUG_DIR) under OUT_DIR.
 """
 
@@ -59,6 +61,19 @@ def profile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
     (out / f"{name}.txt").write_text(prof.key_averages().table(sort_by="self_device_time_total", row_limit=200))
 
 
+def host_one(name: str, step: Any, model: Any, top: int) -> None:
+    """5 warm iterations with torch.profiler's CPU activity: ATen operators by host time."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(ITERS):
+            step(model)
+        torch.cuda.synchronize()
+    evs = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    print(f"\n=== {name}: host time per iteration by operator (own / with callees, calls)")
+    for e in evs[:top]:
+        print(f"{e.self_cpu_time_total / ITERS / 1e3:8.3f} ms {e.cpu_time_total / ITERS / 1e3:8.3f} ms "
+              f"{e.count // ITERS:5d}x  {e.key[:100]}")
+
+
 def cprofile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
     """10 warm iterations under cProfile: the top functions by own time, per iteration."""
     prof = cProfile.Profile()
@@ -83,6 +98,7 @@ def main() -> None:
     model, step = _model(kind)
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else "inductor,coil"
     cprof = int(sys.argv[sys.argv.index("--cprofile") + 1]) if "--cprofile" in sys.argv else 0
+    host = int(sys.argv[sys.argv.index("--host") + 1]) if "--host" in sys.argv else 0
     for comp in only.split(","):
         torch._dynamo.reset()
         debug = str(out / f"{kind}-{comp}-debug") if is_coil(comp) and "--debug-dir" in sys.argv else ""
@@ -95,6 +111,8 @@ def main() -> None:
         profile_one(f"{kind}-{comp}", step, cm, out, top)
         if cprof:
             cprofile_one(f"{kind}-{comp}", step, cm, out, cprof)
+        if host:
+            host_one(f"{kind}-{comp}", step, cm, host)
 
 
 if __name__ == "__main__":
