@@ -14,6 +14,7 @@ from typing import Any
 import sympy
 import torch
 from coil.lowering_ir.printing import pyexpr
+from coil.wrapper_codegen.bindings import python_callee
 from coil.wrapper_codegen.indirect import IndirectPlan, layout_literal
 from coil.wrapper_codegen.lines import (
     TRACKER,
@@ -115,7 +116,7 @@ def emit_line(line: Line, *, tracked_view: bool = True) -> list[str]:
     if isinstance(line, ExternCall):
         args = "".join(pyrepr(a) + ", " for a in line.args)
         kwargs = "".join(f"{k}={pyrepr(v)}, " for k, v in line.kwargs)
-        out = [f"{_results(line.results)} = {line.op}({args}{kwargs})"]
+        out = [f"{_results(line.results)} = {python_callee(line.op)}({args}{kwargs})"]
         out += [f"{b.name} = {bound_value(b)}" for b in line.binds]
         for name, size, stride in line.expect:
             out.append(f"{name} = ensure_layout({name}, {pyrepr(size)}, {pyrepr(stride)})")
