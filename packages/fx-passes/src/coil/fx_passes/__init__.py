@@ -15,6 +15,7 @@ from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
 from coil.fx_passes.passes.attention import ATTENTION_RULES, fuse_attention
 from coil.fx_passes.passes.channels_last import adopt_input_strides, channels_last
 from coil.fx_passes.passes.constant_fold import fold_constants
+from coil.fx_passes.passes.conv_bias import unfold_conv_bias, unfold_conv_bias_for
 from coil.fx_passes.passes.cse import common_subexpression_elimination
 from coil.fx_passes.passes.dce import dead_code_elimination
 from coil.fx_passes.passes.noop import remove_noops
@@ -76,4 +77,6 @@ __all__ = [
     "simplify_view_pairs",
     "stable_topological_sort",
     "unfold_addmm",
+    "unfold_conv_bias",
+    "unfold_conv_bias_for",
 ]

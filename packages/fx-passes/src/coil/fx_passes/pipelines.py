@@ -12,6 +12,7 @@ from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
 from coil.fx_passes.passes.attention import fuse_attention
 from coil.fx_passes.passes.channels_last import channels_last
 from coil.fx_passes.passes.constant_fold import fold_constants
+from coil.fx_passes.passes.conv_bias import unfold_conv_bias
 from coil.fx_passes.passes.cse import common_subexpression_elimination
 from coil.fx_passes.passes.dce import dead_code_elimination
 from coil.fx_passes.passes.noop import remove_noops
@@ -53,6 +54,7 @@ def post_grad_passes(*, is_backward: bool, reinplace: bool | None = None) -> tup
         unfold_addmm,
         pad_matmul_strides,  # after the addmm rewrites, which decide the products' final form
         channels_last,  # convolution operands NHWC; after the rewrites that change products
+        unfold_conv_bias,  # after channels_last: the add takes the convolution's final layout
         dead_code_elimination,
         stable_topological_sort,
     ]
