@@ -634,7 +634,9 @@ class CudaGraphRunner:
         if moved:
             # a parameter was replaced (model.to(), a new tensor): the graph reads the old address,
             # and re-capturing for the new one is not done (module docstring), so replays stop
-            self._stop_replays(f"static inputs {moved} moved after capture")
+            first = "; ".join(f"input {i}: {type(inputs[i]).__name__} now at {where(inputs[i])}, captured at "
+                              f"{self._static_ptrs[i]:#x}" for i in moved[:3])
+            self._stop_replays(f"static inputs {moved} moved after capture ({first})")
             return tuple(self._call(inputs))
         if self._indirect is not None:
             self._prepare_table(inputs)  # their addresses into the table the kernels read
