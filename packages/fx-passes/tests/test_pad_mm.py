@@ -7,6 +7,8 @@ import functools
 import pytest
 import torch
 from coil.fx_passes import check_graph, pad_matmul_strides, pad_matmul_strides_for
+from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
+from coil.fx_passes.passes.pad_mm import PADDED_OUTPUTS
 from torch.fx import GraphModule
 
 aten = torch.ops.aten
@@ -144,14 +146,14 @@ def _bias(kind: str, n: int) -> torch.Tensor | None:
 @pytest.mark.parametrize("n", [37, 38, 39])
 @pytest.mark.parametrize("bias", ["none", "row", "scalar", "full"])
 def test_transposed_weight_input_is_split_by_columns(trace, n: int, bias: str) -> None:
-    """An inference LM head: B = t(W) with W a graph input, N unaligned. No padded copy of W:
-    the product is cat([x @ t(W)[:, :36], x @ t(W)[:, 36:]], 1), bias columns sliced alike,
-    addmm's beta and alpha kept; the result is contiguous; a fixpoint."""
+    """An inference LM head whose logits are the graph's output, which must stay contiguous:
+    B = t(W) with W a graph input, N unaligned. No padded copy of W: the product is
+    cat([x @ t(W)[:, :36], x @ t(W)[:, 36:]], 1), bias columns sliced alike, addmm's beta and
+    alpha kept; the result is contiguous; a fixpoint."""
     x, w, b = torch.randn(8, 16), torch.randn(n, 16), _bias(bias, n)
 
     def f(x: torch.Tensor, w: torch.Tensor, *bb: torch.Tensor) -> torch.Tensor:
-        y = torch.addmm(bb[0], x, w.t(), beta=0.5, alpha=2.0) if bb else x @ w.t()
-        return y * 3
+        return torch.addmm(bb[0], x, w.t(), beta=0.5, alpha=2.0) if bb else x @ w.t()
 
     inputs = (x, w) if b is None else (x, w, b)
     gm = trace(f, *inputs)
@@ -168,7 +170,40 @@ def test_transposed_weight_input_is_split_by_columns(trace, n: int, bias: str) -
     assert not pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)  # a fixpoint
 
 
-def test_the_post_grad_pipeline_splits_once_and_stops(trace, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("n", [37, 39])
+@pytest.mark.parametrize("bias", ["none", "row", "full"])
+@pytest.mark.parametrize("where", ["read in the graph", "output of an inference graph", "saved for the backward"])
+def test_transposed_weight_input_is_padded_where_the_result_may_be_a_slice(
+        trace, n: int, bias: str, where: str) -> None:
+    """The same head when its result is read inside the graph, or is an output of a graph
+    marked PADDED_OUTPUTS, or an output saved for the backward (FREE_OUTPUTS): W's rows padded (one copy of W), the product [8, 40] read through
+    [:, :n] with no cat and no contiguous copy; the output may keep the padded rows."""
+    x, w, b = torch.randn(8, 16), torch.randn(n, 16), _bias(bias, n)
+
+    def f(x: torch.Tensor, w: torch.Tensor, *bb: torch.Tensor) -> torch.Tensor:
+        y = torch.addmm(bb[0], x, w.t(), beta=0.5, alpha=2.0) if bb else x @ w.t()
+        return y * 3 if where == "read in the graph" else y
+
+    inputs = (x, w) if b is None else (x, w, b)
+    gm = trace(f, *inputs)
+    if where == "output of an inference graph":
+        gm.meta[PADDED_OUTPUTS] = True
+    if where == "saved for the backward":
+        gm.meta[FREE_OUTPUTS] = (0,)
+    assert pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)
+    check_graph(gm, pass_name="pad_matmul_strides")
+    assert not _calls(gm, aten.cat.default) and not _calls(gm, aten.clone.default)
+    products = _calls(gm, aten.mm.default if b is None else aten.addmm.default)
+    assert [tuple(p.meta["val"].shape) for p in products] == [(8, 40)]
+    gm.recompile()
+    got, want = gm(*inputs), f(*inputs)
+    torch.testing.assert_close(got, want)
+    if where != "read in the graph":
+        assert got.stride() == (40, 1)  # the slice of the padded product itself
+    assert not pad_matmul_strides_for(gm, devices=("cpu",), min_work=0)  # a fixpoint
+
+
+def test_the_post_grad_pipeline_pads_once_and_stops(trace, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole post-grad pipeline (to its fixpoint, with the addmm rewrites around the pass)
     on a biased LM head whose result a pointwise op reads, the pass let onto CPU products."""
     from coil.fx_passes import run_post_grad_passes
@@ -184,8 +219,8 @@ def test_the_post_grad_pipeline_splits_once_and_stops(trace, monkeypatch: pytest
     gm = run_post_grad_passes(trace(f, x, w, b), is_backward=False)
     check_graph(gm, pass_name="post-grad pipeline")
     products = [n for n in gm.graph.nodes if n.target in (aten.mm.default, aten.addmm.default)]
-    assert [p.meta["val"].shape[1] for p in products] == [36, 2]
-    assert not _calls(gm, aten.constant_pad_nd.default)
+    assert [p.meta["val"].shape[1] for p in products] == [40]
+    assert not _calls(gm, aten.cat.default)
     gm.recompile()
     torch.testing.assert_close(gm(x, w, b), f(x, w, b))
 

@@ -37,6 +37,7 @@ from coil.backend.pipeline.static_inputs import dynamo_static_inputs
 from coil.backend.stats import COMPILED, GraphStats, format_stage_times
 from coil.fx_passes import adopt_input_strides, run_post_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
+from coil.fx_passes.passes.pad_mm import PADDED_OUTPUTS
 from coil.knobs import knobs
 from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, SplitRule, lower
 from coil.lowering_ir.devices import graph_device
@@ -450,7 +451,10 @@ def _load(source: str, name: str, namespace: dict[str, Any], device: torch.devic
 
 def _post_grad_passes(gm: torch.fx.GraphModule, kind: str, out: Artefacts) -> torch.fx.GraphModule:
     """fx_passes.run_post_grad_passes, each pass reported to `out` when per-pass graphs are
-    wanted (debug dir or COIL_LOGS=graph)."""
+    wanted (debug dir or COIL_LOGS=graph). An inference graph's outputs may be row-padded views
+    (`PADDED_OUTPUTS`): the caller alone reads them, no backward was compiled for their layout."""
+    if kind == "inference":
+        gm.meta[PADDED_OUTPUTS] = True
     return run_post_grad_passes(gm, is_backward=kind == "backward", on_pass=out.after_pass if out.wants_passes else None)
 
 

@@ -14,11 +14,11 @@ The pass keeps every value and every shape; only strides change:
   buffer serves both (one ``[V, D]`` weight copy less at the end of the forward) and the pad fuses into
   ``W``'s producer; the result is the slice ``[:, :N]`` of the aligned ``[M, N_pad]`` product;
 * when ``B`` is column-major with an aligned leading dimension but not computed here (an
-  inference graph's ``t(W)`` of a weight that is a graph input), the product is split by
-  columns instead: ``cat([A @ B[:, :N8], A @ B[:, N8:]], 1)`` with ``N8`` the largest aligned
-  width <= ``N`` (bias sliced alike), so no padded copy of ``W`` is made and the result is
-  contiguous; this is faster than padding the weight and needs less scratch memory (the
-  figures for GPT-2's LM head are in docs/perf.md);
+  inference graph's ``t(W)`` of a weight that is a graph input) and the result must keep its
+  contiguous layout (a graph output), the product is split by columns instead:
+  ``cat([A @ B[:, :N8], A @ B[:, N8:]], 1)`` with ``N8`` the largest aligned width <= ``N``
+  (bias sliced alike), cheaper than a padded product plus a contiguous copy of its result; so
+  is a product whose slice some view cannot take (a flatten of the rows);
 * any other product with an unaligned result is computed on a ``B`` (and bias) padded with
   zero columns to ``N_pad``, and the result is the slice ``[:, :N]``;
 * an operand whose rows are unaligned is traced back through views to the tensor that owns its
@@ -37,7 +37,12 @@ The pass keeps every value and every shape; only strides change:
   padded only for free; the result's first ``M`` rows are contiguous, so users see no change.
 
 Graph outputs keep their strides: where an output's strides would change, the output is a
-contiguous clone. A rewrite whose strides some view cannot take (a flatten of the padded rows)
+contiguous clone, except the outputs free to change layout: every output of a graph marked
+:data:`PADDED_OUTPUTS` (an inference graph: its outputs go to the caller alone, as Inductor's
+padded products do) and the positions in ``gm.meta[FREE_OUTPUTS]`` (activations a forward
+saves for a backward that adopts their strides, :mod:`.channels_last`). Such an output may be the
+slice ``[..., :N]`` of a padded product, and such a product is never split: read through a slice,
+a padded product costs no copy at all (docs/perf.md has the figures). A rewrite whose strides some view cannot take (a flatten of the padded rows)
 is undone. Only products of at least :data:`MIN_WORK` multiply-adds on CUDA tensors are touched
 (``COIL_PAD_MM=0`` turns the pass off); :func:`pad_matmul_strides_for` takes other devices and
 sizes, for tests.
@@ -52,11 +57,12 @@ import torch
 from coil.fx_passes.fake_meta import fake_mode_of, refresh_meta
 from coil.fx_passes.infra import PassResult, Stage, graph_pass
 from coil.fx_passes.ops import overload_of
+from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
 from coil.knobs import knobs
 from torch.fx import GraphModule, Node
 from torch.fx.node import Argument
 
-__all__ = ["MIN_WORK", "pad_matmul_strides", "pad_matmul_strides_for"]
+__all__ = ["MIN_WORK", "PADDED_OUTPUTS", "pad_matmul_strides", "pad_matmul_strides_for"]
 
 aten = torch.ops.aten
 
@@ -69,6 +75,9 @@ _VIEWS = frozenset({
 })  # fmt: skip
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32})
 SPLIT_MARK = "coil_pad_mm_split"  # meta key of the B column slices `_split_result` makes
+# graph-module meta key: True when every output may be a row-padded view of its shape (the
+# backend marks inference graphs: the caller alone reads their outputs)
+PADDED_OUTPUTS = "coil_padded_outputs"
 
 
 def _val(node: object) -> torch.Tensor | None:
@@ -417,25 +426,63 @@ def _undo(gm: GraphModule, rw: _Rewrite) -> None:
             gm.graph.erase_node(node)
 
 
+def _free_positions(gm: GraphModule) -> frozenset[int] | None:
+    """Output positions free to change layout (module docstring); None: every position."""
+    if gm.meta.get(PADDED_OUTPUTS):
+        return None
+    return frozenset(int(i) for i in gm.meta.get(FREE_OUTPUTS, ()))
+
+
+def _free_output(gm: GraphModule, node: Node) -> bool:
+    """Whether every output position holding ``node`` or a view of it is free to change layout."""
+    free = _free_positions(gm)
+    if free is None:
+        return True
+    args = _outputs(gm).args[0]
+    outs = list(args) if isinstance(args, list | tuple) else [args]
+    todo, seen = [node], {node}
+    while todo:
+        n = todo.pop()
+        if any(a is n and i not in free for i, a in enumerate(outs)):
+            return False
+        for u in n.users:
+            if overload_of(u) in _VIEWS and u not in seen:
+                seen.add(u)
+                todo.append(u)
+    return True
+
+
 def _keep_output_strides(gm: GraphModule, before: dict[Node, tuple[int, ...]]) -> bool:
-    """Clone outputs whose strides changed back to contiguous; False when one was not contiguous."""
+    """Clone outputs whose strides changed back to contiguous at the positions not free to
+    change layout; False when one of those was not contiguous."""
     out = _outputs(gm)
-    fake_mode = fake_mode_of(gm)
-    assert fake_mode is not None
+    free = _free_positions(gm)
+    if free is None:
+        return True
+    args = out.args[0]
+    outs = list(args) if isinstance(args, list | tuple) else [args]
     now = _output_strides(gm)
-    changed = [a for a in now if a in before and now[a] != before[a]]
-    for a in changed:
-        old = before[a]
+    changed = {a for a in now if a in before and now[a] != before[a]}
+    fixed = [i for i, a in enumerate(outs) if isinstance(a, Node) and a in changed and i not in free]
+    for i in fixed:
+        a = outs[i]
+        assert isinstance(a, Node)
         v = _val(a)
         assert v is not None
-        if old != _contiguous_strides(tuple(int(d) for d in v.shape)):
+        if before[a] != _contiguous_strides(tuple(int(d) for d in v.shape)):
             return False
-    for a in changed:
-        with gm.graph.inserting_before(out):
-            clone = gm.graph.call_function(aten.clone.default, (a,),
-                                           {"memory_format": torch.contiguous_format})
-        out.replace_input_with(a, clone)
-        refresh_meta(gm, [clone])
+    clones: dict[Node, Node] = {}
+    for i in fixed:
+        a = outs[i]
+        assert isinstance(a, Node)
+        if a not in clones:
+            with gm.graph.inserting_before(out):
+                clones[a] = gm.graph.call_function(aten.clone.default, (a,),
+                                                   {"memory_format": torch.contiguous_format})
+            refresh_meta(gm, [clones[a]])
+        outs[i] = clones[a]
+    if fixed:
+        out.args = (tuple(outs) if isinstance(args, tuple) else outs if isinstance(args, list) else outs[0],)
     return True
 
 
@@ -478,8 +525,13 @@ def pad_matmul_strides_for(gm: GraphModule, devices: Collection[str] = ("cuda",)
             continue  # a part of a split product: its few unaligned columns stay as they are
         before = _output_strides(gm)
         if _unaligned(out) and out.is_contiguous():
-            split = _splittable(mm)
-            done = _try(gm, _split_result(gm, mm) if split else _pad_result(gm, mm), before)
+            splittable = _splittable(mm)
+            # split where the result must stay contiguous; else pad, and split where a view
+            # cannot take the padded rows
+            split = splittable and _aliased_by_output(mm) and not _free_output(gm, mm)
+            done = not split and _try(gm, _pad_result(gm, mm), before)
+            if not done and splittable:
+                split = done = _try(gm, _split_result(gm, mm), before)
             if done and split:
                 gm.graph.erase_node(mm)  # its users read the cat now
             changed |= done
