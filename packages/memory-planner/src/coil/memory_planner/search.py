@@ -9,13 +9,27 @@ Our own formulation, in the spirit of MiniMalloc (Moffitt, ASPLOS 2023):
 * Each step takes the open section ``s`` with the lowest floor ``h`` and branches: either one of
   the unplaced blocks covering ``s`` whose skyline is ``h`` goes to offset ``h``, or none will
   (the *skip* branch) and the floor of ``s`` rises to the lowest level at which a block covering
-  it can still sit (its skyline, or ``h`` plus the smallest block that could lift it).
+  it can still sit: its skyline when that is above ``h``, else the lowest top
+  (``skyline + size``) of an unplaced neighbour that does not cover ``s`` and could lift it.
   When no block covering ``s`` has skyline ``h`` the rise is forced. This loses no packing, so
   the search is complete for a fixed capacity.
 * *Inference.* The unplaced blocks of a section live together above its floor, so
   ``floor[t] + remaining[t] <= capacity`` for every section; every unplaced block must fit below
   the capacity at its skyline. Identical blocks (same lifetime and size) are interchangeable:
   only one of them is tried per step.
+* *Backjumping.* A failed subtree returns a set ``E`` of sections (a bit mask) that explains
+  the failure: the unplaced blocks covering a section of ``E`` do not fit at or above their
+  skylines even in the *relaxed* problem where two blocks must be apart in memory only when
+  they share a section of ``E``. A failed inference gives such a set at once (the first section
+  of a block above the capacity; a section whose stack is too high). A node's branches cover
+  every packing of the relaxed problem for the union of: the branching section, the branches'
+  sets and, for each placed block, one section it shares with each neighbour it lifted into a
+  branch's set (that lift holds only where the two must be apart). The skip level reads only
+  skylines, which bound the relaxed problem as well. When the decision into a subtree changed
+  no block or floor of the subtree's set, the parent's relaxed problem is the same, so the
+  parent fails too and its remaining alternatives are skipped. Without this the search
+  thrashes: a dead end in one part of the timeline is rediscovered under every arrangement of
+  another part that was decided after it. (In aggressive mode the sets are heuristics too.)
 
 The search returns a packing, proves that there is none (``infeasible``), or runs out of time
 or nodes.
@@ -51,6 +65,9 @@ class SearchResult:
 
 class _OutOfBudget(Exception):
     pass
+
+
+_SOLVED = -1  # what the search returns on success; a failure returns a (positive) section mask
 
 
 def _align_up(x: int, a: int) -> int:
@@ -121,36 +138,44 @@ class _Solver:
         self.result: dict[int, int] = {}
         # trail entries: (block placed or -1, section raised or -1, old floors, lifted skylines)
         self.trail: list[tuple[int, int, list[int], list[tuple[int, int]]]] = []
+        # section masks: the sections each block covers; the explanation of the last failure
+        self.span_mask = [(1 << z) - (1 << a) for a, z in zip(self.first, self.stop, strict=True)]
+        self.why = 0
 
     def feasible_root(self) -> bool:
         return all(r <= self.cap for r in self.rem) and all(s <= self.cap for s in self.size)
 
     def run(self) -> bool:
-        return self._dfs(0, self.nsec)
+        return self._dfs(0, self.nsec) == _SOLVED
 
     # -- state changes -------------------------------------------------------------------------
 
     def _lift(self, js: Sequence[int], level: int, changed: list[tuple[int, int]]) -> bool:
-        """Raise the skyline of the unplaced blocks ``js`` to ``level``; False if that fails."""
+        """Raise the skyline of the unplaced blocks ``js`` to ``level``; False if that fails.
+
+        On failure ``self.why`` holds the section mask that explains it.
+        """
         off, size, cap, unplaced = self.off, self.size, self.cap, self.unplaced
-        ok = True
+        bad = -1
         lo, hi = self.nsec, 0
         for j in js:
             if j in unplaced and off[j] < level:
                 changed.append((j, off[j]))
                 nj = _align_up(level, self.align[j])
                 off[j] = nj
-                if nj + size[j] > cap:
-                    ok = False
+                if nj + size[j] > cap and bad < 0:
+                    bad = j
                 lo = min(lo, self.first[j])
                 hi = max(hi, self.stop[j])
-        if not ok:
+        if bad >= 0:
+            self.why = 1 << self.first[bad]
             return False
         # the unplaced blocks of a section all sit at or above the lowest skyline among them
         rem, cover = self.rem, self.cover
         for t in range(lo, hi):
             r = rem[t]
             if r and min(off[c] for c in cover[t] if c in unplaced) + r > cap:
+                self.why = 1 << t
                 return False
         return True
 
@@ -210,14 +235,17 @@ class _Solver:
                 start = -1
         return comps
 
-    def _skip_level(self, s: int, h: int) -> int | None:
-        """Lowest offset a block covering ``s`` can take if none takes ``h`` (None: none can).
+    def _skip_level(self, s: int, h: int) -> tuple[int | None, int]:
+        """Lowest offset a block covering ``s`` can take if none takes ``h`` (None: none can),
+        with the sections that conclusion rests on (``s``; in aggressive mode also the valley).
 
-        In aggressive mode, when some block covering ``s`` already has a skyline above ``h``,
-        blocks that could only be lifted later by a small block are ignored (a heuristic jump).
+        A block whose skyline is ``h`` must then rest on an unplaced neighbour ``d`` that does
+        not cover ``s``: at ``skyline(d) + size(d)`` or higher. In aggressive mode, when some
+        block covering ``s`` already has a skyline above ``h``, blocks that could only be lifted
+        later are ignored, and a flat valley is raised to its lower wall (heuristic jumps).
         """
-        off, size, unplaced = self.off, self.size, self.unplaced
-        level: int | None = None
+        off, size, unplaced, first, stop = self.off, self.size, self.unplaced, self.first, self.stop
+        why = 1 << s
         jump = self.aggressive and any(off[c] > h for c in self.cover[s] if c in unplaced)
         if self.aggressive and not jump:
             # merge the flat valley around s with its lower wall (skyline heuristic)
@@ -229,7 +257,8 @@ class _Solver:
                 hi += 1
             walls = [floor[t] for t in (lo - 1, hi + 1) if 0 <= t < self.nsec and floor[t] > h]
             if walls:
-                return min(walls)
+                return min(walls), why | ((2 << min(hi + 1, self.nsec - 1)) - (1 << max(lo - 1, 0)))
+        level: int | None = None
         for c in self.cover[s]:
             if c not in unplaced:
                 continue
@@ -238,70 +267,107 @@ class _Solver:
             elif jump:
                 continue
             else:
-                lift = [
-                    size[d]
-                    for d in self.neighbours[c]
-                    if d in unplaced and not self.first[d] <= s < self.stop[d]
-                ]
-                if not lift:
+                lowest = -1
+                for d in self.neighbours[c]:
+                    if d not in unplaced or first[d] <= s < stop[d]:
+                        continue
+                    if lowest < 0 or off[d] + size[d] < lowest:
+                        lowest = off[d] + size[d]
+                if lowest < 0:
                     continue
-                cand = h + min(lift)
+                cand = max(lowest, h + 1)  # d sits at h or higher; the max keeps progress
             if level is None or cand < level:
                 level = cand
-        return level
+        return level, why
 
-    def _dfs(self, lo: int, hi: int) -> bool:
+    def _contact(self, i: int, lifted: Sequence[tuple[int, int]], why: int) -> int:
+        """Sections where placed block ``i`` meets the blocks it lifted that ``why`` concerns.
+
+        The lift of a neighbour ``j`` by ``i`` holds only where the two must not overlap, that
+        is in a section both cover; a failure explained by ``j``'s sections therefore also rests
+        on one such section.
+        """
+        first, span = self.first, self.span_mask
+        m = 0
+        for j, _old in lifted:
+            if span[j] & why:
+                m |= 1 << max(first[i], first[j])
+        return m
+
+    def _changed_since(self, mark: int) -> int:
+        """Mask of the sections whose local state the trail entries after ``mark`` changed."""
+        m = 0
+        span = self.span_mask
+        for i, s, _old, changed in self.trail[mark:]:
+            m |= span[i] if i >= 0 else 1 << s
+            for j, _o in changed:
+                m |= span[j]
+        return m
+
+    def _dfs(self, lo: int, hi: int) -> int:
+        """Complete the sections ``[lo, hi)``: SOLVED, or the mask explaining the failure."""
         comps = self._components(lo, hi)
         if not comps:
-            return True
+            return _SOLVED
         self.nodes += 1
         if self.nodes % 16 == 0 and (
             time.monotonic() > self.deadline or self.nodes > self.node_limit
         ):
             raise _OutOfBudget
+        mark = len(self.trail)
         if len(comps) > 1:
-            mark = len(self.trail)
             for clo, chi in comps:
-                if not self._dfs(clo, chi):
+                r = self._dfs(clo, chi)
+                if r != _SOLVED:
+                    # explanations stay inside their component, which the parts solved before
+                    # it did not touch; if one did, only "everything" is a safe explanation
+                    if r & self._changed_since(mark):
+                        r = (1 << self.nsec) - 1
                     self._undo_to(mark)
-                    return False
-            return True
+                    return r
+            return _SOLVED
         lo, hi = comps[0]
         floor, rem, off = self.floor, self.rem, self.off
         h = min(floor[t] for t in range(lo, hi) if rem[t])
         # any open section at the lowest floor may be branched on: take the one with the fewest
-        # blocks that fit there (fail first)
+        # blocks whose skyline is h (fail first); a block whose alignment puts it above h waits
+        # for the skip branch, which raises the floor to it
         unplaced = self.unplaced
         s = -1
         at_h: list[int] = []
         for t in range(lo, hi):
             if rem[t] and floor[t] == h:
-                fits = [
-                    c
-                    for c in self.cover[t]
-                    if c in unplaced and off[c] == _align_up(h, self.align[c])
-                ]
+                fits = [c for c in self.cover[t] if c in unplaced and off[c] == h]
                 if s < 0 or len(fits) < len(at_h):
                     s, at_h = t, fits
                     if len(fits) <= 1:
                         break
         at_h.sort(key=self.rank.__getitem__)
         tried: set[tuple[int, int, int, int]] = set()
-        mark = len(self.trail)
+        why = 1 << s
         for i in at_h:
             if self.kind[i] in tried:
                 continue
             tried.add(self.kind[i])
-            if self._place(i) and self._dfs(lo, hi):
-                return True
+            r = self._dfs(lo, hi) if self._place(i) else self.why
+            if r == _SOLVED:
+                return _SOLVED
+            changed = self._changed_since(mark)
+            if not r & changed:  # placing i did not cause it: the parent fails the same way
+                self._undo_to(mark)
+                return r
+            why |= r | self._contact(i, self.trail[mark][3], r)
             self._undo_to(mark)
-        level = self._skip_level(s, h)
+        level, read = self._skip_level(s, h)
+        why |= read
         if level is None or level + rem[s] > self.cap:
-            return False
-        if self._raise(s, level) and self._dfs(lo, hi):
-            return True
+            return why
+        r = self._dfs(lo, hi) if self._raise(s, level) else self.why
+        if r == _SOLVED:
+            return _SOLVED
+        changed = self._changed_since(mark)
         self._undo_to(mark)
-        return False
+        return r if not r & changed else why | r
 
 
 class Prepared:
