@@ -7,11 +7,10 @@ from collections.abc import Sequence
 
 from coil.memory_planner.arena import Block, Packing, arena_size, live_lower_bound
 from coil.memory_planner.greedy import GREEDY_ORDERS, place_in_order, time_neighbours
-from coil.memory_planner.search import Prepared, search_prepared
+from coil.memory_planner.restarts import Restarts
+from coil.memory_planner.search import Prepared
 
 __all__ = ["pack"]
-
-_PRIORITIES = ("size", "length", "start", "area")
 
 
 def _best_greedy(
@@ -26,39 +25,6 @@ def _best_greedy(
                 best = (offsets, size, f"greedy-{name}-{'best' if best_fit else 'first'}-fit")
     assert best is not None
     return best
-
-
-def _try_capacity(
-    prep: Prepared, cap: int, deadline: float, nodes: int
-) -> tuple[dict[str, int] | None, bool]:
-    """Restarted searches for ``cap``: every priority with a node limit that doubles per round.
-
-    Returns (offsets or None, proven infeasible).
-    """
-    orders = [GREEDY_ORDERS[p](prep.blocks) for p in _PRIORITIES]
-    limit = nodes
-    while time.monotonic() < deadline:
-        for order in orders:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None, False
-            res = search_prepared(
-                prep, cap, time_limit=left, priority=order, node_limit=limit, aggressive=True
-            )
-            if res.offsets is not None:
-                return res.offsets, False
-            if res.nodes < limit:  # aggressive search exhausted: try the complete one
-                exact = search_prepared(
-                    prep,
-                    cap,
-                    time_limit=deadline - time.monotonic(),
-                    priority=order,
-                    node_limit=limit,
-                )
-                if exact.offsets is not None or exact.infeasible:
-                    return exact.offsets, exact.infeasible
-        limit *= 2
-    return None, False
 
 
 def pack(
@@ -80,12 +46,16 @@ def pack(
         A valid :class:`Packing`; ``lower_bound`` is the live-set bound; ``proven_optimal`` is
         set when the arena equals that bound.
 
-    Method: the best of several greedy orders (first fit and best fit), then decision searches
-    (:func:`~coil.memory_planner.search.search_packing`) with restarts: a quarter of the budget
-    left after the greedy pass at the target, then a ladder of looser capacities (+10 %, +5 %,
-    +2 %, a twelfth each) to secure a good arena, then the rest of the budget at the target
-    again. The greedy pass always runs in full (O(sum of time overlaps x log) per order), so
-    ``time_limit`` is exceeded only when the greedy pass alone takes longer.
+    Method: the best of several greedy orders (first fit and best fit), then restarted decision
+    searches (:class:`~coil.memory_planner.restarts.Restarts`: the search of
+    :mod:`~coil.memory_planner.search` under several block orders, node limits doubling per
+    round): a quarter of the budget left after the greedy pass at the target, then a ladder of
+    looser capacities (+10 %, +5 %, +2 %, a twelfth each) to secure a good arena, then the rest
+    of the budget at the target again, resuming the target's schedule where it stopped. Every
+    search stops at a node limit, so what is found does not depend on the machine's speed, only
+    whether it is found before the deadline. The greedy pass always runs in full (O(sum of time
+    overlaps x log) per order), so ``time_limit`` is exceeded only when the greedy pass alone
+    takes longer.
     """
     deadline = time.monotonic() + time_limit
     ids = [b.id for b in blocks]
@@ -97,16 +67,20 @@ def pack(
     if best <= target:
         return Packing(offsets, best, lb, method, best == lb)
     prep = Prepared(blocks)  # the search's tables, built once for every search below
+    schedules: dict[int, Restarts] = {}  # per capacity: a later attempt resumes the schedule
 
     def attempt(cap: int, until: float) -> bool:
         nonlocal offsets, best, method
-        found, infeasible = _try_capacity(prep, cap, until, 2000)
+        if cap not in schedules:
+            schedules[cap] = Restarts(prep, cap)
+        restarts = schedules[cap]
+        found = restarts.run(until)
         if found is not None:
             size = arena_size(blocks, found)
             if size < best:
                 offsets, best, method = found, size, "search"
             return True
-        return infeasible
+        return restarts.infeasible
 
     start = time.monotonic()
     left = deadline - start  # the greedy pass and the tables used part of the budget
