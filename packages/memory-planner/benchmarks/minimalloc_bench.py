@@ -1,6 +1,7 @@
 """Benchmark: pack the MiniMalloc "challenging" instances, greedy-by-size beside coil.
 
 Usage: python packages/memory-planner/benchmarks/minimalloc_bench.py [DIR] [--time-limit S]
+       [--only A,E,...]
 Prints a Markdown table: instance, blocks, live-set lower bound, greedy-by-size arena/capacity,
 coil arena/capacity, seconds. Every packing is validated.
 """
@@ -19,11 +20,13 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("dir", nargs="?", default="/work/shared/benchmarks/minimalloc", type=Path)
     p.add_argument("--time-limit", type=float, default=60.0)
+    p.add_argument("--only", default="", help="comma-separated instance names (default: all)")
     args = p.parse_args()
+    only = {x for x in args.only.split(",") if x}
     print("| instance | blocks | lower bound / cap | greedy-by-size / cap | coil / cap | seconds |")
     print("|---|---|---|---|---|---|")
     met = 0
-    files = sorted(args.dir.glob("*.csv"))
+    files = sorted(f for f in args.dir.glob("*.csv") if not only or f.name.split(".")[0] in only)
     for f in files:
         m = re.search(r"\.(\d+)\.csv$", f.name)
         assert m, f.name
