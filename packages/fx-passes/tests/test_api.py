@@ -7,7 +7,7 @@ import pathlib
 import coil.fx_passes as fx
 
 EXPECTED = [
-    "ATTENTION_RULES", "Condition", "GraphPass", "InvariantViolation", "Match", "PassError",
+    "ATTENTION_RULES", "Condition", "GRAPH_KIND", "GraphPass", "InvariantViolation", "Match", "PassError",
     "PassManager", "PassResult", "PatternRegistry", "Rule", "Stage", "accumulate_into_addend",
     "adopt_input_strides", "apply_rule",
     "channels_last", "check_graph", "common_subexpression_elimination", "compute_val", "dead_code_elimination",

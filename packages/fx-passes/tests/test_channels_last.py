@@ -15,6 +15,7 @@ from coil.fx_passes import (
     knobs,
     run_post_grad_passes,
 )
+from coil.fx_passes.infra import GRAPH_KIND
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS, convert_to_channels_last
 from torch.fx import GraphModule
 
@@ -227,3 +228,25 @@ def test_grouped_and_strided_convolutions(trace, groups: int) -> None:
         assert _is_cl(c.args[0]) and _is_cl(c.args[1])
     gm.recompile()
     torch.testing.assert_close(gm(x, w, b), f(x, w, b))
+
+
+@pytest.mark.parametrize("kind", ["forward", "backward", "inference", None])
+@pytest.mark.parametrize("per_group", [1, 2])
+def test_training_graphs_with_grouped_convolutions_keep_their_layout(trace, kind: str | None,
+                                                                     per_group: int) -> None:
+    """A grouped convolution with two input channels per group in a training graph: the graph
+    keeps its layout (cuDNN's NHWC grouped gradients pay layout transforms); depthwise ones (one
+    channel per group), inference graphs and graphs of unknown kind are converted."""
+    def f(x: torch.Tensor, w: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(torch.relu(F.conv2d(x, w2)), w, padding=1, groups=4 // per_group)
+
+    x, w, w2 = torch.randn(2, 4, 6, 6), torch.randn(4, per_group, 3, 3), torch.randn(4, 4, 1, 1)
+    gm = trace(f, x, w, w2)
+    if kind is not None:
+        gm.meta[GRAPH_KIND] = kind
+    kept = kind in ("forward", "backward") and per_group > 1
+    assert convert_to_channels_last(gm, devices=None, dtypes=(torch.float32,)) is not kept
+    check_graph(gm, pass_name="channels_last")
+    assert all(_is_cl(c.args[0]) is not kept for c in _calls(gm, aten.convolution.default))
+    gm.recompile()
+    torch.testing.assert_close(gm(x, w, w2), f(x, w, w2))

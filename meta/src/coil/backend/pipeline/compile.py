@@ -35,7 +35,7 @@ from coil.backend.pipeline import autotune, fallback, indirect_inputs
 from coil.backend.pipeline.progress import compile_with_progress
 from coil.backend.pipeline.static_inputs import dynamo_static_inputs
 from coil.backend.stats import COMPILED, GraphStats, format_stage_times
-from coil.fx_passes import adopt_input_strides, run_post_grad_passes
+from coil.fx_passes import GRAPH_KIND, adopt_input_strides, run_post_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
 from coil.fx_passes.passes.pad_mm import PADDED_OUTPUTS
 from coil.knobs import knobs
@@ -452,7 +452,9 @@ def _load(source: str, name: str, namespace: dict[str, Any], device: torch.devic
 def _post_grad_passes(gm: torch.fx.GraphModule, kind: str, out: Artefacts) -> torch.fx.GraphModule:
     """fx_passes.run_post_grad_passes, each pass reported to `out` when per-pass graphs are
     wanted (debug dir or COIL_LOGS=graph). An inference graph's outputs may be row-padded views
-    (`PADDED_OUTPUTS`): the caller alone reads them, no backward was compiled for their layout."""
+    (`PADDED_OUTPUTS`): the caller alone reads them, no backward was compiled for their layout.
+    Every graph carries its kind (`GRAPH_KIND`) for the passes that choose by it."""
+    gm.meta[GRAPH_KIND] = kind
     if kind == "inference":
         gm.meta[PADDED_OUTPUTS] = True
     return run_post_grad_passes(gm, is_backward=kind == "backward", on_pass=out.after_pass if out.wants_passes else None)

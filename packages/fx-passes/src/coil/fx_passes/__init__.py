@@ -8,7 +8,7 @@ FakeTensor metadata updater, the pattern matcher and the passes themselves.
 
 from coil.fx_passes.errors import InvariantViolation, PassError
 from coil.fx_passes.fake_meta import compute_val, fake_mode_of, refresh_meta
-from coil.fx_passes.infra import Condition, GraphPass, PassResult, Stage, graph_pass
+from coil.fx_passes.infra import GRAPH_KIND, Condition, GraphPass, PassResult, Stage, graph_pass
 from coil.fx_passes.manager import PassManager
 from coil.fx_passes.passes.accumulate_into import accumulate_into_addend
 from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
@@ -38,6 +38,7 @@ from coil.knobs import knobs  # coil's registry, re-exported
 
 __all__ = [
     "ATTENTION_RULES",
+    "GRAPH_KIND",
     "Condition",
     "GraphPass",
     "InvariantViolation",

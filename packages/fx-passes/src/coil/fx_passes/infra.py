@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 
 from torch.fx import GraphModule
 
-__all__ = ["Condition", "GraphPass", "PassResult", "Stage", "graph_pass"]
+__all__ = ["GRAPH_KIND", "Condition", "GraphPass", "PassResult", "Stage", "graph_pass"]
+
+# graph-module meta key: "inference", "forward" or "backward" (an AOTAutograd graph of a
+# training step, or of a step without gradients), set by the caller that knows it (coil's
+# backend); passes whose best choice differs between training and inference read it, and
+# treat a graph without it as of unknown kind
+GRAPH_KIND = "coil_graph_kind"
 
 
 class Stage(enum.Enum):

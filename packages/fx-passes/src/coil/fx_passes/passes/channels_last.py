@@ -19,6 +19,10 @@ weight) channels-last and lets the layout flow:
   positions listed in ``gm.meta[FREE_OUTPUTS]``: coil's backend lists there the activations a
   forward graph saves for the backward, whose strides it reports to AOTAutograd
   (``TracingContext.report_output_strides``), so that they may stay channels-last;
+* a training graph (``gm.meta[GRAPH_KIND]`` forward or backward) with a grouped convolution of
+  more than one input channel per group (RegNet's, ResNeXt's) is left in its layout: cuDNN runs
+  their NHWC gradients through layout transforms that cost more than channels-last saves
+  (RegNet-Y's AMP step, docs/perf.md); depthwise convolutions (one channel per group) gain;
 * a ``view`` that cannot take the new strides (flattening an NHWC tensor) reads a copy of its
   input in the input's old layout; a rewrite still failing, or whose output strides cannot be
   restored, is undone, convolution by convolution.
@@ -47,7 +51,7 @@ from coil.fx_passes.fake_meta import (
     fake_mode_of,
     refresh_meta,
 )
-from coil.fx_passes.infra import PassResult, Stage, graph_pass
+from coil.fx_passes.infra import GRAPH_KIND, PassResult, Stage, graph_pass
 from coil.fx_passes.ops import overload_of
 from coil.knobs import knobs
 from torch.fx import GraphModule, Node
@@ -328,6 +332,15 @@ def _free_outputs(gm: GraphModule) -> frozenset[int]:
     return frozenset(int(i) for i in got)
 
 
+def _grouped(node: Node) -> bool:
+    """A grouped convolution (or its backward) with more than one input channel per group (a
+    depthwise one has one)."""
+    backward = overload_of(node) is aten.convolution_backward.default
+    weight = _val(node.args[2] if backward else node.args[1])
+    groups = node.args[9] if backward else node.args[8]
+    return weight is not None and isinstance(groups, int) and groups > 1 and int(weight.shape[1]) > 1
+
+
 def convert_to_channels_last(gm: GraphModule, devices: Collection[str] | None = ("cuda",),
                              dtypes: Collection[torch.dtype] = _AUTO_DTYPES) -> bool:
     """The pass on convolutions on `devices` (None: any) in `dtypes`; returns whether it changed
@@ -337,6 +350,8 @@ def convert_to_channels_last(gm: GraphModule, devices: Collection[str] | None = 
     convs = [n for n in gm.graph.nodes if _conv_layout_fits(n, devices, dtypes)]
     if not convs:
         return False
+    if gm.meta.get(GRAPH_KIND) in ("forward", "backward") and any(_grouped(c) for c in convs):
+        return False  # cuDNN's NHWC grouped convolutions train slower than NCHW (module docstring)
     free = _free_outputs(gm)
     before = _output_strides(gm)
     old = {n: tuple(int(s) for s in v.stride()) for n in gm.graph.nodes
