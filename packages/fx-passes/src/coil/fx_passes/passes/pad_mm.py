@@ -42,10 +42,10 @@ contiguous clone, except the outputs free to change layout: every output of a gr
 padded products do) and the positions in ``gm.meta[FREE_OUTPUTS]`` (activations a forward
 saves for a backward that adopts their strides, :mod:`.channels_last`). Such an output may be the
 slice ``[..., :N]`` of a padded product, and such a product is never split: read through a slice,
-a padded product costs no copy at all (docs/perf.md has the figures). A rewrite whose strides some view cannot take (a flatten of the padded rows)
-is undone. Only products of at least :data:`MIN_WORK` multiply-adds on CUDA tensors are touched
-(``COIL_PAD_MM=0`` turns the pass off); :func:`pad_matmul_strides_for` takes other devices and
-sizes, for tests.
+a padded product costs no copy at all (docs/perf.md has the figures). A rewrite whose strides
+some view cannot take (a flatten of the padded rows) is undone. Only products of at least
+:data:`MIN_WORK` multiply-adds on CUDA tensors are touched (``COIL_PAD_MM=0`` turns the pass
+off); :func:`pad_matmul_strides_for` takes other devices and sizes, for tests.
 """
 
 from __future__ import annotations
