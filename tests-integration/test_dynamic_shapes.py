@@ -283,3 +283,39 @@ def test_item_sizes_an_allocation(device: torch.device) -> None:
             s = torch.tensor(n, device=device)
             torch.testing.assert_close(compiled(x, s), _zeros_of_read_size(x, s))
     _compiled_natively(max_compiles=1)
+
+
+def _scaled_by_numel(x: torch.Tensor) -> torch.Tensor:
+    return x * (1 / (x.shape[0] * x.shape[1])) + torch.full_like(x, 1 / x.shape[1])
+
+
+def test_symbolic_float_scalars_keep_their_fraction(device: torch.device) -> None:
+    """A SymFloat made of sizes (1 / numel, as batch norm's backward and mean-like decompositions
+    compute) is a float in the kernel, never truncated to an integer (which made it 0)."""
+    compiled = torch.compile(_scaled_by_numel, backend="coil", dynamic=True)
+    with knobs.override(fallback_on_error=False):
+        for rows, cols in [(3, 5), (4, 7)]:
+            x = torch.randn(rows, cols, device=device)
+            torch.testing.assert_close(compiled(x), _scaled_by_numel(x))
+    assert all(s.eager_fallback is None for s in COMPILED)
+
+
+def test_batch_norm_training_at_new_image_sizes(device: torch.device) -> None:
+    """Training-mode batch norm at a second and third image size (Dynamo's automatic dynamic
+    recompile): the input gradient scales by 1 / (N * H * W), a SymFloat, in the backward."""
+    def bn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.batch_norm(x, None, None, w, b, training=True, eps=1e-5)
+
+    torch.manual_seed(0)
+    compiled = torch.compile(bn, backend="coil")
+    with knobs.override(fallback_on_error=False):
+        for shape in [(4, 6, 8, 8), (4, 6, 5, 5), (2, 6, 7, 7)]:
+            x = torch.randn(shape, device=device, requires_grad=True)
+            w = torch.randn(shape[1], device=device, requires_grad=True)
+            b = torch.randn(shape[1], device=device, requires_grad=True)
+            g = torch.randn(shape, device=device)
+            want = torch.autograd.grad(bn(x, w, b), (x, w, b), g)
+            got = torch.autograd.grad(compiled(x, w, b), (x, w, b), g)
+            for a, e in zip(got, want, strict=True):
+                torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
+    assert all(s.eager_fallback is None for s in COMPILED)

@@ -24,7 +24,7 @@ import sympy
 from sympy.logic.boolalg import BooleanFalse, BooleanTrue
 
 _RELATIONS = frozenset({"==", "!=", "<", "<=", ">", ">="})  # printed as sympy spells them
-_FLOAT_FUNCTIONS = ("ToFloat", "FloatTrueDiv", "IntTrueDiv")  # sympy functions of torch's with float values
+FLOAT_FUNCTIONS = ("ToFloat", "FloatTrueDiv", "IntTrueDiv")  # sympy functions of torch's with float values
 _DIVISIONS = ("FloorDiv", "CleanDiv")
 _MODS = ("Mod", "PythonMod")
 
@@ -67,7 +67,7 @@ def _positive(e: sympy.Expr) -> bool:
 def _float_valued(e: sympy.Basic) -> bool:
     """An expression over a float conversion or true division (a SymFloat): its rational
     coefficients are float factors, not integer divisions."""
-    return any(type(a).__name__ in _FLOAT_FUNCTIONS for a in sympy.preorder_traversal(e))
+    return any(type(a).__name__ in FLOAT_FUNCTIONS for a in sympy.preorder_traversal(e))
 
 
 def _has_fraction(e: sympy.Expr) -> bool:

@@ -9,6 +9,7 @@ import sympy
 import torch
 from coil.lowering_ir.errors import Unsupported
 from coil.lowering_ir.nodes import Buffer, ReinterpretView, load
+from coil.lowering_ir.printing import FLOAT_FUNCTIONS
 from coil.lowering_ir.values import Constant, IndexValue, Op, Value
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
@@ -67,11 +68,25 @@ def value_of(x: Any, p: Sequence[sympy.Expr], dtype: torch.dtype | None = None) 
     elif isinstance(x, sympy.Expr):
         if type(x).__name__ == "ToFloat":  # float(size expression)
             v = cast(IndexValue(x.args[0], torch.int64), torch.float64)
+        elif float_valued(x):  # a SymFloat (1 / numel, an unbacked float): never truncated
+            v = IndexValue(x, torch.float64)
         else:
             v = IndexValue(x, torch.int64)  # a size symbol used as a number
     else:
         raise Unsupported(f"operand of type {type(x).__name__}")
     return cast(v, dtype) if dtype is not None else v
+
+
+def float_valued(e: sympy.Expr) -> bool:
+    """Whether a scalar expression has a float value (a SymFloat's): a true division or float
+    conversion of torch's (`IntTrueDiv`, `FloatTrueDiv`, `ToFloat`), a float number, or a
+    symbol not known to be an integer (an unbacked float scalar)."""
+    for a in sympy.preorder_traversal(e):
+        if type(a).__name__ in FLOAT_FUNCTIONS or isinstance(a, sympy.Float):
+            return True
+        if isinstance(a, sympy.Symbol) and a.is_integer is not True:
+            return True
+    return False
 
 
 def _meta(x: Any) -> Any:

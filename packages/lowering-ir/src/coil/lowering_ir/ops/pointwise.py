@@ -12,7 +12,7 @@ from coil.lowering_ir.errors import Unsupported
 from coil.lowering_ir.layout import as_expr
 from coil.lowering_ir.lowerer import Lowerer as LowererLike
 from coil.lowering_ir.nodes import TensorRef
-from coil.lowering_ir.ops.common import cast, is_tensor, promoted, value_of
+from coil.lowering_ir.ops.common import cast, float_valued, is_tensor, promoted, value_of
 from coil.lowering_ir.registry import register
 from coil.lowering_ir.values import Constant, IndexValue, Op, Value
 
@@ -280,13 +280,15 @@ def arange(lw: LowererLike, node: torch.fx.Node, *args: Any, **kw: Any) -> Tenso
 
 
 def _fill(lw: LowererLike, value: Any) -> TensorRef:
-    """Every element = `value` (a Python number, or an integer size expression: a SymInt or
+    """Every element = `value` (a Python number, or a size expression: a SymInt, SymFloat or
     sympy expression, whose symbols become kernel arguments), in the node's dtype."""
     dt = out_dtype(lw)
-    if isinstance(value, torch.SymInt | sympy.Expr) and not isinstance(value, sympy.Number):
+    if isinstance(value, torch.SymInt | torch.SymFloat | sympy.Expr) and not isinstance(value, sympy.Number):
         e = as_expr(value)
+        if float_valued(e):
+            return lw.pointwise(lambda p: cast(IndexValue(e, torch.float64), dt))
         if not e.is_integer:
-            raise Unsupported(f"fill value {e} is not an integer expression")
+            raise Unsupported(f"fill value {e} is neither an integer nor a float expression")
         return lw.pointwise(lambda p: cast(IndexValue(e, torch.int64), dt))
     if isinstance(value, sympy.Number):
         value = int(value) if value.is_integer else float(value)
