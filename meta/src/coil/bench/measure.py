@@ -5,6 +5,11 @@
   graphs), `torch.compile(backend="coil")` (coil's defaults: CUDA graphs on) and coil with CUDA
   graphs off (`COIL_NOCG`). `PEERS` pairs each coil mode with the Inductor mode that makes the
   same choice about CUDA graphs.
+- `EXTRA_MODES`, asked for by name (`coil bench --modes`) or by a case's group
+  (coil.bench.suite.case_modes): `inductor_max`, `torch.compile(mode="max-autotune-no-cudagraphs")`
+  (Inductor choosing among its matmul templates and cuBLAS by benchmarking them), any case;
+  `flex`, `torch.compile` of an attention case's FlexAttention form (coil.bench.attention_flex),
+  attention cases only. `ALL_MODES`: every mode, in the order reports list them.
 - `cold_caches(root, tag)`: empty cache folders for Inductor, Triton and coil, set before the
   compile, in-memory kernel memos cleared; yields the cache environment a new process needs to
   compile again from those caches.
@@ -30,6 +35,9 @@ from typing import Any
 from coil.knobs import KNOBS, knobs
 
 MODES = ("eager", "inductor", "inductor_ro", "coil", "coil_nocg")
+# modes a run asks for by name or a case's group adds (module docstring)
+EXTRA_MODES = ("inductor_max", "flex")
+ALL_MODES = ("eager", "inductor", "inductor_ro", "inductor_max", "flex", "coil", "coil_nocg")
 # each coil mode and its fair peer: the Inductor mode with the same CUDA-graph choice
 PEERS = {"coil": "inductor_ro", "coil_nocg": "inductor"}
 # torch.compile(options=...) of the coil_nocg mode: coil's knobs for CUDA graphs, both off
@@ -42,22 +50,26 @@ def is_coil(mode: str) -> bool:
 
 
 def compile_mode(fn: Any, mode: str) -> Any:
-    """`fn` as run by one bench mode (MODES): itself (eager), `torch.compile` (inductor),
-    `torch.compile(mode="reduce-overhead")` (inductor_ro), `torch.compile(backend="coil")`
-    (coil) or the same with `options=COIL_NOCG` (coil_nocg). ValueError for any other mode."""
+    """`fn` as run by one bench mode (ALL_MODES): itself (eager), `torch.compile` (inductor, and
+    flex: there `fn` is the case's FlexAttention form), `torch.compile(mode="reduce-overhead")`
+    (inductor_ro), `torch.compile(mode="max-autotune-no-cudagraphs")` (inductor_max),
+    `torch.compile(backend="coil")` (coil) or the same with `options=COIL_NOCG` (coil_nocg).
+    ValueError for any other mode."""
     import torch
 
     if mode == "eager":
         return fn
-    if mode == "inductor":
+    if mode in ("inductor", "flex"):
         return torch.compile(fn)
     if mode == "inductor_ro":
         return torch.compile(fn, mode="reduce-overhead")
+    if mode == "inductor_max":
+        return torch.compile(fn, mode="max-autotune-no-cudagraphs")
     if mode == "coil":
         return torch.compile(fn, backend="coil")
     if mode == "coil_nocg":
         return torch.compile(fn, backend="coil", options=dict(COIL_NOCG))
-    raise ValueError(f"unknown bench mode {mode!r}; known: {', '.join(MODES)}")
+    raise ValueError(f"unknown bench mode {mode!r}; known: {', '.join(ALL_MODES)}")
 
 
 def mark_step(mode: str) -> None:
