@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from coil.bench.measure import MODES
+from coil.bench.measure import ALL_MODES, MODES
 from coil.bench.merge import merge_dirs
 from coil.bench.micro import ROUNDS
 from coil.bench.model_runs import CaseSettings
@@ -20,10 +20,12 @@ from coil.bench.runner import run
 from coil.bench.suite import select, suite_names
 from coil.knobs import knobs
 
-DESCRIPTION = ("Run eager, torch.compile (TorchInductor: default and reduce-overhead) and coil (with and "
-               "without CUDA graphs) side by side, one model case a process, and write bench.json and bench.md.")
-EPILOG = ("names: a case, a micro op (softmax), a model (gpt2, zoo_llama, llama), a group (all, micro, "
-          "models, zoo, zoo-decoder, zoo-encoder, zoo-encdec, zoo-vision) or a family (gpt-neox, swin); "
+DESCRIPTION = ("Run eager, torch.compile (TorchInductor: default, reduce-overhead, max-autotune; FlexAttention) "
+               "and coil (with and without CUDA graphs) side by side, one model case a process, and write "
+               "bench.json and bench.md.")
+EPILOG = ("names: a case, a micro op (softmax), an attention form (attn_causal), a model (gpt2, zoo_llama, "
+          "llama), a group (all, micro, gemm, attention, models, zoo, zoo-decoder, zoo-encoder, zoo-encdec, "
+          "zoo-vision) or a family (gpt-neox, swin); "
           "NAME:infer, NAME:train or NAME:accum keeps one step kind (zoo-vision:infer). Default: micro models. "
           "`--list NAMES` prints what they select.")
 
@@ -37,8 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case-budget-s", type=float, default=None, metavar="S",
                         help="model cases: stop a case after S seconds; the modes it finished keep their figures")
     parser.add_argument("--list", action="store_true", help="print the cases NAMES select (default: every case) and exit")
-    parser.add_argument("--modes", default=",".join(MODES),
-                        help=f"comma list of the modes to run (default: {','.join(MODES)})")
+    parser.add_argument("--modes", default=None,
+                        help=f"comma list of the modes to run, of {','.join(ALL_MODES)} (inductor_max: "
+                             "torch.compile(mode='max-autotune-no-cudagraphs'); flex: the attention cases' "
+                             f"FlexAttention form compiled by Inductor, attention cases only; default: "
+                             f"{','.join(MODES)}, plus inductor_max on gemm cases and flex on attention cases)"),
     parser.add_argument("--rounds", type=int, default=None,
                         help=f"micro cases: time the modes in this many interleaved rounds and report each "
                              f"mode's median (default: {ROUNDS})")
@@ -83,7 +88,8 @@ def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.precompile:
         knobs.export(bench_precompile=True)  # read by each model case's process
     settings = CaseSettings(warm_runs=args.warm_runs, quick=args.quick, loop_steps=args.loop_steps)
-    return run(args.names, args.out, args.budget_s, [m for m in args.modes.split(",") if m],
+    modes = None if args.modes is None else [m for m in args.modes.split(",") if m]
+    return run(args.names, args.out, args.budget_s, modes,
                ROUNDS if args.rounds is None else args.rounds, settings, args.case_budget_s)
 
 

@@ -2,11 +2,13 @@
 
 `PAIRS` are the comparisons the protocol asks for: coil (CUDA graphs) against Inductor's
 reduce-overhead mode (CUDA graphs too: its fair peer), coil without CUDA graphs against
-Inductor's default (its fair peer), and coil against eager. For a pair (a, b), a row's ratio is
+Inductor's default (its fair peer), coil against eager, coil against Inductor's max-autotune
+(`inductor_max`: its matmul templates, where a run has it: the gemm rows) and coil against
+FlexAttention compiled by Inductor (`flex`: the attention rows). For a pair (a, b), a row's ratio is
 a's median time over b's (below 1: a is faster); a pair's figure is the geometric mean of the
 ratios over every row where both modes have a time, never one configuration. `compare` gives
 that with the rows where a is slower; `lines` the report's sentences, for all rows and, where
-the run has several, per group of rows (micro, models, zoo).
+the run has several, per group of rows (micro, gemm, attention, models, zoo).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-PAIRS: tuple[tuple[str, str], ...] = (("coil", "inductor_ro"), ("coil_nocg", "inductor"), ("coil", "eager"))
+PAIRS: tuple[tuple[str, str], ...] = (("coil", "inductor_ro"), ("coil_nocg", "inductor"), ("coil", "eager"),
+                                      ("coil", "inductor_max"), ("coil", "flex"))
 
 
 def ms(res: Mapping[str, Any], mode: str) -> float | None:
@@ -69,7 +72,7 @@ def compare(cases: Mapping[str, Mapping[str, Any]], a: str, b: str) -> Compariso
 
 
 def group_of(res: Mapping[str, Any]) -> str:
-    """The group a row belongs to: micro, models (the five hand-picked) or zoo."""
+    """The group a row belongs to: micro, gemm, attention, models (the five hand-picked) or zoo."""
     return "micro" if res.get("kind") == "micro" else str(res.get("group") or "models")
 
 

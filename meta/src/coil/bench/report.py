@@ -3,7 +3,8 @@
 `render(report)` gives the Markdown of a run's report (the dict bench.json holds): every row's
 time in every mode with the ratios of coil.bench.pairs' PAIRS, their geomeans and the rows where
 coil is slower, the model rows mode by mode (loop time, first calls, memory growth, accuracy,
-coil's graph counts), the micro rows' bandwidth; `targets(report)` the lines that say where coil
+coil's graph counts), the micro rows' bandwidth, the gemm and attention rows' TFLOP/s and
+their bounds (coil.bench.kernel_report); `targets(report)` the lines that say where coil
 stands against eager and TorchInductor in that run (speed, copy bandwidth, first calls cold and
 warm, how each warm graph was served, Dynamo's share of a warm start, training peak memory,
 accuracy).
@@ -14,8 +15,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from coil.bench import pairs
-from coil.bench.measure import MODES
+from coil.bench import kernel_report, pairs
+from coil.bench.measure import ALL_MODES
 
 
 def _f(v: object, fmt: str) -> str:
@@ -36,9 +37,9 @@ def _speed(res: dict[str, Any], mode: str) -> float | None:
 
 
 def _modes(report: dict[str, Any]) -> list[str]:
-    """The modes of a run, in MODES order: the report's `modes`, else those its rows have."""
-    ran = report.get("modes") or [m for m in MODES if any(m in r for r in report["cases"].values())]
-    return [m for m in MODES if m in ran]
+    """The modes of a run, in ALL_MODES order: the report's `modes`, else those its rows have."""
+    ran = report.get("modes") or [m for m in ALL_MODES if any(m in r for r in report["cases"].values())]
+    return [m for m in ALL_MODES if m in ran]
 
 
 def _ratio(res: dict[str, Any], a: str, b: str) -> str:
@@ -126,9 +127,14 @@ def render(report: dict[str, Any]) -> str:
         lines += [*_mode_table(cases, modes), ""]
     if any(r.get("kind") == "micro" and "skipped" not in r for r in cases.values()):
         lines += [*_micro_table(cases, modes), ""]
+    kernels = kernel_report.table(cases, modes)
+    if kernels:
+        lines += ["GEMM and attention rows: TFLOP/s (dense-equivalent for masked attention); coil's time over "
+                  "its reference row's eager time (bare matmul, unmasked flash attention) and the limit:", ""]
+        lines += [*kernels, ""]
     lines += ["Targets (from this run):"] + [f"- {t}" for t in targets(report)]
     errors = [f"{n}: {r['error']}" for n, r in cases.items() if "error" in r]
-    errors += [f"{n} {m}: {r[m]['error']}" for n, r in cases.items() for m in MODES
+    errors += [f"{n} {m}: {r[m]['error']}" for n, r in cases.items() for m in ALL_MODES
                if isinstance(r.get(m), dict) and "error" in r[m]]
     errors += [f"{n} reference: {r['reference_error']}" for n, r in cases.items() if "reference_error" in r]
     if errors:
@@ -199,8 +205,9 @@ def targets(report: dict[str, Any]) -> list[str]:
         pm = [n for n, r in trains.items() if isinstance(a := r.get("coil", {}).get("peak_mib"), float)
               and isinstance(b := r.get(ind, {}).get("peak_mib"), float) and a <= b]
         out.append(f"training-step peak memory coil <= {ind}: {len(pm)}/{len(trains)}")
+    out += kernel_report.targets(done)
     ran = [m for m in _modes(report) if m != "eager"]
-    acc = [f"{n} {m}" for n, r in done.items() for m in ran if r.get(m, {}).get("accuracy_ok") is not True]
+    acc = [f"{n} {m}" for n, r in done.items() for m in ran if m in r and r[m].get("accuracy_ok") is not True]
     out.append("accuracy: all pass" if not acc else f"accuracy failures or errors: {', '.join(acc)}")
     return out
 

@@ -2,12 +2,16 @@
 CUDA graphs) side by side.
 
 The suite (coil.bench.suite) is the micro cases (coil.bench.micro: fused operations, run in this
-process) and the model cases (coil.bench.models: the five hand-picked models and the zoo's, each
-measured in a process of its own by coil.bench.model_runs). The modes (`measure.MODES`):
-eager, `inductor` (torch.compile default, no CUDA graphs), `inductor_ro`
+process), the gemm and attention cases (coil.bench.gemm, coil.bench.attention: matmuls with
+their epilogues and attention as models write it, run in this process by
+coil.bench.kernel_runs) and the model cases (coil.bench.models: the five hand-picked models and
+the zoo's, each measured in a process of its own by coil.bench.model_runs). The modes
+(`measure.MODES`): eager, `inductor` (torch.compile default, no CUDA graphs), `inductor_ro`
 (mode="reduce-overhead": CUDA graphs), `coil` (its defaults: CUDA graphs) and `coil_nocg`
 (CUDA graphs off); each coil mode's fair peer is the Inductor mode with the same CUDA-graph
-choice (coil.bench.pairs).
+choice (coil.bench.pairs). `inductor_max` (max-autotune without CUDA graphs) runs where asked
+for and on the gemm cases, `flex` (the FlexAttention form, compiled by Inductor) on the
+attention cases (`suite.case_modes`).
 
 For each case, on the same inputs, each mode in turn: `torch._dynamo.reset()`, fresh cache folders
 (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, COIL_CACHE_DIR set to new temp folders before the
@@ -38,12 +42,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from coil.bench.measure import MODES
+from coil.bench.kernel_runs import estimate_s as kernel_estimate_s
+from coil.bench.kernel_runs import run_kernel
+from coil.bench.measure import ALL_MODES
 from coil.bench.micro import ROUNDS, Ctx, run_micro
 from coil.bench.model_runs import CaseSettings, precompile_requested, run_model_in_process
 from coil.bench.models import IMPORTED_BEFORE_THE_CLOCK, estimate_s, model_cases
 from coil.bench.report import render
-from coil.bench.suite import select, suite_names
+from coil.bench.suite import case_modes, kernel_cases, select, suite_names
 
 __all__ = ["parse_modes", "run", "select", "suite_names"]
 
@@ -52,21 +58,23 @@ _EST_MICRO = 15.0
 
 
 def parse_modes(modes: Sequence[str]) -> tuple[str, ...]:
-    """The modes asked for, in MODES's order; ValueError for an unknown one or none."""
-    bad = [m for m in modes if m not in MODES]
+    """The modes asked for, in ALL_MODES's order; ValueError for an unknown one or none."""
+    bad = [m for m in modes if m not in ALL_MODES]
     if bad or not modes:
-        raise ValueError(f"unknown modes {bad} (known: {', '.join(MODES)})" if bad else "no modes")
-    return tuple(m for m in MODES if m in modes)
+        raise ValueError(f"unknown modes {bad} (known: {', '.join(ALL_MODES)})" if bad else "no modes")
+    return tuple(m for m in ALL_MODES if m in modes)
 
 
-def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequence[str] = MODES,
+def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequence[str] | None = None,
         rounds: int = ROUNDS, settings: CaseSettings | None = None, case_budget_s: float | None = None) -> int:
-    """Run the selected cases in `modes` (a subset of MODES, in MODES's order), micro cases timed
-    in `rounds` interleaved rounds, model cases measured as `settings` say (CaseSettings: warm
-    runs, quick, loop steps), each in at most `case_budget_s` seconds and all within `budget_s`
-    (a case that would not fit is skipped; a model case is stopped at what is left); write
-    bench.json and bench.md to out_dir after each. Exit code: 0 when every compiled mode of
-    every case passed accuracy, 1 otherwise, 2 without CUDA or for a bad argument."""
+    """Run the selected cases, each in its modes (`suite.case_modes`: its group's without
+    `modes`, else those of `modes` that apply to it; a case none applies to is skipped), micro,
+    gemm and attention cases timed in `rounds` interleaved rounds, model cases measured as
+    `settings` say (CaseSettings: warm runs, quick, loop steps), each in at most `case_budget_s`
+    seconds and all within `budget_s` (a case that would not fit is skipped; a model case is
+    stopped at what is left); write bench.json and bench.md to out_dir after each. Exit code: 0
+    when every compiled mode of every case passed accuracy, 1 otherwise, 2 without CUDA or for a
+    bad argument."""
     import torch
 
     if not torch.cuda.is_available():
@@ -78,7 +86,7 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
         cases = select(names)
         if rounds < 1:
             raise ValueError(f"--rounds must be at least 1, got {rounds}")
-        modes = parse_modes(modes)
+        asked = None if modes is None else parse_modes(modes)
         if case_budget_s is not None and case_budget_s <= 0:
             raise ValueError(f"--case-budget-s must be positive, got {case_budget_s}")
         runs = settings.runs()
@@ -88,14 +96,22 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
     importlib.import_module(IMPORTED_BEFORE_THE_CLOCK)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    report = _header(budget_s, rounds, modes, settings, runs, case_budget_s)
+    per_case = {name: case_modes(name, asked) for name in cases}
+    ran = tuple(m for m in ALL_MODES if any(m in v for v in per_case.values()))
+    report = _header(budget_s, rounds, ran, settings, runs, case_budget_s)
     ctx = Ctx(Path(tempfile.mkdtemp(prefix="coil-bench-")))
     start = time.perf_counter()
     ok = True
     models = set(model_cases())
+    kernels = kernel_cases()
     for name in cases:
+        these = per_case[name]
+        if not these:
+            report["cases"][name] = {"skipped": "none of the modes asked for applies to it"}
+            continue
         elapsed = time.perf_counter() - start
-        est = (estimate_s(name, modes, quick=settings.quick, warm_runs=runs) if name in models else _EST_MICRO)
+        est = (estimate_s(name, these, quick=settings.quick, warm_runs=runs) if name in models
+               else kernel_estimate_s(kernels[name], these) if name in kernels else _EST_MICRO)
         if elapsed + min(est, case_budget_s or math.inf) > budget_s:
             report["cases"][name] = {"skipped": f"time budget ({elapsed:.0f} s used of {budget_s:.0f})"}
             print(f"[bench] {name}: skipped (budget)", flush=True)
@@ -104,14 +120,16 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
         print(f"[bench] {name} ...", flush=True)
         if name in models:
             limit = min(case_budget_s or math.inf, budget_s - elapsed)
-            res = run_model_in_process(name, ctx.root, modes, settings, None if math.isinf(limit) else limit)
+            res = run_model_in_process(name, ctx.root, these, settings, None if math.isinf(limit) else limit)
+        elif name in kernels:
+            res = run_kernel(kernels[name], ctx, these, rounds)
         else:
-            res = run_micro(name, ctx, modes, rounds)
+            res = run_micro(name, ctx, these, rounds)
         res["case_s"] = time.perf_counter() - t0
         report["cases"][name] = res
         report["copy_gbs"] = ctx.copy_gbs
-        ok &= "error" not in res and all(res.get(m, {}).get("accuracy_ok") is True for m in modes if m != "eager")
-        brief = {m: {k: res.get(m, {}).get(k) for k in ("ms", "first_call_s", "accuracy_ok", "error")} for m in modes}
+        ok &= "error" not in res and all(res.get(m, {}).get("accuracy_ok") is True for m in these if m != "eager")
+        brief = {m: {k: res.get(m, {}).get(k) for k in ("ms", "first_call_s", "accuracy_ok", "error")} for m in these}
         print(f"[bench] {name} done in {res['case_s']:.0f} s: {json.dumps(brief, default=str)[:600]}", flush=True)
         (out / "bench.json").write_text(json.dumps(report, indent=2, default=str))
         (out / "bench.md").write_text(render(report))
