@@ -5,24 +5,26 @@
 #
 #   bash bench/gpu_bench.sh [SUITE|CASE ...] [-- COIL_BENCH_ARG ...]
 #
-# SUITE: micro (the default: the 16 micro cases), infer (the five hand-picked models' bf16
-# inference), train (their AMP training steps), models (both), zoo (every zoo case: inference,
-# training, gradient accumulation), zoo-decoder, zoo-encoder, zoo-encdec, zoo-vision, all; or any
-# name `python -m coil.bench --list NAME` accepts: a case, a model (gpt2, zoo_llama, llama), a
-# family (gpt-neox), a micro op (softmax), NAME:infer, NAME:train or NAME:accum for one step kind.
+# SUITE: micro (the default: the 16 micro cases), gemm (the GEMM cases: eager, Inductor, coil and
+# Inductor max-autotune), attention (the attention cases: eager, Inductor, coil and FlexAttention),
+# infer (the five hand-picked models' bf16 inference), train (their AMP training steps), models
+# (both), zoo (every zoo case: inference, training, gradient accumulation), zoo-decoder,
+# zoo-encoder, zoo-encdec, zoo-vision, all; or any name `python -m coil.bench --list NAME`
+# accepts: a case, a model (gpt2, zoo_llama, llama), a family (gpt-neox), a micro op (softmax),
+# an attention form (attn_causal), NAME:infer, NAME:train or NAME:accum for one step kind.
 #
-# The micro cases run in one call (timed in interleaved rounds), the model cases in another, each
-# model case in a process of its own that is stopped after CASE_S seconds (default 300; the modes
+# The micro, gemm and attention cases run in one call (timed in interleaved rounds), the model
+# cases in another, each model case in a process of its own that is stopped after CASE_S seconds (default 300; the modes
 # it finished keep their figures). On a machine of several GPUs the model cases are dealt out to
 # one `coil bench` a GPU (LANES, default: every GPU; each case still alone on its GPU, the CPUs
 # shared) and their reports merged into one. The whole script keeps within TOTAL_S seconds (default 540,
-# inside one 10-minute device call): a model case that would not fit is skipped and listed at
-# the end with the command that runs what is left. Arguments after `--` go to every call, e.g.
+# inside one 10-minute device call): a case that would not fit is skipped and listed at the end
+# with the command that runs what is left. Arguments after `--` go to every call, e.g.
 # `-- --quick` (no first-call processes: one compile a mode), `-- --warm-runs 0` (cold
 # first calls only), `-- --modes eager,coil,inductor_ro`, `-- --rounds 3`, `-- --precompile`.
 #
-# Writes under $OUT (default bench-out): micro/ and models/ with the harness's bench.json and
-# bench.md, and micro.log, models.log with everything a call printed; prints the versions, then
+# Writes under $OUT (default bench-out): micro/ (the micro, gemm and attention cases) and models/
+# with the harness's bench.json and bench.md, and micro.log, models.log with everything a call printed; prints the versions, then
 # each call's bench.md (tables, pairs, targets). Exit status: 1 if any call failed.
 set -u
 start=$SECONDS
@@ -59,8 +61,30 @@ bench() {  # bench NAME BUDGET_S ARG...: one `python -m coil.bench` call into $O
   [ -f "$OUT/$name/bench.md" ] && cat "$OUT/$name/bench.md"
 }
 
+left_over() {  # left_over BENCH_JSON CASE...: the cases the budget left out or cut short, as the command that runs them
+  python3 - "$1" "${extra[*]}" "${@:2}" <<'PY'
+import json, sys
+path, extra, wanted = sys.argv[1], sys.argv[2], sys.argv[3:]
+try:
+    cases = json.load(open(path))["cases"]
+except (OSError, ValueError):
+    cases = {}
+left = [n for n in wanted if n not in cases or "time budget" in str(cases[n].get("skipped", ""))]
+cut = [n for n in wanted if n in cases and any("time budget" in str(r.get("error", "")) for r in cases[n].values()
+                                               if isinstance(r, dict))]
+if cut:
+    print(f"cut short by the case budget (CASE_S): {' '.join(cut)}")
+if left:
+    print(f"not run (time budget): {len(left)} cases; next: bash bench/gpu_bench.sh {' '.join(left)}"
+          + (f" -- {extra}" if extra else ""))
+PY
+}
+
 total=${TOTAL_S:-540}
-[ ${#micro[@]} -eq 0 ] || bench micro $((total - (SECONDS - start))) "${micro[@]}"
+if [ ${#micro[@]} -gt 0 ]; then
+  bench micro $((total - (SECONDS - start))) "${micro[@]}"
+  left_over "$OUT/micro/bench.json" "${micro[@]}"
+fi
 if [ ${#models[@]} -gt 0 ]; then
   left=$((total - (SECONDS - start)))
   lanes=${LANES:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
@@ -84,22 +108,6 @@ if [ ${#models[@]} -gt 0 ]; then
       --out "$OUT/models" || status=1
     rm -rf "$OUT/lanes"
   fi
-  # what the budget left out or cut short, as the command that runs it
-  python3 - "$OUT/models/bench.json" "${extra[*]}" "${models[@]}" <<'PY'
-import json, sys
-path, extra, wanted = sys.argv[1], sys.argv[2], sys.argv[3:]
-try:
-    cases = json.load(open(path))["cases"]
-except (OSError, ValueError):
-    cases = {}
-left = [n for n in wanted if n not in cases or "skipped" in cases[n]]
-cut = [n for n in wanted if n in cases and any("time budget" in str(r.get("error", "")) for r in cases[n].values()
-                                               if isinstance(r, dict))]
-if cut:
-    print(f"cut short by the case budget (CASE_S): {' '.join(cut)}")
-if left:
-    print(f"not run (time budget): {len(left)} cases; next: bash bench/gpu_bench.sh {' '.join(left)}"
-          + (f" -- {extra}" if extra else ""))
-PY
+  left_over "$OUT/models/bench.json" "${models[@]}"
 fi
 exit $status

@@ -1,1 +1,1 @@
-"""`coil bench`: eager, TorchInductor (default, reduce-overhead) and coil (with and without CUDA graphs) side by side on micro cases and models (see runner.py and meta/README.md)."""
+"""`coil bench`: eager, TorchInductor (default, reduce-overhead; max-autotune and FlexAttention where asked) and coil (with and without CUDA graphs) side by side on micro cases, the GEMM and attention suites and models (see runner.py and meta/README.md)."""
