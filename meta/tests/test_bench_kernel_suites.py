@@ -105,3 +105,28 @@ def test_report_shows_the_pairs_per_group_the_tflops_and_the_targets() -> None:
     assert "- padded attention: coil <= limit x unmasked flash attention's eager time: 1/1" in md
     assert "- accuracy: all pass" in md  # a row without flex is not a flex failure
     assert "- attn_gqa_fwdbwd: build: OutOfMemoryError" in md
+
+
+def test_run_kernel_plumbing_on_the_cpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """run_kernel at a case's small size, eager only, the CUDA calls stubbed: the row has the
+    case's fields, eager's errors against the fp64 reference (output and three gradients), a
+    time, TFLOP/s and accuracy."""
+    import dataclasses
+
+    from coil.bench import kernel_runs, measure
+    from coil.bench import spec as bench_spec
+    from coil.bench.micro import Ctx
+
+    case = next(c for c in ATTENTION if c.name == "attn_window_fwdbwd")
+    small = dataclasses.replace(case, dims=case.small)
+    monkeypatch.setattr(bench_spec, "DEVICE", "cpu")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(measure, "do_bench", lambda fn, warmup, rep: 2.0)
+    monkeypatch.setattr(measure, "warm_peak", lambda fn, base=None: {"peak_mib": 1.0})
+    res = kernel_runs.run_kernel(small, Ctx(tmp_path), ("eager",), rounds=2)
+    assert res["kind"] == "kernel" and res["group"] == "attention" and res["backward"] is True
+    assert len(res["rmse_eager"]) == 4 and all(e < 1e-2 for e in res["rmse_eager"])
+    eager = res["eager"]
+    assert eager["accuracy_ok"] is True and "error" not in eager
+    assert eager["ms_rounds"] == [2.0, 2.0] and eager["tflops"] == pytest.approx(small.flops(small.dims) / 2e-3 / 1e12)
