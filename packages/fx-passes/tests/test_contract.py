@@ -114,3 +114,50 @@ def test_pre_grad_pipeline_keeps_mutation_and_removes_dead_code() -> None:
     assert "add_" in targets
     assert not any("cos" in t for t in targets)
     torch.testing.assert_close(out(x), f(x))
+
+
+@pytest.mark.parametrize("method", [False, True], ids=["operator", "dunder"])
+def test_pre_grad_pipeline_keeps_python_inplace_operators(method: bool) -> None:
+    """Python's in-place operators (`s += 1`: Dynamo's `operator.iadd`, or `s.__iadd__(1)`) write
+    into a tensor operand: unused, they still stay (an optimizer's step count is such a node);
+    on an operand recorded as a number (a SymInt's `+=`) they write nothing and go."""
+    import operator
+
+    from coil.fx_passes.ops import is_mutating
+
+    g = torch.fx.Graph()
+    s, x, n = g.placeholder("s"), g.placeholder("x"), g.placeholder("n")
+    n.meta["example_value"] = 3
+    for operand in (s, n):
+        if method:
+            g.call_method("__iadd__", (operand, 1))
+        else:
+            g.call_function(operator.iadd, (operand, 1))
+    g.output(g.call_function(torch.mul, (x, 2)))
+    kept = [is_mutating(node) for node in g.nodes if node.op.startswith("call") and node.args[0] is not x]
+    assert kept == [True, False]
+
+    out = run_pre_grad_passes(torch.fx.GraphModule(torch.nn.Module(), g), [])
+    calls = [(node.target, node.args[0].name) for node in out.graph.nodes if node.op.startswith("call")]
+    assert calls == [("__iadd__" if method else operator.iadd, "s"), (torch.mul, "x")]
+    state = torch.zeros(())
+    out(state, torch.ones(2), 3)
+    assert state.item() == 1.0
+
+
+def test_pre_grad_pipeline_keeps_dynamo_inplace_operator() -> None:
+    """End to end through Dynamo: `s += 1` on a tensor whose new value the graph does not use
+    (RMSprop's step count) still happens."""
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
+        return run_pre_grad_passes(gm, example_inputs).forward
+
+    def f(s: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        s += 1
+        return x * 2
+
+    state = torch.zeros(())
+    compiled = torch.compile(f, backend=backend)
+    compiled(state, torch.ones(2))
+    compiled(state, torch.ones(2))
+    assert state.item() == 2.0

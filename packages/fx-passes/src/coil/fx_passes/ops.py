@@ -52,6 +52,16 @@ def _name(target: object) -> str:
     return str(getattr(target, "__name__", "")).split(".")[-1]
 
 
+# Python's in-place operators (`x += 1` as Dynamo records it): they write into a
+# tensor operand, while on numbers (SymInts included) they only return a new value
+_INPLACE_OPERATORS: frozenset[object] = frozenset(
+    {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+     operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
+     operator.ilshift, operator.irshift}
+)  # fmt: skip
+_INPLACE_DUNDERS = frozenset(f"__{_name(op)}__" for op in _INPLACE_OPERATORS)
+
+
 @functools.cache
 def _writes_an_argument(op: torch._ops.OpOverload) -> bool:
     """The schema marks an argument as written (memoised: a fact of the overload)."""
@@ -64,17 +74,34 @@ def _draws_random(op: torch._ops.OpOverload) -> bool:
     return torch.Tag.nondeterministic_seeded in op.tags or _name(op.overloadpacket) in _RANDOM_NAMES
 
 
+def _may_be_tensor(arg: object) -> bool:
+    """False only for an operand known not to be a tensor: a Python number, or a node whose
+    recorded value (``meta["val"]``, Dynamo's ``meta["example_value"]``) is not a tensor."""
+    if not isinstance(arg, Node):
+        return isinstance(arg, torch.Tensor)
+    value = arg.meta.get("val", arg.meta.get("example_value"))
+    return value is None or isinstance(value, torch.Tensor)
+
+
 def is_mutating(node: Node) -> bool:
-    """True when the node writes to one of its inputs (or may: unknown in-place calls)."""
+    """True when the node writes to one of its inputs (or may: unknown in-place calls).
+
+    Python's in-place operators (``operator.iadd`` ..., the ``__iadd__`` ... methods) mutate
+    their first operand unless it is known not to be a tensor (a SymInt's ``+=`` writes nothing).
+    """
     op = overload_of(node)
     if op is not None:
         return _writes_an_argument(op)
     if node.op == "call_method":
         name = str(node.target)
+        if name in _INPLACE_DUNDERS:
+            return _may_be_tensor(node.args[0]) if node.args else True
         return (name.endswith("_") and not name.endswith("__")) or node.kwargs.get(
             "inplace"
         ) is True
     if node.op == "call_function":
+        if node.target in _INPLACE_OPERATORS:
+            return _may_be_tensor(node.args[0]) if node.args else True
         if (
             "out" in node.kwargs
             or node.kwargs.get("inplace") is True
