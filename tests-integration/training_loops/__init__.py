@@ -1,0 +1,1 @@
+"""The training loops people write, compiled with coil, against the same loops run eagerly."""
