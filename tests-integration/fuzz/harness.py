@@ -37,7 +37,7 @@ def check(prog: Program) -> None:
     fn = prog.function()
     expected = fn(*prog.make_inputs())
     with knobs.override(fallback_on_error=False), split_knob(prog.split_min):
-        actual = torch.compile(fn, backend="coil", fullgraph=True)(*prog.make_inputs())
+        actual = torch.compile(fn, backend="coil", fullgraph=True, dynamic=prog.dynamic or None)(*prog.make_inputs())
     assert len(actual) == len(expected)
     for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
         torch.testing.assert_close(

@@ -10,6 +10,10 @@ Split mode (`Program.split_min`, drawn with weight 1/4): one dim of the shapes i
 `split_min` while the program compiles, so reductions along that dim take coil's
 partials-then-final path, which small shapes at the default threshold never reach.
 
+Dynamic mode (`Program.dynamic`, only when asked: `programs(dynamic=True)`): the program is
+compiled with `dynamic=True`, so every size is a symbol in coil's kernels and wrapper (symbolic
+index printing, float scalars made of sizes such as `1 / numel`).
+
 The strategy builds programs step by step on *real* (small, seeded) tensors, so every op it keeps
 is valid in eager, and it rejects steps whose results would be fragile to compare: infinities,
 NaNs (except a mean over an empty dim), comparisons or float-to-int casts whose operands sit
@@ -203,6 +207,7 @@ class Program:
     seed: int = 0
     notes: list[str] = field(default_factory=list)
     split_min: int | None = None  # the knob split_reduction_min while compiling (split mode), or default
+    dynamic: bool = False  # compiled with dynamic=True (dynamic mode)
 
     # --- interpretation -------------------------------------------------------------------
     def function(self) -> Callable[..., tuple[torch.Tensor, ...]]:
@@ -238,7 +243,8 @@ class Program:
         for i, spec in enumerate(self.inputs):
             lines.append(f"x{i} = {_input_source(spec)}  # {spec.describe()}")
         lines.append("")
-        call = 'out = torch.compile(fn, backend="coil")(' + ", ".join(names[:n_in]) + ")"
+        dyn = ", dynamic=True" if self.dynamic else ""
+        call = f'out = torch.compile(fn, backend="coil"{dyn})(' + ", ".join(names[:n_in]) + ")"
         if self.split_min is not None:
             lines.append(f"with knobs.override(split_reduction_min={self.split_min}):  # split mode")
             call = "    " + call
@@ -265,7 +271,7 @@ class Program:
                 remap[n_in + i] = n_in + len(ops)
                 ops.append(Op(op.name, tuple(remap[s] for s in op.srcs), op.params))
         return Program(list(self.inputs), ops, [remap[o] for o in self.outputs], self.seed,
-                       split_min=self.split_min)
+                       split_min=self.split_min, dynamic=self.dynamic)
 
 
 def _rand_logical(spec: Input, g: torch.Generator) -> torch.Tensor:
@@ -445,8 +451,9 @@ SPLIT_MIN = 2  # split_reduction_min in split mode: chunks of two elements split
 
 
 @st.composite
-def programs(draw: st.DrawFn, max_ops: int = 8, split: bool | None = None) -> Program:
-    """A random program; `split` True or False forces split mode on or off, None draws it (weight 1/4)."""
+def programs(draw: st.DrawFn, max_ops: int = 8, split: bool | None = None, dynamic: bool = False) -> Program:
+    """A random program; `split` True or False forces split mode on or off, None draws it (weight
+    1/4); `dynamic` compiles it in dynamic mode (never drawn: the random draws stay as they are)."""
     if split is None:
         split = draw(st.integers(0, 3)) == 0
     if split:
@@ -476,7 +483,7 @@ def programs(draw: st.DrawFn, max_ops: int = 8, split: bool | None = None) -> Pr
             dim = draw(st.integers(0, len(shape) - 1))
         inputs.append(Input(tuple(shape), dtype, layout, dim))
     seed = draw(st.integers(0, 2**16))
-    prog = Program(inputs, [], [], seed, split_min=SPLIT_MIN if split else None)
+    prog = Program(inputs, [], [], seed, split_min=SPLIT_MIN if split else None, dynamic=dynamic)
     vals: list[torch.Tensor] = prog.make_inputs()
     exact: list[bool] = [True] * n_inputs
 

@@ -1,6 +1,6 @@
 """Run N fuzzed programs through coil and print each distinct failure with a minimal reproducer.
 
-    .venv/bin/python tests-integration/fuzz/run_many.py N [--seed S] [--max-ops K]
+    .venv/bin/python tests-integration/fuzz/run_many.py N [--seed S] [--max-ops K] [--dynamic]
 
 Exit status 1 when any program mismatched or crashed. Each failure is reduced (drop outputs, pick
 the earliest failing intermediate as the output, drop dead ops, make inputs contiguous) and printed
@@ -91,6 +91,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
     ap.add_argument("--max-ops", type=int, default=8)
     ap.add_argument("--no-reduce", action="store_true")
+    ap.add_argument("--dynamic", action="store_true", help="every program in dynamic mode (dynamic=True)")
     ap.add_argument("--current", default=None,
                     help="write each program to this file before running it (find a segfault's program)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print each failing program at once")
@@ -104,7 +105,7 @@ def main() -> int:
 
     @settings(max_examples=args.n, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(programs(max_ops=args.max_ops))
+    @given(programs(max_ops=args.max_ops, dynamic=args.dynamic))
     def run(prog: Program) -> None:
         nonlocal count
         count += 1

@@ -25,6 +25,8 @@ from torch.utils._sympy.functions import (
     PythonMod,
     ToFloat,
 )
+from torch.utils._sympy.functions import Max as TorchMax
+from torch.utils._sympy.functions import Min as TorchMin
 
 S0, S1 = sympy.symbols("s0 s1", integer=True, positive=True)  # backed sizes
 X0 = sympy.Symbol("x0", integer=True, nonnegative=True)  # a kernel's loop index
@@ -54,6 +56,7 @@ INTEGER_CASES: list[sympy.Basic] = [
     ModularIndexing(U0 + 100, 3, 7),
     sympy.Min(S0, U0, 3),
     sympy.Max(U0, 0) + sympy.Min(S0 - U0, S1),
+    TorchMax(1, U0) * S0 + TorchMin(U0, S1, 7),  # torch's own Min and Max (a stride of dynamic shapes)
     sympy.Float(12.0) * S0 + sympy.Float(3.0),  # floats whose value is an integer
     U0 + 6 * sympy.Piecewise((1, sympy.Eq(U0, -3) & (U0 < 0)), (0, True)) + 3,  # a slice's end
     sympy.Piecewise((U0 + S0, U0 < 0), (sympy.Min(U0, S0), True)),

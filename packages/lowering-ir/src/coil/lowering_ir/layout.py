@@ -62,10 +62,18 @@ class Layout:
         return self.offset + sum((i * s for i, s in zip(idx, self.stride, strict=True)), sympy.Integer(0))
 
     def storage_extent(self) -> Expr:
-        """Elements the owning buffer must hold: 1 + the largest index reached (0 if empty)."""
+        """Elements the owning buffer must hold: 1 + the largest index reached (0 if empty).
+
+        With symbolic sizes the tensor may be empty at run time (a slice past the end): the
+        extent is then at least 0, never the negative value the formula gives for a size of 0.
+        """
         if any(s == 0 for s in self.size):
             return sympy.Integer(0)
-        return self.offset + 1 + sum(((n - 1) * st for n, st in zip(self.size, self.stride, strict=True)), sympy.Integer(0))
+        reach = self.offset + 1 + sum(((n - 1) * st for n, st in zip(self.size, self.stride, strict=True)),
+                                      sympy.Integer(0))
+        if all(isinstance(n, sympy.Integer | int) for n in self.size):
+            return sympy.sympify(reach)
+        return sympy.Max(0, reach)
 
     @staticmethod
     def from_tensor(t: torch.Tensor, base_offset: int = 0) -> Layout:

@@ -171,8 +171,11 @@ class _Printer:
             return self.text(num) if den == 1 else self.ceildiv(num, den)
         if isinstance(e, sympy.Mod):
             return self.mod(e.args[0], e.args[1])
-        if isinstance(e, sympy.Min | sympy.Max):
-            return f"{'min' if isinstance(e, sympy.Min) else 'max'}({', '.join(self.text(a) for a in e.args)})"
+        if isinstance(e, sympy.Min | sympy.Max) or type(e).__name__ in ("Min", "Max"):
+            # sympy's, or torch's own Min and Max (torch.utils._sympy.functions), which are not
+            # subclasses of sympy's
+            fn = "min" if type(e).__name__ == "Min" else "max"
+            return f"{fn}({', '.join(self.text(a) for a in e.args)})"
         if isinstance(e, sympy.core.relational.Relational) and e.rel_op in _RELATIONS:
             return f"({self.text(e.lhs)} {e.rel_op} {self.text(e.rhs)})"
         if isinstance(e, sympy.And | sympy.Or):
