@@ -19,7 +19,6 @@ is the compile not worth doing twice.
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -148,25 +147,7 @@ def _time_in_rounds(case: KernelCase, res: dict[str, Any], calls: dict[str, Call
                     rounds: int) -> None:
     """Each mode's `ms` (median of `rounds` interleaved rounds) and TFLOP/s into `res`, and the
     round-by-round comparisons of coil.bench.pairs' PAIRS and of coil with Inductor's default."""
-    import torch
-    from coil.bench.pairs import PAIRS
-    from coil.bench.rounds import interleaved, paired
+    from coil.bench.rounds import time_modes
 
-    with _grad_mode(case):
-        for mode, call in list(calls.items()):
-            try:
-                call()
-                torch.cuda.synchronize()
-            except Exception as exc:
-                res[mode]["error"] = f"timing-phase call: {type(exc).__name__}: {exc}"[:800]
-                traceback.print_exc()
-                del calls[mode]
-        times = interleaved(calls, rounds, lambda call: measure.do_bench(call, 25, 100))
-    for mode, ms_rounds in times.items():
-        r = res[mode]
-        r["ms_rounds"] = ms_rounds
-        r["ms"] = statistics.median(ms_rounds)
-        r["tflops"] = res["flops"] / (r["ms"] * 1e-3) / 1e12
-    for a, b in (*PAIRS, ("coil", "inductor")):
-        if a in times and b in times:
-            res[f"{a}_vs_{b}"] = paired(times[a], times[b])
+    for mode in time_modes(res, calls, rounds, _grad_mode(case)):
+        res[mode]["tflops"] = res["flops"] / (res[mode]["ms"] * 1e-3) / 1e12

@@ -13,7 +13,6 @@ of a same-size tensor measured in the same run.
 from __future__ import annotations
 
 import functools
-import statistics
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -210,25 +209,9 @@ def _time_in_rounds(res: dict[str, Any], calls: dict[str, Callable[[], object]],
     Dynamo, so every mode but the last compiles again on its first call here (into the last
     mode's cache folders), outside the timing."""
     import torch
-    from coil.bench.pairs import PAIRS
-    from coil.bench.rounds import interleaved, paired
+    from coil.bench.rounds import time_modes
 
-    with torch.no_grad():
-        for mode, call in list(calls.items()):
-            try:
-                call()
-                torch.cuda.synchronize()
-            except Exception as exc:
-                res[mode]["error"] = f"timing-phase call: {type(exc).__name__}: {exc}"[:800]
-                traceback.print_exc()
-                del calls[mode]
-        times = interleaved(calls, rounds, lambda call: measure.do_bench(call, 25, 100))
-    for mode, ms_rounds in times.items():
+    for mode in time_modes(res, calls, rounds, torch.no_grad()):
         r = res[mode]
-        r["ms_rounds"] = ms_rounds
-        r["ms"] = statistics.median(ms_rounds)
         r["gbs"] = nbytes / (r["ms"] * 1e-3) / 1e9
         r["pct_copy"] = 100 * r["gbs"] / copy_gbs
-    for a, b in (*PAIRS, ("coil", "inductor")):
-        if a in times and b in times:
-            res[f"{a}_vs_{b}"] = paired(times[a], times[b])
