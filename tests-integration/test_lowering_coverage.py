@@ -43,6 +43,10 @@ CASES: dict[str, tuple[Callable[..., object], Make]] = {
                      lambda d: (torch.rand(6, 4, device=d).t(),)),
     "zeta": (lambda x, q: torch.special.zeta(x.abs() + 1.5, q), lambda d: (_nc(d, 4, 6), _nc(d, 4, 6) * 3)),
     "mvlgamma": (lambda x: torch.mvlgamma(x.abs() + 2, 3), lambda d: (_nc(d, 4, 6),)),
+    # Dynamo writes these in-place forms with a value as Inductor's prim fma (optimizers' updates)
+    "addcmul_addcdiv_fma": (lambda x, a, b: (x.clone().addcmul_(a, b, value=0.5),
+                                             x.clone().addcdiv_(a, b.abs() + 1, value=-2.0)),
+                            lambda d: (_nc(d, 4, 6), _nc(d, 4, 6), _nc(d, 4, 6))),
 }
 
 

@@ -34,11 +34,29 @@ def register(*ops: Any) -> Callable[[LoweringFn], LoweringFn]:
     return deco
 
 
+# operators torch defines only when a module of its is imported (Inductor's prims, which Dynamo
+# itself puts into graphs: `prims::fma` for `addcmul_(..., value=v)`), by their qualified name:
+# registering them must not import that module
+LOWERINGS_BY_NAME: dict[str, LoweringFn] = {}
+
+
+def register_by_name(*names: str) -> Callable[[LoweringFn], LoweringFn]:
+    """Register `fn` for the overloads of each operator named `namespace::name`."""
+    def deco(fn: LoweringFn) -> LoweringFn:
+        for name in names:
+            LOWERINGS_BY_NAME[name] = fn
+        return fn
+    return deco
+
+
 def lowering_for(target: Any) -> LoweringFn | None:
     """The registered lowering of `target`, or None (the node then runs as a fallback)."""
-    return LOWERINGS.get(target)
+    fn = LOWERINGS.get(target)
+    if fn is None and isinstance(target, torch._ops.OpOverload):
+        fn = LOWERINGS_BY_NAME.get(target._schema.name)
+    return fn
 
 
 def registered_ops() -> list[str]:
     """Names of every op with a native lowering, sorted."""
-    return sorted(str(op) for op in LOWERINGS)
+    return sorted([str(op) for op in LOWERINGS] + list(LOWERINGS_BY_NAME))

@@ -13,7 +13,7 @@ from coil.lowering_ir.layout import as_expr
 from coil.lowering_ir.lowerer import Lowerer as LowererLike
 from coil.lowering_ir.nodes import TensorRef
 from coil.lowering_ir.ops.common import cast, float_valued, is_tensor, promoted, value_of
-from coil.lowering_ir.registry import register
+from coil.lowering_ir.registry import register, register_by_name
 from coil.lowering_ir.values import Constant, IndexValue, Op, Value
 
 aten = torch.ops.aten
@@ -180,6 +180,15 @@ def add_sub(lw: LowererLike, node: torch.fx.Node, a: Any, b: Any, alpha: Any = 1
         return Op(name, (value_of(a, p, dt), vb), dt)
 
     return lw.pointwise(body)
+
+
+@register_by_name("prims::fma")
+def fma(lw: LowererLike, node: torch.fx.Node, a: Any, b: Any, c: Any) -> TensorRef:
+    """Inductor's prim `fma(a, b, c) = a * b + c` (Dynamo's form of `addcmul_(t1, t2, value=v)`):
+    computed in registers, rounded once to the node's dtype."""
+    dt = out_dtype(lw)
+    return lw.pointwise(lambda p: Op("add", (Op("mul", (value_of(a, p, dt), value_of(b, p, dt)), dt),
+                                             value_of(c, p, dt)), dt))
 
 
 @register(aten.rsub)
