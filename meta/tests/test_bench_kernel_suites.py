@@ -12,7 +12,7 @@ from coil.backend.cli.main import main
 from coil.bench import kernel_report, pairs
 from coil.bench.attention import ATTENTION
 from coil.bench.gemm import GEMM
-from coil.bench.measure import ALL_MODES, MODES, compile_mode
+from coil.bench.measure import MODES
 from coil.bench.report import render
 from coil.bench.runner import parse_modes
 from coil.bench.suite import case_modes, select, suite_names
@@ -32,20 +32,6 @@ def test_selection_by_group_form_and_name() -> None:
     every = suite_names()
     assert set(select(["gemm", "attention"])) < set(every) and set(select(["all"])) == set(every)
     assert not set(select([])) & set(select(["gemm", "attention"]))  # asked for by name only
-
-
-def test_the_new_modes_compile_as_documented(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[dict[str, Any]] = []
-
-    def fake_compile(fn: object, **kwargs: Any) -> object:
-        seen.append(kwargs)
-        return fn
-
-    monkeypatch.setattr(torch, "compile", fake_compile)
-    compile_mode(len, "inductor_max")
-    compile_mode(len, "flex")
-    assert seen == [{"mode": "max-autotune-no-cudagraphs"}, {}]
-    assert set(ALL_MODES) == {*MODES, "inductor_max", "flex"}
 
 
 def test_each_case_runs_its_groups_modes_or_those_asked_that_apply() -> None:

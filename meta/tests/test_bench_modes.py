@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 import torch
 from coil.bench import measure, pairs
-from coil.bench.measure import COIL_NOCG, MODES, PEERS, compile_mode, mark_step
+from coil.bench.measure import (
+    ALL_MODES,
+    COIL_NOCG,
+    EXTRA_MODES,
+    MODES,
+    PEERS,
+    compile_mode,
+    mark_step,
+)
 from coil.bench.report import render
 from coil.bench.runner import parse_modes
 
@@ -31,6 +39,11 @@ def test_each_mode_compiles_as_the_protocol_says(monkeypatch: pytest.MonkeyPatch
         compile_mode(fn, mode)
     assert seen == [{}, {"mode": "reduce-overhead"}, {"backend": "coil"},
                     {"backend": "coil", "options": {"cuda_graphs": False, "cuda_graphs_training": False}}]
+    seen.clear()
+    for mode in EXTRA_MODES:  # the gemm and attention groups' own (flex compiles the case's flex form)
+        compile_mode(fn, mode)
+    assert seen == [{"mode": "max-autotune-no-cudagraphs"}, {}]
+    assert set(ALL_MODES) == {*MODES, *EXTRA_MODES} == {*MODES, "inductor_max", "flex"}
     with pytest.raises(ValueError, match="unknown bench mode 'max'"):
         compile_mode(fn, "max")
     assert PEERS == {"coil": "inductor_ro", "coil_nocg": "inductor"}

@@ -66,17 +66,21 @@ def _collectives(results: list[dict[str, Any]], rank: int) -> list[str]:
     return [c for g in results[rank]["graphs"] for c in g["collectives"]]
 
 
-@known("ddp")
-def test_ddp_training_matches_eager(tmp_path: Path) -> None:
-    """torch.compile of a DDP-wrapped MLP (per-rank data, 1 MiB buckets): after three steps every
-    rank's parameters and losses equal eager DDP's; DDPOptimizer split the graph at the bucket
-    boundary (two forward graphs a rank, each with its backward), and coil compiled all four."""
-    results = launch.run("ddp", tmp_path)
+def _check_two_graph_pairs(results: list[dict[str, Any]]) -> None:
+    """`_check`, and every rank compiled two forward graphs and two backward graphs."""
     _check(results)
     for rank in range(launch.WORLD):
         names = _names(results, rank)
         assert sum(n.startswith("forward") for n in names) == 2, names
         assert sum(n.startswith("backward") for n in names) == 2, names
+
+
+@known("ddp")
+def test_ddp_training_matches_eager(tmp_path: Path) -> None:
+    """torch.compile of a DDP-wrapped MLP (per-rank data, 1 MiB buckets): after three steps every
+    rank's parameters and losses equal eager DDP's; DDPOptimizer split the graph at the bucket
+    boundary (two forward graphs a rank, each with its backward), and coil compiled all four."""
+    _check_two_graph_pairs(launch.run("ddp", tmp_path))
 
 
 @known("fsdp2")
@@ -85,12 +89,7 @@ def test_fsdp2_training_matches_eager(tmp_path: Path) -> None:
     Dynamo runs FSDP2's hooks eagerly and compiles each layer's forward between them): after
     three steps every rank's parameters, gathered whole, and losses equal eager FSDP2's, and
     coil compiled both layers' forward and backward graphs."""
-    results = launch.run("fsdp2", tmp_path)
-    _check(results)
-    for rank in range(launch.WORLD):
-        names = _names(results, rank)
-        assert sum(n.startswith("forward") for n in names) == 2, names
-        assert sum(n.startswith("backward") for n in names) == 2, names
+    _check_two_graph_pairs(launch.run("fsdp2", tmp_path))
 
 
 @known("tensor_parallel")

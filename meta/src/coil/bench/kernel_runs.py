@@ -29,15 +29,14 @@ from coil.bench import measure
 from coil.bench import spec as _spec
 from coil.bench.kernel_case import Args, KernelCase, reference, step
 from coil.bench.measure import compile_mode, is_coil
+from coil.bench.steps import MULTIPLIER, TOL, rmse
 
 if TYPE_CHECKING:
     import torch
     from coil.bench.micro import Ctx
 
-__all__ = ["MULTIPLIER", "TOL", "Prepared", "accurate", "estimate_s", "prepare", "rmse", "run_kernel"]
+__all__ = ["Prepared", "accurate", "estimate_s", "prepare", "run_kernel"]
 
-MULTIPLIER = 3.0
-TOL = 1e-2  # bf16
 # rough seconds of a kernel case: fixed, per compiled mode, and what max-autotune and flex add
 _FIXED_S, _MODE_S, _MAX_S, _FLEX_S = 5.0, 6.0, 30.0, 10.0
 
@@ -67,15 +66,9 @@ def prepare(case: KernelCase, device: str, dtype: Any, small: bool = False) -> P
     return Prepared(args, torch.randn(out.shape, device=out.device, dtype=torch.float32).to(out.dtype))
 
 
-def rmse(a: torch.Tensor, ref: torch.Tensor) -> float:
-    """Root mean square of `a - ref`, in fp64."""
-    import torch
-
-    return float(torch.sqrt(torch.mean((a.detach().double() - ref.double()) ** 2)))
-
-
 def accurate(errors: Sequence[float], eager: Sequence[float], tol: float = TOL) -> bool:
-    """The harness's rule on every output: RMSE(mode) <= MULTIPLIER * RMSE(eager) + tol / 10."""
+    """The harness's rule on every output: RMSE(mode) <= MULTIPLIER * RMSE(eager) + tol / 10
+    (coil.bench.steps' constants; TOL is bf16's)."""
     return all(e <= MULTIPLIER * b + tol / 10 for e, b in zip(errors, eager, strict=True))
 
 

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from coil.bench import measure
 from coil.bench.measure import MODES, compile_mode, is_coil
+from coil.bench.steps import MULTIPLIER, rmse
 
 if TYPE_CHECKING:
     import torch
 
 ROWS, COLS = 16384, 8192
-MULTIPLIER = 3.0
 # interleaved timing rounds of a micro case (coil.bench.rounds; `coil bench --rounds`)
 ROUNDS = 5
 
@@ -118,12 +118,6 @@ MICRO: tuple[Micro, ...] = (
 DTYPES = ("bf16", "fp32")
 
 
-def _rmse(a: torch.Tensor, ref: torch.Tensor) -> float:
-    import torch
-
-    return float(torch.sqrt(torch.mean((a.detach().double() - ref.double()) ** 2)))
-
-
 class Ctx:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -162,7 +156,7 @@ def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES, rounds: int = R
         ref = spec.fn(*[t.double() if t.is_floating_point() else t for t in inputs])
         eager_out = spec.fn(*inputs)
     nbytes = sum(t.numel() * t.element_size() for t in inputs) + eager_out.numel() * eager_out.element_size()
-    e_rmse = _rmse(eager_out, ref)
+    e_rmse = rmse(eager_out, ref)
     del eager_out
     res: dict[str, Any] = {"kind": "micro", "dtype": dname, "shape": [ROWS, COLS], "bytes": nbytes,
                            "copy_gbs": copy_gbs, "rmse_eager": e_rmse, "tol": tol, "rounds": rounds}
@@ -182,7 +176,7 @@ def run_micro(name: str, ctx: Ctx, modes: Sequence[str] = MODES, rounds: int = R
                 torch.cuda.synchronize()
                 r["first_call_s"] = time.perf_counter() - t0
             with torch.no_grad():
-                rm = _rmse(out, ref)
+                rm = rmse(out, ref)
                 del out
                 r["rmse"] = rm
                 r["accuracy_ok"] = rm <= MULTIPLIER * e_rmse + tol / 10
