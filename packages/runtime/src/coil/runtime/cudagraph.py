@@ -80,9 +80,11 @@ re-recording.
 `static_outputs=FRESH` hands out every tensor output of more than one element whose storage is
 not an input's (one-element outputs, a loss, are cloned per call instead, so a caller that keeps
 the last step's loss does not stop the next replay). A training backward's gradients are handed
-out so: AccumulateGrad may keep the very tensor as `.grad`; while it does, or while the caller
-keeps a gradient, the backward runs uncaptured, and `optimizer.zero_grad()` with its default
-`set_to_none=True` releases them before the next step.
+out so: AccumulateGrad may keep the very tensor as `.grad`. Before a replay, outputs still
+referenced only through the tensors the runner handed out are copied out of the graph's memory
+(`Handouts.release`: a kept `.grad` moves once per optimizer step, and gradient accumulation and
+`zero_grad(set_to_none=False)` keep replaying); an output referenced otherwise (a view the
+caller made) makes that call run uncaptured.
 
 **Shared pools.** A runner that borrows another's static outputs (a training backward reading its
 forward's saved activations) captures into the lender's memory pool instead of a new one, so the
@@ -91,7 +93,8 @@ pools a step would hold both peaks). Safe because: the two never replay at once;
 captured *earlier* hands out stays allocated (its runner holds it), so a later capture never
 places anything there; but a later graph's handed-out outputs (the backward's gradients) may lie
 in an earlier graph's scratch memory, so a runner does not replay while any runner captured after
-it in the same pool has handed-out outputs still referenced (it runs uncaptured instead).
+it in the same pool has handed-out outputs still referenced (it first asks that runner to copy
+them away, `Handouts.release`, and runs uncaptured when they cannot be).
 
 **Handed-out outputs (`hold_outputs=False`, training graphs).** Holding outputs pins their
 memory in the pool: a backward captured into its forward's pool could never reuse the memory of
@@ -232,6 +235,7 @@ class CudaGraphRunner:
         self._call = call
         self.uncaptured_calls = 0
         self._logged_uncaptured = False
+        self._logged_release = False
         self._collected = False  # gc.collect() tried once against outputs in use (__call__)
         self._liveness: StorageLiveness | None = None
         self._lazy: LazyOutputs | None = None
@@ -476,6 +480,7 @@ class CudaGraphRunner:
             self._liveness = StorageLiveness([self._static_outputs[k] for k in self._alias_idx], exclude=params)
         else:
             self.handouts = Handouts({k: self._static_outputs[k] for k in self._alias_idx})
+            self.handouts.given(self.first_outputs[k] for k in self._alias_idx)
             held: list[Any] = list(self._static_outputs)
             for k in self._alias_idx:
                 held[k] = None
@@ -511,39 +516,44 @@ class CudaGraphRunner:
             log.info("CudaGraphRunner: running a call without the CUDA graph (%s); logged once", why)
         return tuple(self._call(inputs))
 
-    def _handed_out_live(self) -> bool:
-        """Whether an output this runner handed out without copying is still referenced."""
-        if self.handouts is not None:
+    def _handed_out_live(self, release: bool = False) -> bool:
+        """Whether an output this runner handed out without copying is still referenced; with
+        `release`, after first copying away those that only the tensors it handed out reference
+        (`Handouts.release`: a gradient kept as `.grad`, say)."""
+        if self.handouts is None:
+            return self._liveness is not None and bool(self._liveness.live())
+        if not release:
             return bool(self.handouts.live())
-        return self._liveness is not None and bool(self._liveness.live())
+        moved = self.handouts.evacuated
+        held = self.handouts.release() is not None
+        if self.handouts.evacuated > moved and not self._logged_release:
+            self._logged_release = True
+            log.info("CudaGraphRunner: outputs a caller kept from the previous call (gradients accumulated "
+                     "into .grad, say) copied out of the graph's memory before the replay; logged once")
+        return held
 
-    def _outputs_in_use(self) -> str | None:
+    def _outputs_in_use(self, release: bool) -> str | None:
         """Why a replay would overwrite outputs still in use (this runner's or a later pool
-        member's), or None."""
-        if self._handed_out_live():
+        member's), or None; `release`: copy away first what can be (`_handed_out_live`)."""
+        if self._handed_out_live(release):
             return "an output of the previous replay is still referenced"
-        if self._later_members_live():
+        if any(other._handed_out_live(release) for other in later_members(self, self._pool)):
             return "a graph captured later in the same memory pool still has outputs in use"
         return None
-
-    def _later_members_live(self) -> bool:
-        """Whether a runner captured after this one in the same pool has handed-out outputs in use
-        (they may lie in memory this graph's replay writes)."""
-        return any(other._handed_out_live() for other in later_members(self, self._pool))
 
     def _replay_blocker(self, inputs: list[Any]) -> str | None:
         """Why this call must run uncaptured (outputs still in use, a borrowed input elsewhere than
         the graph reads, an earlier pool member's output in the way), or None."""
         import torch
 
-        why = self._outputs_in_use()
+        why = self._outputs_in_use(release=self._collected)
         if why is not None and not self._collected:
             # outputs held only by a reference cycle die in a collection, and Python's full
             # collections can be rare in a process with many long-lived objects (see the
-            # runtime README, "the liveness rule"). Once per runner.
+            # runtime README, "the liveness rule"). Once per runner, before copying any away.
             self._collected = True
             gc.collect()
-            why = self._outputs_in_use()
+            why = self._outputs_in_use(release=True)
         if why is not None:
             return why
         for i in self.borrowed:

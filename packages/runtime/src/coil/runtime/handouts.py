@@ -20,18 +20,35 @@ and this record of who holds them:
 
 `live()` lists the outputs some caller still references, in either state; `extra_refs(k)` counts
 the references to output `k`'s storage beyond the runner's own (replay state only).
+
+**Outputs kept across calls** (`release()`, before a replay). A caller may keep what it was handed
+into the next call: AccumulateGrad keeps a backward's gradient as `.grad` (gradient accumulation,
+`zero_grad(set_to_none=False)`), a loop keeps the last step's activations. When every reference
+to a live output's storage is one of the tensors the runner handed out last (`given`), that
+storage is copied to new memory and those tensors are moved onto the copy
+(`lazy_outputs.move_to_copy`): the holder keeps its values, the graph's memory is free to
+overwrite, and the replay goes ahead. A gradient so moved stays where it went, so accumulating
+into it costs one copy per optimizer step, not an uncaptured backward per micro-step. A
+reference through anything else (a view or a `detach()` the caller made) cannot be moved:
+`release()` then says why and moves nothing, and the runner runs that call uncaptured.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import weakref
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from coil.runtime.lazy_outputs import move_to_copy
 from coil.runtime.liveness import use_count
 
 if TYPE_CHECKING:
     import torch
+
+
+_NOT_MINE = ("a handed-out output's memory is referenced through a tensor the runner did not hand out "
+             "(a view or a detach() of one)")
 
 
 @dataclass(frozen=True)
@@ -70,9 +87,43 @@ class Handouts:
         self.slots: dict[int, Slot] = {k: Slot.of(t) for k, t in tensors.items()}
         self._weak: dict[int, Any] | None = {
             k: StorageWeakRef(t.untyped_storage()) for k, t in tensors.items()}  # type: ignore[no-untyped-call]
+        self._first_cdata = {k: int(t.untyped_storage()._cdata) for k, t in tensors.items()}
         self._bases: dict[int, torch.Tensor] = {}
         self._cdata: dict[int, int] = {}
         self._baseline: dict[int, int] = {}
+        self._given: list[weakref.ref[torch.Tensor]] = []  # the tensors handed out last
+        self.evacuated = 0  # storages copied away by `release()` so far (tests, logs)
+
+    def given(self, tensors: Iterable[object]) -> None:
+        """Record the tensors just handed out (the first call's, or a replay's): the holders
+        `release()` may move. Non-tensors are ignored."""
+        import torch
+
+        self._given = [weakref.ref(t) for t in tensors if isinstance(t, torch.Tensor)]
+
+    def release(self) -> str | None:
+        """Make the slots free to overwrite (module docstring, "Outputs kept across calls"): None
+        when no output is referenced any more, after copying away those the last handed-out
+        tensors reference; else why not. In the replay state the use counts tell beforehand
+        whether anything else holds an output, and then nothing is moved; in the first-call
+        state (no baseline) the handed-out tensors are moved and the output is checked after:
+        a move that did not free it only cost a copy."""
+        live = self.live()
+        if not live:
+            return None
+        holders = [t for t in (w() for w in self._given) if t is not None]
+        for c in {self._storage_cdata(k) for k in live}:
+            mine = [t for t in holders if int(t.untyped_storage()._cdata) == c]
+            if self._weak is None and use_count(c) - self._baseline[c] != len(mine):
+                return _NOT_MINE
+            if mine:
+                move_to_copy(mine[0].untyped_storage(), mine)
+                self.evacuated += 1
+        return _NOT_MINE if self.live() else None
+
+    def _storage_cdata(self, k: int) -> int:
+        """The storage identity (`_cdata`) of output `k`'s memory, in either state."""
+        return self._first_cdata[k] if self._weak is not None else self._cdata[k]
 
     @property
     def replaying(self) -> bool:
@@ -100,7 +151,9 @@ class Handouts:
             self._bases = _tensors_over(self.slots)
             self._cdata = {k: int(b.untyped_storage()._cdata) for k, b in self._bases.items()}
             self._baseline = {c: use_count(c) for c in set(self._cdata.values())}
-        return {k: b.detach() for k, b in self._bases.items()}
+        out = {k: b.detach() for k, b in self._bases.items()}
+        self.given(out.values())
+        return out
 
 
 def _tensors_over(slots: Mapping[int, Slot]) -> dict[int, torch.Tensor]:
