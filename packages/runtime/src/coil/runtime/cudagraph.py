@@ -81,10 +81,9 @@ re-recording.
 not an input's (one-element outputs, a loss, are cloned per call instead, so a caller that keeps
 the last step's loss does not stop the next replay). A training backward's gradients are handed
 out so: AccumulateGrad may keep the very tensor as `.grad`. Before a replay, outputs still
-referenced only through the tensors the runner handed out are copied out of the graph's memory
-(`Handouts.release`: a kept `.grad` moves once per optimizer step, and gradient accumulation and
-`zero_grad(set_to_none=False)` keep replaying); an output referenced otherwise (a view the
-caller made) makes that call run uncaptured.
+referenced are copied out of the graph's memory with every holder moved onto the copy
+(`Handouts.release`): a kept `.grad` moves once per optimizer step, and gradient accumulation and
+`zero_grad(set_to_none=False)` keep replaying.
 
 **Shared pools.** A runner that borrows another's static outputs (a training backward reading its
 forward's saved activations) captures into the lender's memory pool instead of a new one, so the
@@ -93,8 +92,8 @@ pools a step would hold both peaks). Safe because: the two never replay at once;
 captured *earlier* hands out stays allocated (its runner holds it), so a later capture never
 places anything there; but a later graph's handed-out outputs (the backward's gradients) may lie
 in an earlier graph's scratch memory, so a runner does not replay while any runner captured after
-it in the same pool has handed-out outputs still referenced (it first asks that runner to copy
-them away, `Handouts.release`, and runs uncaptured when they cannot be).
+it in the same pool has handed-out outputs still referenced (it first has that runner copy them
+away, `Handouts.release`).
 
 **Handed-out outputs (`hold_outputs=False`, training graphs).** Holding outputs pins their
 memory in the pool: a backward captured into its forward's pool could never reuse the memory of
@@ -480,7 +479,6 @@ class CudaGraphRunner:
             self._liveness = StorageLiveness([self._static_outputs[k] for k in self._alias_idx], exclude=params)
         else:
             self.handouts = Handouts({k: self._static_outputs[k] for k in self._alias_idx})
-            self.handouts.given(self.first_outputs[k] for k in self._alias_idx)
             held: list[Any] = list(self._static_outputs)
             for k in self._alias_idx:
                 held[k] = None
@@ -518,19 +516,17 @@ class CudaGraphRunner:
 
     def _handed_out_live(self, release: bool = False) -> bool:
         """Whether an output this runner handed out without copying is still referenced; with
-        `release`, after first copying away those that only the tensors it handed out reference
-        (`Handouts.release`: a gradient kept as `.grad`, say)."""
+        `release`, its holders are first moved onto copies (`Handouts.release`: a gradient kept
+        as `.grad`, a view), so that none is."""
         if self.handouts is None:
             return self._liveness is not None and bool(self._liveness.live())
         if not release:
             return bool(self.handouts.live())
-        moved = self.handouts.evacuated
-        held = self.handouts.release() is not None
-        if self.handouts.evacuated > moved and not self._logged_release:
+        if self.handouts.release() and not self._logged_release:
             self._logged_release = True
             log.info("CudaGraphRunner: outputs a caller kept from the previous call (gradients accumulated "
                      "into .grad, say) copied out of the graph's memory before the replay; logged once")
-        return held
+        return False
 
     def _outputs_in_use(self, release: bool) -> str | None:
         """Why a replay would overwrite outputs still in use (this runner's or a later pool

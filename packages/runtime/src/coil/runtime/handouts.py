@@ -23,32 +23,25 @@ the references to output `k`'s storage beyond the runner's own (replay state onl
 
 **Outputs kept across calls** (`release()`, before a replay). A caller may keep what it was handed
 into the next call: AccumulateGrad keeps a backward's gradient as `.grad` (gradient accumulation,
-`zero_grad(set_to_none=False)`), a loop keeps the last step's activations. When every reference
-to a live output's storage is one of the tensors the runner handed out last (`given`), that
-storage is copied to new memory and those tensors are moved onto the copy
-(`lazy_outputs.move_to_copy`): the holder keeps its values, the graph's memory is free to
-overwrite, and the replay goes ahead. A gradient so moved stays where it went, so accumulating
-into it costs one copy per optimizer step, not an uncaptured backward per micro-step. A
-reference through anything else (a view or a `detach()` the caller made) cannot be moved:
-`release()` then says why and moves nothing, and the runner runs that call uncaptured.
+`zero_grad(set_to_none=False)`), a loop keeps the last step's activations, a caller keeps a view.
+Every such holder shares the output's storage (`c10::StorageImpl`): the runner built it, or the
+capture's allocation made it. `release()` copies each live storage's bytes to new memory and
+swaps the two storages' memory (`UntypedStorage._swap_data_ptr_`): every holder, whatever tensor
+object it holds, now reads the copy, and the graph's memory is free to overwrite. A gradient so
+moved stays where it went, so accumulating into it costs one copy per optimizer step instead of
+an uncaptured backward per micro-step.
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from coil.runtime.lazy_outputs import move_to_copy
 from coil.runtime.liveness import use_count
 
 if TYPE_CHECKING:
     import torch
-
-
-_NOT_MINE = ("a handed-out output's memory is referenced through a tensor the runner did not hand out "
-             "(a view or a detach() of one)")
 
 
 @dataclass(frozen=True)
@@ -91,35 +84,33 @@ class Handouts:
         self._bases: dict[int, torch.Tensor] = {}
         self._cdata: dict[int, int] = {}
         self._baseline: dict[int, int] = {}
-        self._given: list[weakref.ref[torch.Tensor]] = []  # the tensors handed out last
+        self._released: set[int] = set()  # first-call storages whose holders were moved to copies
         self.evacuated = 0  # storages copied away by `release()` so far (tests, logs)
 
-    def given(self, tensors: Iterable[object]) -> None:
-        """Record the tensors just handed out (the first call's, or a replay's): the holders
-        `release()` may move. Non-tensors are ignored."""
+    def release(self) -> int:
+        """Move every holder of a live output onto a copy of its memory (module docstring,
+        "Outputs kept across calls"), so that no output is referenced any more; the number of
+        storages copied."""
         import torch
 
-        self._given = [weakref.ref(t) for t in tensors if isinstance(t, torch.Tensor)]
-
-    def release(self) -> str | None:
-        """Make the slots free to overwrite (module docstring, "Outputs kept across calls"): None
-        when no output is referenced any more, after copying away those the last handed-out
-        tensors reference; else why not. In the replay state the use counts tell beforehand
-        whether anything else holds an output, and then nothing is moved; in the first-call
-        state (no baseline) the handed-out tensors are moved and the output is checked after:
-        a move that did not free it only cost a copy."""
         live = self.live()
-        if not live:
-            return None
-        holders = [t for t in (w() for w in self._given) if t is not None]
-        for c in {self._storage_cdata(k) for k in live}:
-            mine = [t for t in holders if int(t.untyped_storage()._cdata) == c]
-            if self._weak is None and use_count(c) - self._baseline[c] != len(mine):
-                return _NOT_MINE
-            if mine:
-                move_to_copy(mine[0].untyped_storage(), mine)
-                self.evacuated += 1
-        return _NOT_MINE if self.live() else None
+        moved: set[int] = set()
+        for k in live:
+            c = self._storage_cdata(k)
+            if c in moved:
+                continue
+            moved.add(c)
+            if self._weak is None:
+                storage = self._bases[k].untyped_storage()
+            else:
+                storage = torch.UntypedStorage._new_with_weak_ptr(self._weak[k].cdata)  # type: ignore[attr-defined]
+            _swap_to_copy(storage)
+            del storage
+        if moved and self._weak is None:
+            self._over_slots()  # the runner's own storages now hold the copies: new ones over the slots
+        self._released |= moved
+        self.evacuated += len(moved)
+        return len(moved)
 
     def _storage_cdata(self, k: int) -> int:
         """The storage identity (`_cdata`) of output `k`'s memory, in either state."""
@@ -133,7 +124,7 @@ class Handouts:
     def live(self) -> list[int]:
         """Indices of outputs whose memory a caller still references."""
         if self._weak is not None:
-            return [k for k, w in self._weak.items() if not w.expired()]
+            return [k for k, w in self._weak.items() if not w.expired() and self._first_cdata[k] not in self._released]
         return [k for k, c in self._cdata.items() if use_count(c) > self._baseline[c]]
 
     def extra_refs(self, k: int) -> int | None:
@@ -148,12 +139,27 @@ class Handouts:
         first-call tensors must all be dead (`live()` empty) before the replay."""
         if self._weak is not None:
             self._weak = None
-            self._bases = _tensors_over(self.slots)
-            self._cdata = {k: int(b.untyped_storage()._cdata) for k, b in self._bases.items()}
-            self._baseline = {c: use_count(c) for c in set(self._cdata.values())}
-        out = {k: b.detach() for k, b in self._bases.items()}
-        self.given(out.values())
-        return out
+            self._over_slots()
+        return {k: b.detach() for k, b in self._bases.items()}
+
+    def _over_slots(self) -> None:
+        """The runner's own tensors over the slots, and their storages' use counts now."""
+        self._bases = _tensors_over(self.slots)
+        self._cdata = {k: int(b.untyped_storage()._cdata) for k, b in self._bases.items()}
+        self._baseline = {c: use_count(c) for c in set(self._cdata.values())}
+
+
+def _swap_to_copy(storage: Any) -> None:
+    """Give `storage` new memory holding its bytes (the caching allocator, the current stream):
+    its memory and a fresh copy's are swapped, and the copy's storage, which then holds the old
+    memory, is dropped (freeing it as a holder dropping its last tensor would)."""
+    import torch
+
+    nbytes = storage.nbytes()
+    with torch.no_grad():
+        copy = torch.empty(nbytes, dtype=torch.uint8, device=storage.device)
+        copy.copy_(torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage, 0, (nbytes,), (1,)))
+        storage._swap_data_ptr_(copy.untyped_storage())
 
 
 def _tensors_over(slots: Mapping[int, Slot]) -> dict[int, torch.Tensor]:

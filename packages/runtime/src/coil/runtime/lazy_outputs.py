@@ -117,26 +117,21 @@ class LazyOutputs:
         return None
 
     def _move(self, cdata: int, tensors: list[torch.Tensor]) -> None:
-        """Put `tensors` (every tensor over storage `cdata` but the runner's own) onto a copy."""
-        move_to_copy(self._storages[cdata], tensors)
+        """Copy storage `cdata` to new memory and put `tensors` (every tensor over it but the
+        runner's own) onto the copy, views unchanged."""
+        import torch
+
+        src = self._storages[cdata]
+        nbytes = src.nbytes()
+        device = tensors[0].device
+        inference = any(t.is_inference() for t in tensors)
+        with torch.inference_mode() if inference else torch.no_grad():
+            copy = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            copy.copy_(torch.empty(0, dtype=torch.uint8, device=device).set_(src, 0, (nbytes,), (1,)))
+            dst = copy.untyped_storage()
+            for t in tensors:
+                t.set_(dst, t.storage_offset(), t.shape, t.stride())
         self.evacuated += 1
-
-
-def move_to_copy(src: Any, tensors: Sequence[torch.Tensor]) -> None:
-    """Copy the storage `src` (an UntypedStorage) to new memory (the caching allocator, the
-    current stream) and put each of `tensors` onto the copy, its offset, sizes and strides
-    unchanged: their values and their aliasing of one another stay, only `data_ptr()` moves."""
-    import torch
-
-    nbytes = src.nbytes()
-    device = tensors[0].device
-    inference = any(t.is_inference() for t in tensors)
-    with torch.inference_mode() if inference else torch.no_grad():
-        copy = torch.empty(nbytes, dtype=torch.uint8, device=device)
-        copy.copy_(torch.empty(0, dtype=torch.uint8, device=device).set_(src, 0, (nbytes,), (1,)))
-        dst = copy.untyped_storage()
-        for t in tensors:
-            t.set_(dst, t.storage_offset(), t.shape, t.stride())
 
 
 def lazy_outputs_of(outputs: Sequence[Any], static_inputs: Sequence[Any], held: Iterable[int]) -> LazyOutputs | None:
