@@ -24,6 +24,10 @@ import torch
 from coil.backend.stats import COMPILED
 from coil.knobs import knobs
 from coil.runtime import cudagraph
+from coil.runtime.handouts import can_swap
+
+# whether this torch moves a kept output's holders whatever they are (coil.runtime.handouts)
+SWAPS = can_swap(torch.UntypedStorage(0))
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="CUDA graphs need a CUDA device (none found)")
@@ -235,12 +239,14 @@ def test_gpu_training_graphs_with_gradient_accumulation_match_eager(runners: lis
     graphs = [r for r in runners if r.graph is not None]
     assert len(graphs) == 2
     backward = next(r for r in graphs if r.borrowed)
-    assert all(r.uncaptured_calls == 0 for r in graphs), [r.uncaptured_calls for r in graphs]
-    # set_to_none=True: the first micro-batch's gradients move every step (4 steps); False: they
-    # moved once and .grad stays outside the graph's memory from then on
     n = len(list(mine.parameters()))
     moved = backward.handouts.evacuated if backward.handouts is not None else 0
-    assert (4 <= moved <= 4 * n) if set_to_none else (1 <= moved <= n), (moved, n)
+    if SWAPS:  # set_to_none: the first micro-batch's gradients move every step; else once
+        assert all(r.uncaptured_calls == 0 for r in graphs), [r.uncaptured_calls for r in graphs]
+        assert (4 <= moved <= 4 * n) if set_to_none else (1 <= moved <= n), (moved, n)
+    else:  # the first call's gradients move; a replay's kept ones cost one uncaptured pair, then clones
+        assert all(r.uncaptured_calls <= (1 if set_to_none else 0) for r in graphs), [r.uncaptured_calls for r in graphs]
+        assert 1 <= moved <= n, (moved, n)
 
 
 @pytest.mark.gpu
@@ -276,8 +282,11 @@ def test_gpu_training_holding_the_previous_graph_keeps_its_values(
         for a, b in zip(mine.parameters(), eager.parameters(), strict=True):
             torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4)
     forward = next(r for r in runners if r.graph is not None and not r.borrowed)
-    assert forward.uncaptured_calls == 0
-    assert forward.handouts is not None and forward.handouts.evacuated >= 2  # before steps 1 and 2
+    assert forward.handouts is not None
+    if SWAPS:
+        assert forward.uncaptured_calls == 0 and forward.handouts.evacuated >= 2  # before steps 1 and 2
+    else:  # the first call's outputs move; a replay's kept ones run one call uncaptured, then clone
+        assert forward.uncaptured_calls <= 1 and forward.handouts.evacuated >= 1
     assert "copied out of the graph's memory" in caplog.text
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from coil.knobs import knobs
 from coil.runtime import CaptureSpec, CudaGraphRunner, ReplayPolicy, compile_kernels, cudagraphify
+from coil.runtime.handouts import can_swap
 
 pytestmark = [
     pytest.mark.gpu,
@@ -394,9 +395,13 @@ def test_outputs_held_by_a_reference_cycle_do_not_stop_replays(cache_dir: Path, 
                 y, out, _ = _step(fw, bw, x, w, g)
                 torch.testing.assert_close(out, _expected(x, w, g)[1], rtol=1e-3, atol=1e-3)
                 del y, out
-            # the kept output moved once, before step 2's replay; collected only the first time
-            assert f.uncaptured_calls == 0 and b.uncaptured_calls == 0 and len(collections) == 1
-            assert f.handouts is not None and f.handouts.evacuated == 1
+            # the kept output moved once, before step 2's replay (a torch that cannot move a
+            # replay's outputs runs step 2 uncaptured and clones it from then on); collected once
+            assert f.handouts is not None and len(collections) == 1
+            if can_swap(torch.UntypedStorage(0)):
+                assert f.uncaptured_calls == 0 and b.uncaptured_calls == 0 and f.handouts.evacuated == 1
+            else:
+                assert f.uncaptured_calls == 1 and b.uncaptured_calls == 1 and f.handouts.cloned
             torch.testing.assert_close(kept, want_kept, rtol=1e-4, atol=1e-4)
     finally:
         if was_enabled:

@@ -5,7 +5,9 @@ graph's memory (`backing`, standing for the CUDA-graph pool) in place."""
 
 from __future__ import annotations
 
+import pytest
 import torch
+from coil.runtime import handouts
 from coil.runtime.handouts import Handouts
 
 
@@ -35,7 +37,7 @@ class FakeGraph:
             out, self.first = self.first, None
             self.backing.fill_(value)
             return out
-        self.handouts.release()
+        assert self.handouts.release() is None
         assert self.handouts.live() == []
         self.backing.fill_(value)
         return self.handouts.replayed()
@@ -87,7 +89,27 @@ def test_outputs_sharing_a_storage_move_together() -> None:
     out = g.call(2.0)  # a replay: the tensors are over storages the runner built from the slots
     a, b = out[0], out[1]
     del out
-    assert g.handouts.release() == 2
-    assert g.handouts.live() == []
+    assert g.handouts.release() is None
+    assert g.handouts.evacuated == 2 and g.handouts.live() == []
     g.backing.fill_(3.0)
     assert torch.equal(a, torch.full((3, 4), 2.0)) and torch.equal(b, torch.full((5,), 2.0))
+
+
+def test_without_storage_swaps_a_kept_output_is_cloned_from_then_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch without `UntypedStorage._swap_data_ptr_` (2.11) cannot move the holders of a
+    storage it did not allocate: `release` says why (the runner runs that call uncaptured) and
+    the output is handed out as a clone from then on, so a kept one is never overwritten."""
+    monkeypatch.setattr(handouts, "can_swap", lambda storage: False)
+    g = FakeGraph()
+    grad = g.call(1.0)[0]
+    why = g.handouts.release()
+    assert why is not None and "clones from now on: [0]" in why and g.handouts.cloned == {0}
+    del grad  # the uncaptured call's outputs were fresh; the next replay hands out a clone
+    grad = g.call(2.0)[0]
+    assert grad.data_ptr() != g.backing.data_ptr() and torch.equal(grad, torch.full((3, 4), 2.0))
+    for step in range(3, 5):
+        out = g.call(float(step))
+        grad += out[0]
+        del out
+    assert torch.equal(grad, torch.full((3, 4), 9.0))
+    assert g.handouts.evacuated == 0

@@ -83,7 +83,9 @@ the last step's loss does not stop the next replay). A training backward's gradi
 out so: AccumulateGrad may keep the very tensor as `.grad`. Before a replay, outputs still
 referenced are copied out of the graph's memory with every holder moved onto the copy
 (`Handouts.release`): a kept `.grad` moves once per optimizer step, and gradient accumulation and
-`zero_grad(set_to_none=False)` keep replaying.
+`zero_grad(set_to_none=False)` keep replaying. (A torch without `UntypedStorage._swap_data_ptr_`
+can move only the first call's outputs; a later output found kept runs that call uncaptured and
+is handed out as a clone from then on.)
 
 **Shared pools.** A runner that borrows another's static outputs (a training backward reading its
 forward's saved activations) captures into the lender's memory pool instead of a new one, so the
@@ -522,11 +524,14 @@ class CudaGraphRunner:
             return self._liveness is not None and bool(self._liveness.live())
         if not release:
             return bool(self.handouts.live())
-        if self.handouts.release() and not self._logged_release:
+        moved = self.handouts.evacuated
+        why = self.handouts.release()
+        if (why is not None or self.handouts.evacuated > moved) and not self._logged_release:
             self._logged_release = True
             log.info("CudaGraphRunner: outputs a caller kept from the previous call (gradients accumulated "
-                     "into .grad, say) copied out of the graph's memory before the replay; logged once")
-        return False
+                     "into .grad, say) copied out of the graph's memory before the replay%s; logged once",
+                     f" ({why})" if why else "")
+        return why is not None
 
     def _outputs_in_use(self, release: bool) -> str | None:
         """Why a replay would overwrite outputs still in use (this runner's or a later pool

@@ -29,7 +29,10 @@ capture's allocation made it. `release()` copies each live storage's bytes to ne
 swaps the two storages' memory (`UntypedStorage._swap_data_ptr_`): every holder, whatever tensor
 object it holds, now reads the copy, and the graph's memory is free to overwrite. A gradient so
 moved stays where it went, so accumulating into it costs one copy per optimizer step instead of
-an uncaptured backward per micro-step.
+an uncaptured backward per micro-step. A torch without `_swap_data_ptr_` (2.11) can move only
+the first call's outputs (storages the allocator made reallocate in place: `resize_`); an output
+of a replay found kept cannot be moved, that call runs uncaptured, and the output is handed out
+as a clone from then on (`cloned`: one copy a call, not an uncaptured call).
 """
 
 from __future__ import annotations
@@ -86,31 +89,41 @@ class Handouts:
         self._baseline: dict[int, int] = {}
         self._released: set[int] = set()  # first-call storages whose holders were moved to copies
         self.evacuated = 0  # storages copied away by `release()` so far (tests, logs)
+        self.cloned: set[int] = set()  # outputs handed out as clones: once kept, and not movable here
 
-    def release(self) -> int:
+    def release(self) -> str | None:
         """Move every holder of a live output onto a copy of its memory (module docstring,
-        "Outputs kept across calls"), so that no output is referenced any more; the number of
-        storages copied."""
+        "Outputs kept across calls"): None when no output is referenced any more, else why not.
+        An output that could not be moved is cloned when handed out from then on (`cloned`)."""
         import torch
 
         live = self.live()
         moved: set[int] = set()
+        stuck: list[int] = []
         for k in live:
             c = self._storage_cdata(k)
             if c in moved:
                 continue
-            moved.add(c)
             if self._weak is None:
                 storage = self._bases[k].untyped_storage()
             else:
                 storage = torch.UntypedStorage._new_with_weak_ptr(self._weak[k].cdata)  # type: ignore[attr-defined]
-            _swap_to_copy(storage)
+            if _move_memory(storage, allocated=self._weak is not None):
+                moved.add(c)
+            else:
+                stuck.append(k)
             del storage
         if moved and self._weak is None:
             self._over_slots()  # the runner's own storages now hold the copies: new ones over the slots
         self._released |= moved
         self.evacuated += len(moved)
-        return len(moved)
+        if not stuck:
+            return None
+        # a clone cannot keep two outputs' aliasing: only outputs alone on their storage
+        alone = [k for k in stuck if sum(s.storage_ptr == self.slots[k].storage_ptr for s in self.slots.values()) == 1]
+        self.cloned.update(alone)
+        return (f"outputs {stuck} are still referenced and this torch cannot move a storage's holders "
+                f"(no UntypedStorage._swap_data_ptr_); handed out as clones from now on: {alone}")
 
     def _storage_cdata(self, k: int) -> int:
         """The storage identity (`_cdata`) of output `k`'s memory, in either state."""
@@ -140,7 +153,7 @@ class Handouts:
         if self._weak is not None:
             self._weak = None
             self._over_slots()
-        return {k: b.detach() for k, b in self._bases.items()}
+        return {k: b.clone() if k in self.cloned else b.detach() for k, b in self._bases.items()}
 
     def _over_slots(self) -> None:
         """The runner's own tensors over the slots, and their storages' use counts now."""
@@ -149,17 +162,34 @@ class Handouts:
         self._baseline = {c: use_count(c) for c in set(self._cdata.values())}
 
 
-def _swap_to_copy(storage: Any) -> None:
-    """Give `storage` new memory holding its bytes (the caching allocator, the current stream):
-    its memory and a fresh copy's are swapped, and the copy's storage, which then holds the old
-    memory, is dropped (freeing it as a holder dropping its last tensor would)."""
+def can_swap(storage: Any) -> bool:
+    """Whether this torch can swap two storages' memory (`UntypedStorage._swap_data_ptr_`)."""
+    return hasattr(storage, "_swap_data_ptr_")
+
+
+def _move_memory(storage: Any, allocated: bool) -> bool:
+    """Give `storage` new memory holding its bytes (the caching allocator, the current stream), so
+    that every tensor over it, whoever holds it, reads the copy; whether that could be done.
+
+    Where torch has `UntypedStorage._swap_data_ptr_`, a fresh copy's memory and the storage's are
+    swapped and the copy's storage, which then holds the old memory, is dropped (freeing it as a
+    holder dropping its last tensor would). Otherwise a storage the allocator made (`allocated`:
+    the capture's own outputs) is resized to its own size, which reallocates and copies in place
+    of its memory; the storages the runner builds over its slots cannot be moved so."""
     import torch
 
-    nbytes = storage.nbytes()
-    with torch.no_grad():
-        copy = torch.empty(nbytes, dtype=torch.uint8, device=storage.device)
-        copy.copy_(torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage, 0, (nbytes,), (1,)))
-        storage._swap_data_ptr_(copy.untyped_storage())
+    if can_swap(storage):
+        nbytes = storage.nbytes()
+        with torch.no_grad():
+            copy = torch.empty(nbytes, dtype=torch.uint8, device=storage.device)
+            copy.copy_(torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage, 0, (nbytes,), (1,)))
+            storage._swap_data_ptr_(copy.untyped_storage())
+        return True
+    if not (allocated and storage.resizable()):
+        return False
+    before = storage.data_ptr()
+    storage.resize_(storage.nbytes())
+    return bool(storage.data_ptr() != before)
 
 
 def _tensors_over(slots: Mapping[int, Slot]) -> dict[int, torch.Tensor]:
