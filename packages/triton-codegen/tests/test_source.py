@@ -20,9 +20,10 @@ P0, P1, P2 = sympy.symbols("p0 p1 p2", integer=True, nonnegative=True)
 
 def test_public_api_snapshot():
     assert sorted(T.__all__) == [
-        "CodegenOptions", "KernelConfig", "KernelSource", "OUTER_XBLOCK", "STRATEGIES", "candidates", "choose", "generate",
-        "generate_like", "generate_schedule", "looped_alternatives", "other_strategy", "reread_alternative", "texpr",
-        "variants",
+        "CodegenOptions", "KernelConfig", "KernelSource", "MatmulConfig", "MatmulShape", "OUTER_XBLOCK", "STRATEGIES",
+        "candidates", "choose", "generate", "generate_like", "generate_matmul", "generate_schedule",
+        "looped_alternatives", "matmul_configs", "other_strategy", "reread_alternative", "shape_configs", "texpr",
+        "variants", "with_matmul_config",
     ]
     assert T.STRATEGIES == ("auto", "persistent", "looped", "outer")
 

@@ -26,7 +26,7 @@ from coil.lowering_ir import (
     SymbolInput,
     Value,
 )
-from coil.scheduler import KernelGroup, Schedule
+from coil.scheduler import KernelGroup, Schedule, is_matmul_group
 from coil.wrapper_codegen import WrapperProgram
 
 
@@ -137,7 +137,8 @@ def format_schedule(sched: Schedule) -> str:
     out = [f"# schedule of {sched.graph.name}: {len(sched.kernels())} kernels, {len(sched.externs())} externs", ""]
     for i, st in enumerate(sched.steps):
         if isinstance(st, KernelGroup):
-            kind = "reduction" if st.is_reduction else "pointwise"
+            # a matmul group runs as a GEMM template: its first member is the product
+            kind = "matmul template" if is_matmul_group(st) else "reduction" if st.is_reduction else "pointwise"
             xd = ", ".join(map(str, st.x_dims))
             rd = ", ".join(map(str, st.r_dims))
             out.append(f"step {i}: {st.name} ({kind}) x [{xd}] r [{rd}]")

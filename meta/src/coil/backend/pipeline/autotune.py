@@ -2,7 +2,7 @@
 
 `tune_sources` runs between Triton codegen and the wrapper build (COIL_AUTOTUNE, `enabled`). For
 each kernel with candidates (`coil.triton_codegen.variants`: the reduction kernels and, on CUDA,
-the pointwise ones; the same source under other block sizes and warps; for a persistent kernel
+the pointwise ones and the GEMM templates' tiles; the same source under other block sizes and warps; for a persistent kernel
 over long rows on CUDA also its group generated as a loop over r,
 `coil.triton_codegen.other_strategy`, and, on CUDA, generated to read its rows again after its
 last reduction, `coil.triton_codegen.reread_alternative`), it describes one `coil.runtime.autotune.TuningProblem`
@@ -92,7 +92,8 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
     problems: list[TuningProblem] = []
     for i, ks in enumerate(sources):
         extents = _ints([bufs[b].layout.storage_extent() for b in ks.pointer_args], hints)
-        rnumel = _ints([ks.size_args[1]], hints) if "RBLOCK" in ks.constexprs else [1]
+        # elements reduced into each output: a reduction's row, a GEMM template's K (size_args[1])
+        rnumel = _ints([ks.size_args[1]], hints) if "RBLOCK" in ks.constexprs or ks.matmul is not None else [1]
         if extents is None or rnumel is None:
             continue  # a size without a hint: keep the default
         nbytes = sum(n * bufs[b].layout.dtype.itemsize for n, b in zip(extents, ks.pointer_args, strict=True))

@@ -1,7 +1,7 @@
 """coil's pipeline for one AOTAutograd graph (forward, backward or inference) -> a boxed callable.
 
 `compile_graph` is the whole pipeline in one readable function (`_compile`), one named call per
-stage: post-grad passes, lowering, scheduling, Triton codegen, autotuning, wrapper codegen, the
+stage: post-grad passes, lowering, scheduling, matmul templates, Triton codegen, autotuning, wrapper codegen, the
 runtime's kernel compile and load, CUDA graphs (`_finish`). Before the pipeline, the
 whole-graph cache (`graph_cache`, COIL_GRAPH_CACHE) is consulted: on a hit only the kernels and
 the stored wrapper are loaded. `compile_for_aot_cache` returns the same callable as the entry
@@ -31,7 +31,7 @@ from coil.backend.debug.artefacts import Artefacts
 from coil.backend.debug.checks import LifetimeTracker, check_outputs, returned_storage
 from coil.backend.debug.dump import spans
 from coil.backend.errors import CoilCompileError
-from coil.backend.pipeline import autotune, fallback, indirect_inputs
+from coil.backend.pipeline import autotune, fallback, indirect_inputs, matmul_templates
 from coil.backend.pipeline.progress import compile_with_progress
 from coil.backend.pipeline.static_inputs import dynamo_static_inputs
 from coil.backend.stats import COMPILED, GraphStats, format_stage_times
@@ -133,7 +133,7 @@ def _specs(sources: list[KernelSource], graph: LoweredGraph) -> list[KernelSpec]
                                        for b in ks.pointer_args]
         args += [int(sympy.sympify(s).xreplace(graph.symbol_hints)) for s in ks.size_args]  # example values
         specs.append(KernelSpec(ks.name, ks.source, tuple(args), ks.constexprs, num_warps=ks.num_warps,
-                                debug=ks.debug))
+                                num_stages=ks.num_stages, debug=ks.debug))
     return specs
 
 
@@ -273,6 +273,7 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     out.ir(lowered)
     sched: Schedule = _stage(stats, "scheduling", schedule, lowered, fusion=knobs.fusion,
                              visit_order=knobs.fusion_visit_order, order_time_limit=knobs.order_time)
+    sched = _stage(stats, "matmul templates", matmul_templates.apply, sched)  # COIL_MATMUL_TEMPLATES
     out.schedule(sched)
     device: torch.device = _stage(stats, "device", _device, lowered)
     target = "cuda" if device.type == "cuda" else "interpret"

@@ -59,6 +59,10 @@ class Knobs(Registry):
     reduction_strategy = Knob("COIL_REDUCTION_STRATEGY", STR, "auto", owner=BACKEND, meaning=(
         "auto, persistent, looped or outer: the strategy of every reduction kernel; auto picks one "
         "per kernel (packages/triton-codegen/README.md)"))
+    matmul_templates = Knob("COIL_MATMUL_TEMPLATES", STR, "off", owner=BACKEND, meaning=(
+        "off or always: always runs every mm, addmm, bmm and baddbmm extern as a generated Triton "
+        "GEMM kernel with the pointwise kernel reading its product fused in as its epilogue "
+        "(coil.scheduler matmul, triton-codegen matmul.py); off keeps them ATen (cuBLAS) calls"))
     order_time = Knob("COIL_ORDER_TIME", FLOAT, 0.5, owner=BACKEND, meaning=(
         "seconds the memory planner may search for a lower-peak order of the fused steps (0: keep "
         "the fused order)"))

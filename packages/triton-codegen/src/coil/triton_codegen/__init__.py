@@ -7,7 +7,10 @@ Public API (see README.md): `generate` (one kernel group), `generate_schedule`, 
 `reread_alternative` (a persistent kernel reading its rows again after its reductions);
 `generate_like` (a group generated again as one of its kernels was, e.g. reading some inputs
 through a table of addresses: `generate(..., indirect=..., table=...)`); `OUTER_XBLOCK` (the
-outputs one program of an "outer" reduction covers on CUDA, which lowering's split rule takes).
+outputs one program of an "outer" reduction covers on CUDA, which lowering's split rule takes);
+GEMM templates (matmul.py: a matmul group's product with its epilogue as one kernel, which
+`generate` writes for such groups): `MatmulConfig`, `MatmulShape`, `matmul_configs`,
+`shape_configs`, `with_matmul_config`, `generate_matmul`.
 """
 
 from coil.lowering_ir.printing import texpr
@@ -21,9 +24,18 @@ from coil.triton_codegen.config import (
     looped_alternatives,
 )
 from coil.triton_codegen.kernel import KernelSource, generate
+from coil.triton_codegen.kernel_source import MatmulShape
+from coil.triton_codegen.matmul import generate_matmul
+from coil.triton_codegen.matmul_config import (
+    MatmulConfig,
+    matmul_configs,
+    shape_configs,
+    with_matmul_config,
+)
 from coil.triton_codegen.schedule import generate_schedule
 from coil.triton_codegen.variants import generate_like, other_strategy, reread_alternative, variants
 
-__all__ = ["OUTER_XBLOCK", "STRATEGIES", "CodegenOptions", "KernelConfig", "KernelSource", "candidates", "choose", "generate",
-           "generate_like", "generate_schedule", "looped_alternatives", "other_strategy", "reread_alternative",
-           "texpr", "variants"]
+__all__ = ["OUTER_XBLOCK", "STRATEGIES", "CodegenOptions", "KernelConfig", "KernelSource", "MatmulConfig", "MatmulShape",
+           "candidates", "choose", "generate", "generate_like", "generate_matmul", "generate_schedule",
+           "looped_alternatives", "matmul_configs", "other_strategy", "reread_alternative", "shape_configs", "texpr",
+           "variants", "with_matmul_config"]

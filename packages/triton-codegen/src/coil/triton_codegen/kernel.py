@@ -21,11 +21,12 @@ from collections.abc import Mapping
 import sympy
 import torch
 from coil.lowering_ir import Buffer, Expr, Load, loads
-from coil.scheduler import KernelGroup, Member
+from coil.scheduler import KernelGroup, Member, is_matmul_group
 from coil.triton_codegen.config import CodegenOptions, KernelConfig, choose
 from coil.triton_codegen.frame import Scope, member_loads
 from coil.triton_codegen.indirect import IndirectReads
 from coil.triton_codegen.kernel_source import KernelSource
+from coil.triton_codegen.matmul import generate_matmul
 from coil.triton_codegen.prelude import module
 from coil.triton_codegen.reductions import ReductionWriter
 from coil.triton_codegen.tiling import x_contiguous_loads
@@ -261,12 +262,18 @@ def generate(group: KernelGroup, buffers: dict[str, Buffer], target: str, strate
     addresses from the int64 buffer `table`, which it takes in their place, and is named `name`
     (default `<group name>_via<slots>`; indirect.py). ValueError for a buffer it stores to or
     does not read.
+
+    A matmul group (coil.scheduler's `is_matmul_group`: a matrix product with its pointwise
+    epilogue) becomes a GEMM template kernel (matmul.py, `generate_matmul`: its default
+    configuration at `hints`); `strategy` and `reread` do not apply to it.
     """
     reads = None
     if indirect:
         if table is None:
             raise ValueError("generate: `indirect` needs the `table` the addresses are loaded from")
         reads = IndirectReads(dict(indirect), table, name)
+    if is_matmul_group(group):
+        return generate_matmul(group, buffers, target, hints, options, reads)
     cfg = kernel_config(group, target, strategy, hints)
     ks = KernelWriter(group, buffers, target, cfg, options, reread, reads).generate()
     return dataclasses.replace(ks, source=module(ks.source, target))

@@ -5,7 +5,9 @@ never on its block sizes or warps: XBLOCK and RBLOCK are `tl.constexpr` paramete
 (`ceiling(xnumel / XBLOCK)`) is computed by the wrapper. So every candidate of `config.candidates`
 (which keeps the strategy) is the default `KernelSource` with other `constexprs`, `num_warps` and
 `grid`; nothing is regenerated. coil.backend times them (coil.runtime.autotune) and builds the
-wrapper from the one it keeps.
+wrapper from the one it keeps. GEMM template kernels (strategy "matmul") likewise: their
+candidates are `matmul_config.shape_configs` (tiles, warps, stages), each the same source with
+other constexprs, warps, stages and grid (`with_matmul_config`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from coil.triton_codegen.config import (
 )
 from coil.triton_codegen.kernel import generate
 from coil.triton_codegen.kernel_source import KernelSource
+from coil.triton_codegen.matmul_config import config_of, shape_configs, with_matmul_config
 
 TUNED_STRATEGIES = ("persistent", "looped", "outer")
 
@@ -78,7 +81,14 @@ def variants(ks: KernelSource, target: str, hints: dict[sympy.Symbol, int] | Non
     (the graph's size hints) stand in for symbolic xnumel and rnumel when candidates are
     filtered; a variant is valid wherever `ks` is (a persistent one keeps `ks`'s RBLOCK, so it
     covers the same rows; a loop covers any row; a pointwise one masks its last block).
+    A GEMM template kernel (`ks.matmul` set) has its `shape_configs` for `target` (on CUDA the
+    default and up to 7 other tiles; on the interpreter none besides the default); every tile
+    masks its edges, so each is valid wherever `ks` is.
     """
+    if ks.matmul is not None:
+        default = config_of(ks)
+        others = [c for c in shape_configs(ks.matmul, target, hints) if c != default]
+        return [ks] + [with_matmul_config(ks, c) for c in others]
     if ks.strategy == "pointwise" and "RBLOCK" not in ks.constexprs and ks.size_args:
         configs = candidates(default_config(ks), _size(ks.size_args[0], hints), 1, target, ks.plain_loads)
         return [ks] + [with_config(ks, cfg) for cfg in configs[1:]]
@@ -130,11 +140,12 @@ def generate_like(ks: KernelSource, group: KernelGroup, buffers: dict[str, Buffe
                   indirect: Mapping[str, tuple[int, torch.dtype]] | None = None, table: str | None = None,
                   name: str | None = None) -> KernelSource:
     """`group` generated again as `ks` (a kernel of it, possibly a variant the autotuner kept)
-    was: its strategy and `reread`, launched with its configuration (constexprs, warps, grid),
+    was: its strategy and `reread`, launched with its configuration (constexprs, warps, stages, grid),
     now with `indirect`, `table` and `name` (see `generate`). The text depends on the strategy,
     not on the block sizes, so only what `indirect` asks for differs from `ks`'s; `hints` and
     `options` must be those `ks` was generated with."""
     strategy = ks.strategy if ks.strategy in STRATEGIES else "auto"  # "pointwise": no reduction strategy
     new = generate(group, buffers, target, strategy, hints, options, reread=ks.reread, indirect=indirect,
                    table=table, name=name)
-    return dataclasses.replace(new, constexprs=dict(ks.constexprs), num_warps=ks.num_warps, grid=ks.grid)
+    return dataclasses.replace(new, constexprs=dict(ks.constexprs), num_warps=ks.num_warps, grid=ks.grid,
+                               num_stages=ks.num_stages)
