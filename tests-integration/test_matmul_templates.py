@@ -1,7 +1,7 @@
-"""GEMM templates end to end (COIL_MATMUL_TEMPLATES=always): torch.compile(backend="coil") runs
-every matrix product as a generated Triton kernel with its pointwise epilogue fused in, no
-mm/addmm/bmm extern left, forward and training step matching eager PyTorch (the Triton
-interpreter on the CPU; CUDA on the GPU)."""
+"""GEMM templates end to end (COIL_MATMUL_TEMPLATES=always, and auto with timings made up):
+torch.compile(backend="coil") runs every matrix product as a generated Triton kernel with its
+pointwise epilogue fused in, no mm/addmm/bmm extern left, forward and training step matching
+eager PyTorch (the Triton interpreter on the CPU; CUDA on the GPU)."""
 
 from __future__ import annotations
 
@@ -157,3 +157,39 @@ def test_template_tiles_are_autotuned(device: torch.device, monkeypatch: pytest.
     templates = {k: v for k, v in stats.autotune_choices.items() if k.endswith("_mm")}
     assert len(templates) == 2 and all("BLOCK_M=16" in v and "(default)" not in v for v in templates.values()), \
         stats.autotune_choices
+
+
+@pytest.mark.parametrize("template_ms, extern_ms, externs", [(0.1, 1.0, 0), (5.0, 0.1, 2)])
+def test_auto_takes_the_template_only_when_timed_faster(device: torch.device, monkeypatch: pytest.MonkeyPatch,
+                                                        template_ms: float, extern_ms: float, externs: int) -> None:
+    """COIL_MATMUL_TEMPLATES=auto times each template (its tiles) against its extern plus its
+    epilogue kernel: told the template is faster it runs both products as templates, told the
+    extern is, it keeps both ATen calls; either way the result matches eager."""
+    from coil.runtime import autotune, timing
+
+    monkeypatch.setattr(timing, "measure", lambda kernel, grid, args: template_ms if "BLOCK_M" in kernel.spec.constexprs
+                        else 0.05)
+    monkeypatch.setattr(timing, "measure_call", lambda fn, dev: (fn(), extern_ms)[1])  # the ATen call runs once
+    autotune.clear_memo()
+    torch.manual_seed(0)
+    model = MLP().to(device)
+    x = torch.randn(2, 9, 24, device=device)
+    first = len(COMPILED)
+    try:
+        with knobs.override(matmul_templates="auto", autotune="always", fallback_on_error=False), torch.no_grad():
+            got = torch.compile(model, backend="coil")(x)
+            want = model(x)
+    finally:
+        autotune.clear_memo()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert sum(s.externs for s in _graphs(first)) == externs
+
+
+def test_auto_takes_none_where_nothing_is_timed(device: torch.device) -> None:
+    """Without autotuning (the interpreter's default) `auto` has no timings and keeps the externs."""
+    torch.manual_seed(0)
+    model = MLP().to(device)
+    first = len(COMPILED)
+    with knobs.override(matmul_templates="auto", autotune="0", fallback_on_error=False), torch.no_grad():
+        torch.compile(model, backend="coil")(torch.randn(2, 9, 24, device=device))
+    assert sum(s.externs for s in _graphs(first)) == 2

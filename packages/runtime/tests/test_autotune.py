@@ -256,3 +256,21 @@ def test_a_timer_failure_drops_that_candidate_or_leaves_the_kernel_untuned(
     (result,) = tune([_problem(rows=ROWS + 2)], CPU)
     assert (result.origin, result.choice) == ("untuned", 0)
     assert tune([_problem(rows=ROWS + 2)], CPU)[0].origin == "untuned"  # nothing was cached
+
+
+def test_measure_call_times_any_callable_off_the_gpu() -> None:
+    """`timing.measure_call` (an ATen call a generated kernel competes with): off a CUDA device,
+    the wall-clock median of a few calls after one warm-up call."""
+    import time
+
+    from coil.runtime import timing
+
+    calls: list[int] = []
+
+    def work() -> None:
+        calls.append(1)
+        time.sleep(0.002)
+
+    ms = timing.measure_call(work, torch.device("cpu"))
+    assert len(calls) == 1 + timing.INTERPRETED_REPS
+    assert 2.0 <= ms < 200.0

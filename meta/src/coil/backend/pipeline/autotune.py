@@ -107,18 +107,10 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
             ks, "loop-over-r", as_loop, functools.partial(other_strategy, target=target, hints=hints))
         if extra:
             vs += _generated(ks, "read-again", as_reread, functools.partial(reread_alternative, target=target))
-        if len(vs) < 2:
+        problem = problem_of(vs, lowered, to_specs) if len(vs) >= 2 else None
+        if problem is None:
             continue
-        grids = _ints([v.grid for v in vs], hints)
-        if grids is None:
-            continue
-        specs = to_specs(vs, lowered)
-        problems.append(TuningProblem(
-            tuple(Candidate(s, (g, 1, 1)) for s, g in zip(specs, grids, strict=True)),
-            tuple(extents),
-            tuple(j for j, b in enumerate(ks.pointer_args) if b in ks.stores),
-            max(1, rnumel[0]),
-        ))
+        problems.append(problem)
         tuned.append((i, vs))
     if not problems:
         return sources
@@ -140,6 +132,24 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
         report.append(_describe(vs[0], problem, result))
     logs.emit("autotune", f"{stats.name}: autotuning {len(problems)} kernels", "\n".join(report))
     return out
+
+
+def problem_of(vs: Sequence[KernelSource], lowered: LoweredGraph, to_specs: SpecsFn) -> TuningProblem | None:
+    """The TuningProblem that times `vs` (one kernel's candidates, the default first) at the
+    graph's size hints: every buffer the kernel touches by its elements, the buffers it stores
+    compared between candidates, its reduction length (a reduction's row, a GEMM template's K);
+    None when a size has no hint."""
+    ks = vs[0]
+    hints = lowered.symbol_hints
+    bufs = lowered.buffers()
+    extents = _ints([bufs[b].layout.storage_extent() for b in ks.pointer_args], hints)
+    rnumel = _ints([ks.size_args[1]], hints) if "RBLOCK" in ks.constexprs or ks.matmul is not None else [1]
+    grids = _ints([v.grid for v in vs], hints)
+    if extents is None or rnumel is None or grids is None:
+        return None
+    specs = to_specs(list(vs), lowered)
+    return TuningProblem(tuple(Candidate(s, (g, 1, 1)) for s, g in zip(specs, grids, strict=True)), tuple(extents),
+                         tuple(j for j, b in enumerate(ks.pointer_args) if b in ks.stores), max(1, rnumel[0]))
 
 
 def _generated(ks: KernelSource, what: str, regenerate: Callable[[KernelSource], KernelSource | None] | None,

@@ -273,12 +273,13 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     out.ir(lowered)
     sched: Schedule = _stage(stats, "scheduling", schedule, lowered, fusion=knobs.fusion,
                              visit_order=knobs.fusion_visit_order, order_time_limit=knobs.order_time)
-    sched = _stage(stats, "matmul templates", matmul_templates.apply, sched)  # COIL_MATMUL_TEMPLATES
-    out.schedule(sched)
     device: torch.device = _stage(stats, "device", _device, lowered)
     target = "cuda" if device.type == "cuda" else "interpret"
-    bufs = lowered.buffers()
     options = CodegenOptions(debug_asserts=knobs.debug_asserts)
+    sched = _stage(stats, "matmul templates", matmul_templates.apply, sched, lowered, device, target, _specs,
+                   options)  # COIL_MATMUL_TEMPLATES
+    out.schedule(sched)
+    bufs = lowered.buffers()
     sources: list[KernelSource] = _stage(stats, "triton codegen", generate_schedule, sched, bufs, target,
                                          knobs.reduction_strategy, lowered.symbol_hints, options)
     out.kernels(sources)

@@ -1,36 +1,146 @@
 """Matrix products as generated Triton GEMM kernels with their pointwise epilogue fused in
 (COIL_MATMUL_TEMPLATES), the stage after scheduling.
 
-`apply(sched)` returns the schedule to generate code for: unchanged with the knob `off` (every
-mm/addmm/bmm/baddbmm an ATen call, cuBLAS on the GPU); with `always`, every candidate of
-`coil.scheduler.matmul_candidates` applied: each such extern, and the pointwise kernel after it
-when that is a legal epilogue, becomes one kernel group that triton-codegen writes as its GEMM
-template (the product stays in registers for the epilogue).
+`apply(sched, lowered, device, target, to_specs)` returns the schedule to generate code for. Each
+candidate of `coil.scheduler.matmul_candidates` is an mm/addmm/bmm/baddbmm extern (cuBLAS on the
+GPU) and, when legal, the pointwise kernel reading its product as its epilogue; taking it makes
+them one kernel group that triton-codegen writes as its GEMM template (the product stays in
+registers for the epilogue). The knob:
+
+- `off` (the default): no candidate is taken; every product stays an ATen call.
+- `always`: every candidate is taken (tests, and forcing the templates on the GPU).
+- `auto`: a candidate is taken when it measures faster (`template_wins`): the template at its
+  fastest tile configuration (the autotuner's candidates, timed and cached by
+  `coil.runtime.autotune.tune`) against the extern call plus the epilogue kernel, both timed on
+  synthetic inputs at the graph's size hints (the extern by `coil.runtime.timing.measure_call`).
+  The template must beat that by more than MARGIN. Only where autotuning runs
+  (`autotune.enabled`: a GPU, or COIL_AUTOTUNE=always); elsewhere `auto` takes none. Measured
+  on an H200 (docs/perf.md): the template wins on small products (a 16-row decode step) and
+  ties or loses on large ones, where cuBLAS is faster than Triton's tiles.
 """
 
 from __future__ import annotations
 
-from coil.knobs import knobs
-from coil.scheduler import Schedule, matmul_candidates, output_buffers, with_matmul_templates
+import logging
+from collections.abc import Sequence
 
-MODES = ("off", "always")
+import sympy
+import torch
+from coil.backend.pipeline import autotune
+from coil.backend.pipeline.autotune import SpecsFn, problem_of
+from coil.knobs import knobs
+from coil.lowering_ir import Buffer, ExternKernel, LoweredGraph, ReinterpretView
+from coil.runtime import timing
+from coil.runtime.autotune import tune
+from coil.scheduler import (
+    KernelGroup,
+    MatmulCandidate,
+    Schedule,
+    matmul_candidates,
+    output_buffers,
+    with_matmul_templates,
+)
+from coil.triton_codegen import CodegenOptions, KernelSource, generate, variants
+
+log = logging.getLogger("coil.backend")
+
+MODES = ("off", "always", "auto")
+# the template replaces the extern and its epilogue only when faster by more than this fraction:
+# a timing median repeats within a few tenths of a percent, and a tie keeps cuBLAS
+MARGIN = 0.02
 
 
 def mode() -> str:
-    """COIL_MATMUL_TEMPLATES as "off" or "always" (0/false/no count as off). ValueError for
-    another value."""
+    """COIL_MATMUL_TEMPLATES as "off", "always" or "auto" (0/false/no count as off). ValueError
+    for another value."""
     raw = str(knobs.matmul_templates).strip().lower()
     if raw in ("off", "0", "false", "no"):
         return "off"
-    if raw == "always":
-        return "always"
-    raise ValueError(f"COIL_MATMUL_TEMPLATES={knobs.matmul_templates!r}: expected off or always")
+    if raw in ("always", "auto"):
+        return raw
+    raise ValueError(f"COIL_MATMUL_TEMPLATES={knobs.matmul_templates!r}: expected off, auto or always")
 
 
-def apply(sched: Schedule) -> Schedule:
-    """`sched` with its matrix products as GEMM template groups when the knob says so (module
-    docstring); `sched` itself otherwise, or when it has no candidate."""
-    if mode() == "off":
+def apply(sched: Schedule, lowered: LoweredGraph, device: torch.device, target: str, to_specs: SpecsFn,
+          options: CodegenOptions | None = None) -> Schedule:
+    """`sched` with the candidates the knob takes (module docstring) as GEMM template groups;
+    `sched` itself when it takes none. Timing failures keep the extern (one WARNING)."""
+    m = mode()
+    if m == "off" or (m == "auto" and not autotune.enabled(device)):
         return sched
     chosen = matmul_candidates(sched.steps, output_buffers(sched.graph.outputs))
+    if m == "auto":
+        chosen = [c for c in chosen if _wins(c, sched, lowered, device, target, to_specs, options)]
     return with_matmul_templates(sched, chosen) if chosen else sched
+
+
+def _wins(c: MatmulCandidate, sched: Schedule, lowered: LoweredGraph, device: torch.device, target: str,
+          to_specs: SpecsFn, options: CodegenOptions | None) -> bool:
+    try:
+        return template_wins(c, sched, lowered, device, target, to_specs, options)
+    except Exception as e:  # choosing must never cost a compile: the extern is always correct
+        log.warning("coil: timing the GEMM template %s failed (%s: %s): keeping the ATen call",
+                    c.group.name, type(e).__name__, e)
+        return False
+
+
+def template_wins(c: MatmulCandidate, sched: Schedule, lowered: LoweredGraph, device: torch.device, target: str,
+                  to_specs: SpecsFn, options: CodegenOptions | None = None) -> bool:
+    """Whether candidate `c` is faster as its GEMM template (its fastest tile configuration)
+    than as its extern plus its epilogue kernel, by more than MARGIN; False when a size has no
+    hint. Every time is taken at the graph's size hints on synthetic inputs."""
+    hints = lowered.symbol_hints
+    bufs = lowered.buffers()
+    tmpl = generate(c.group, bufs, target, hints=hints, options=options)
+    sources: list[list[KernelSource]] = [variants(tmpl, target, hints)]
+    if c.epilogue_step is not None:
+        epilogue = sched.steps[c.epilogue_step]
+        assert isinstance(epilogue, KernelGroup)
+        sources.append([generate(epilogue, bufs, target, hints=hints, options=options)])
+    problems = [problem_of(vs, lowered, to_specs) for vs in sources]
+    extern = sched.steps[c.extern_step]
+    assert isinstance(extern, ExternKernel)
+    if any(p is None for p in problems):
+        return False
+    results = tune([p for p in problems if p is not None], device)
+    times = [min((t for t in r.times_ms if t is not None), default=None) for r in results]
+    if any(t is None for t in times):
+        return False
+    t_template = float(times[0] or 0.0)
+    t_epilogue = float(times[1] or 0.0) if len(times) > 1 else 0.0
+    t_extern = time_extern(extern, bufs, hints, device)
+    wins = t_template < (1 - MARGIN) * (t_extern + t_epilogue)
+    log.info("coil: %s: GEMM template %.4f ms against extern %.4f + epilogue %.4f ms: %s", c.group.name,
+             t_template, t_extern, t_epilogue, "template" if wins else "extern")
+    return wins
+
+
+def time_extern(ext: ExternKernel, buffers: dict[str, Buffer], hints: dict[sympy.Symbol, int],
+                device: torch.device) -> float:
+    """Milliseconds of one call of `ext` (`timing.measure_call`) on synthetic operands: standard
+    normal values in tensors of its arguments' layouts at the size hints."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(0)
+
+    def tensor(ref: Buffer | ReinterpretView) -> torch.Tensor:
+        lay = ref.layout
+        size, stride = _at(lay.size, hints), _at(lay.stride, hints)
+        extent = int(sympy.sympify(ref.storage.layout.storage_extent()).xreplace(hints))
+        base = torch.randn(max(extent, 1), generator=gen, device=device, dtype=torch.float32).to(lay.dtype)
+        return base.as_strided(size, stride, int(sympy.sympify(lay.offset).xreplace(hints)))
+
+    def value(x: object) -> object:
+        if isinstance(x, Buffer | ReinterpretView):
+            return tensor(x)
+        if isinstance(x, sympy.Basic):
+            return int(x.xreplace(hints))
+        return x
+
+    args = [value(a) for a in ext.args]
+    kwargs = {k: value(v) for k, v in ext.kwargs.items()}
+    return float(timing.measure_call(lambda: ext.kernel(*args, **kwargs), device))
+
+
+def _at(exprs: Sequence[object], hints: dict[sympy.Symbol, int]) -> list[int]:
+    """Sizes or strides at the size hints."""
+    return [int(sympy.sympify(e).xreplace(hints)) for e in exprs]

@@ -60,9 +60,11 @@ class Knobs(Registry):
         "auto, persistent, looped or outer: the strategy of every reduction kernel; auto picks one "
         "per kernel (packages/triton-codegen/README.md)"))
     matmul_templates = Knob("COIL_MATMUL_TEMPLATES", STR, "off", owner=BACKEND, meaning=(
-        "off or always: always runs every mm, addmm, bmm and baddbmm extern as a generated Triton "
-        "GEMM kernel with the pointwise kernel reading its product fused in as its epilogue "
-        "(coil.scheduler matmul, triton-codegen matmul.py); off keeps them ATen (cuBLAS) calls"))
+        "off, auto or always: whether an mm, addmm, bmm or baddbmm extern runs as a generated "
+        "Triton GEMM kernel with the pointwise kernel reading its product fused in as its "
+        "epilogue (coil.scheduler matmul, triton-codegen matmul.py): always every one; auto those "
+        "timed faster than the ATen call plus the epilogue kernel (where autotuning runs); off "
+        "none (ATen, cuBLAS, calls)"))
     order_time = Knob("COIL_ORDER_TIME", FLOAT, 0.5, owner=BACKEND, meaning=(
         "seconds the memory planner may search for a lower-peak order of the fused steps (0: keep "
         "the fused order)"))

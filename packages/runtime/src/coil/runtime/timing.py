@@ -6,19 +6,21 @@ L2 size zeroed), so a kernel is timed reading its inputs from HBM, as it mostly 
 model; the median. Under the interpreter (or on the CPU): wall-clock time of a few launches, the
 median (meaningless as a speed figure; autotuning runs there only when forced, for tests).
 
-`measure` is looked up as a module attribute at each call (`timing.measure(...)`), so tests may
-replace it (`monkeypatch.setattr(coil.runtime.timing, "measure", fake)`) to make a chosen candidate
-"fastest" deterministically.
+`measure_call(fn, device)` times any callable the same way (an ATen call a generated kernel
+competes with). Both are looked up as module attributes at each call (`timing.measure(...)`),
+so tests may replace them (`monkeypatch.setattr(coil.runtime.timing, "measure", fake)`) to make
+a chosen candidate "fastest" deterministically.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import torch
     from coil.runtime.kernel import Kernel
 
 WARMUP = 3          # launches before timing (the first may bind the fast launcher)
@@ -32,35 +34,47 @@ MIN_FLUSH_BYTES = 64 << 20
 def measure(kernel: Kernel, grid: tuple[int, ...], args: Sequence[object]) -> float:
     """Median milliseconds of one launch of `kernel` over `grid` with `args` (see the module
     docstring). Runs the kernel many times: its outputs (and in-place arguments) are overwritten."""
+    def launch() -> None:
+        kernel(grid, *args)
+
     if kernel.interpreted or kernel.device.type != "cuda":
-        return _wall_ms(kernel, grid, args)
-    return _cuda_ms(kernel, grid, args)
+        return _wall_ms(launch)
+    return _cuda_ms(launch, kernel.device)
 
 
-def _wall_ms(kernel: Kernel, grid: tuple[int, ...], args: Sequence[object]) -> float:
-    kernel(grid, *args)
+def measure_call(fn: Callable[[], object], device: torch.device) -> float:
+    """Median milliseconds of one call of `fn`, the work it queues on `device` timed as a kernel
+    launch is by `measure` (CUDA events around each call, L2 flushed before it; wall-clock time
+    off a CUDA device): an ATen call an alternative to a generated kernel runs, say."""
+    if device.type != "cuda":
+        return _wall_ms(fn)
+    return _cuda_ms(fn, device)
+
+
+def _wall_ms(fn: Callable[[], object]) -> float:
+    fn()
     times = []
     for _ in range(INTERPRETED_REPS):
         t0 = time.perf_counter()
-        kernel(grid, *args)
+        fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
 
 
-def _cuda_ms(kernel: Kernel, grid: tuple[int, ...], args: Sequence[object]) -> float:
+def _cuda_ms(fn: Callable[[], object], device: torch.device) -> float:
     import torch
 
-    with torch.cuda.device(kernel.device):
-        props = torch.cuda.get_device_properties(kernel.device)
+    with torch.cuda.device(device):
+        props = torch.cuda.get_device_properties(device)
         flush_bytes = max(MIN_FLUSH_BYTES, 2 * int(getattr(props, "L2_cache_size", 0)))
-        flush = torch.empty(flush_bytes, dtype=torch.int8, device=kernel.device)
+        flush = torch.empty(flush_bytes, dtype=torch.int8, device=device)
         for _ in range(WARMUP):
-            kernel(grid, *args)
+            fn()
         start, end = _event(), _event()
         torch.cuda.synchronize()
         start.record()
         for _ in range(WARMUP):
-            kernel(grid, *args)
+            fn()
         end.record()
         torch.cuda.synchronize()
         estimate = max(start.elapsed_time(end) / WARMUP, 1e-3)
@@ -70,7 +84,7 @@ def _cuda_ms(kernel: Kernel, grid: tuple[int, ...], args: Sequence[object]) -> f
         for s, e in zip(starts, ends, strict=True):
             flush.zero_()
             s.record()
-            kernel(grid, *args)
+            fn()
             e.record()
         torch.cuda.synchronize()
         del flush
