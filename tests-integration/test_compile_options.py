@@ -84,7 +84,8 @@ def test_modes_map_to_knobs() -> None:
     assert resolve("reduce-overhead") == {"cuda_graphs": True, "cuda_graphs_training": True}
     assert resolve("max-autotune", {"autotune_min_bytes": 1 << 20}) == {"autotune": "auto",
                                                                          "autotune_min_bytes": 1 << 20,
-                                                                         "autotune_extra_min_bytes": 0}
+                                                                         "autotune_extra_min_bytes": 0,
+                                                                         "matmul_templates": "auto"}
     assert resolve(None, {"order_time": 2}) == {"order_time": 2.0}
     for overrides in MODES.values():  # every mode names real knobs with values of their type
         assert resolve(None, overrides) == overrides

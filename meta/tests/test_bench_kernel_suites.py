@@ -38,7 +38,7 @@ def test_each_case_runs_its_groups_modes_or_those_asked_that_apply() -> None:
     assert case_modes("softmax_bf16") == MODES
     assert case_modes("gpt2_infer_bf16") == MODES
     assert case_modes("gemm_bare_8192x4096x11008") == ("eager", "inductor", "inductor_ro", "inductor_max", "coil",
-                                                      "coil_nocg")
+                                                      "coil_nocg", "coil_max")
     assert case_modes("attn_causal_fwd") == ("eager", "inductor", "inductor_ro", "flex", "coil", "coil_nocg")
     asked = parse_modes(["coil", "flex", "inductor_max", "eager"])
     assert asked == ("eager", "inductor_max", "flex", "coil")

@@ -42,8 +42,9 @@ def test_each_mode_compiles_as_the_protocol_says(monkeypatch: pytest.MonkeyPatch
     seen.clear()
     for mode in EXTRA_MODES:  # the gemm and attention groups' own (flex compiles the case's flex form)
         compile_mode(fn, mode)
-    assert seen == [{"mode": "max-autotune-no-cudagraphs"}, {}]
-    assert set(ALL_MODES) == {*MODES, *EXTRA_MODES} == {*MODES, "inductor_max", "flex"}
+    assert seen == [{"mode": "max-autotune-no-cudagraphs"}, {},
+                    {"backend": "coil", "mode": "max-autotune-no-cudagraphs"}]
+    assert set(ALL_MODES) == {*MODES, *EXTRA_MODES} == {*MODES, "inductor_max", "flex", "coil_max"}
     with pytest.raises(ValueError, match="unknown bench mode 'max'"):
         compile_mode(fn, "max")
     assert PEERS == {"coil": "inductor_ro", "coil_nocg": "inductor"}

@@ -40,10 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model cases: stop a case after S seconds; the modes it finished keep their figures")
     parser.add_argument("--list", action="store_true", help="print the cases NAMES select (default: every case) and exit")
     parser.add_argument("--modes", default=None,
-                        help=f"comma list of the modes to run, of {','.join(ALL_MODES)} (inductor_max: "
-                             "torch.compile(mode='max-autotune-no-cudagraphs'); flex: the attention cases' "
-                             f"FlexAttention form compiled by Inductor, attention cases only; default: "
-                             f"{','.join(MODES)}, plus inductor_max on gemm cases and flex on attention cases)"),
+                        help=f"comma list of the modes to run, of {','.join(ALL_MODES)} (inductor_max, coil_max: "
+                             "torch.compile(mode='max-autotune-no-cudagraphs') with Inductor, with coil; flex: the "
+                             "attention cases' FlexAttention form compiled by Inductor, attention cases only; default: "
+                             f"{','.join(MODES)}, plus inductor_max and coil_max on gemm cases and flex on attention "
+                             "cases)"),
     parser.add_argument("--rounds", type=int, default=None,
                         help=f"micro cases: time the modes in this many interleaved rounds and report each "
                              f"mode's median (default: {ROUNDS})")

@@ -11,9 +11,9 @@ TFLOP/s from the case's `flops`, and the pairs of coil.bench.pairs compared roun
 
 The `flex` mode runs the case's FlexAttention form (its block mask built before the clock) on
 the same q, k, v; every other mode runs the case's function. The modes compile in their order
-with `inductor_max` last: each cold compile resets Dynamo, so every mode but the last compiles
-again on its first call of the timing phase, outside the timing, and max-autotune's benchmarking
-is the compile not worth doing twice.
+with the max-autotune modes (`coil_max`, then `inductor_max`) last: each cold compile resets
+Dynamo, so every mode but the last compiles again on its first call of the timing phase, outside
+the timing, and Inductor's max-autotune benchmarking is the compile least worth doing twice.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def accurate(errors: Sequence[float], eager: Sequence[float], tol: float = TOL) 
 def estimate_s(case: KernelCase, modes: Sequence[str]) -> float:
     """Rough seconds `case` takes in `modes`: what `--budget-s` counts on."""
     compiled = [m for m in modes if m != "eager"]
-    return (_FIXED_S + _MODE_S * len(compiled) + (_MAX_S if "inductor_max" in modes else 0.0)
+    return (_FIXED_S + _MODE_S * len(compiled) + _MAX_S * sum(m in modes for m in ("inductor_max", "coil_max"))
             + (_FLEX_S if "flex" in modes else 0.0))
 
 
@@ -100,7 +100,7 @@ def run_kernel(case: KernelCase, ctx: Ctx, modes: Sequence[str], rounds: int) ->
                            "reference_case": case.reference_case, "limit": case.limit, "rmse_eager": e_rmse,
                            "tol": TOL, "rounds": rounds}
     calls: dict[str, Callable[[], object]] = {}
-    for mode in sorted(modes, key=lambda m: m == "inductor_max"):
+    for mode in sorted(modes, key=lambda m: ("coil_max", "inductor_max").index(m) + 1 if m.endswith("_max") else 0):
         r: dict[str, Any] = {}
         try:
             fn, args = case.flex(p.args) if mode == "flex" and case.flex else (case.fn, p.args)

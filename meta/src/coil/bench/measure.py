@@ -7,7 +7,9 @@
   same choice about CUDA graphs.
 - `EXTRA_MODES`, asked for by name (`coil bench --modes`) or by a case's group
   (coil.bench.suite.case_modes): `inductor_max`, `torch.compile(mode="max-autotune-no-cudagraphs")`
-  (Inductor choosing among its matmul templates and cuBLAS by benchmarking them), any case;
+  (Inductor choosing among its matmul templates and cuBLAS by benchmarking them), and `coil_max`,
+  the same mode with coil (its GEMM templates where timed faster, COIL_MATMUL_TEMPLATES=auto),
+  any case;
   `flex`, `torch.compile` of an attention case's FlexAttention form (coil.bench.attention_flex),
   attention cases only. `ALL_MODES`: every mode, in the order reports list them.
 - `cold_caches(root, tag)`: empty cache folders for Inductor, Triton and coil, set before the
@@ -36,8 +38,8 @@ from coil.knobs import KNOBS, knobs
 
 MODES = ("eager", "inductor", "inductor_ro", "coil", "coil_nocg")
 # modes a run asks for by name or a case's group adds (module docstring)
-EXTRA_MODES = ("inductor_max", "flex")
-ALL_MODES = ("eager", "inductor", "inductor_ro", "inductor_max", "flex", "coil", "coil_nocg")
+EXTRA_MODES = ("inductor_max", "flex", "coil_max")
+ALL_MODES = ("eager", "inductor", "inductor_ro", "inductor_max", "flex", "coil", "coil_nocg", "coil_max")
 # each coil mode and its fair peer: the Inductor mode with the same CUDA-graph choice
 PEERS = {"coil": "inductor_ro", "coil_nocg": "inductor"}
 # torch.compile(options=...) of the coil_nocg mode: coil's knobs for CUDA graphs, both off
@@ -53,8 +55,8 @@ def compile_mode(fn: Any, mode: str) -> Any:
     """`fn` as run by one bench mode (ALL_MODES): itself (eager), `torch.compile` (inductor, and
     flex: there `fn` is the case's FlexAttention form), `torch.compile(mode="reduce-overhead")`
     (inductor_ro), `torch.compile(mode="max-autotune-no-cudagraphs")` (inductor_max),
-    `torch.compile(backend="coil")` (coil) or the same with `options=COIL_NOCG` (coil_nocg).
-    ValueError for any other mode."""
+    `torch.compile(backend="coil")` (coil), the same with `options=COIL_NOCG` (coil_nocg) or with
+    `mode="max-autotune-no-cudagraphs"` (coil_max). ValueError for any other mode."""
     import torch
 
     if mode == "eager":
@@ -69,6 +71,8 @@ def compile_mode(fn: Any, mode: str) -> Any:
         return torch.compile(fn, backend="coil")
     if mode == "coil_nocg":
         return torch.compile(fn, backend="coil", options=dict(COIL_NOCG))
+    if mode == "coil_max":
+        return torch.compile(fn, backend="coil", mode="max-autotune-no-cudagraphs")
     raise ValueError(f"unknown bench mode {mode!r}; known: {', '.join(ALL_MODES)}")
 
 

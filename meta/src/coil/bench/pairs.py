@@ -2,7 +2,8 @@
 
 `PAIRS` are the comparisons the protocol asks for: coil (CUDA graphs) against Inductor's
 reduce-overhead mode (CUDA graphs too: its fair peer), coil without CUDA graphs against
-Inductor's default (its fair peer), coil against eager, coil against Inductor's max-autotune
+Inductor's default (its fair peer), coil against eager, coil and coil's max-autotune mode
+(`coil_max`: its GEMM templates where timed faster) against Inductor's max-autotune
 (`inductor_max`: its matmul templates, where a run has it: the gemm rows) and coil against
 FlexAttention compiled by Inductor (`flex`: the attention rows). For a pair (a, b), a row's ratio is
 a's median time over b's (below 1: a is faster); a pair's figure is the geometric mean of the
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PAIRS: tuple[tuple[str, str], ...] = (("coil", "inductor_ro"), ("coil_nocg", "inductor"), ("coil", "eager"),
-                                      ("coil", "inductor_max"), ("coil", "flex"))
+                                      ("coil", "inductor_max"), ("coil_max", "inductor_max"), ("coil", "flex"))
 
 
 def ms(res: Mapping[str, Any], mode: str) -> float | None:

@@ -18,7 +18,7 @@ A name selects (`select`), the selections joined in the order given, each case o
   `:train` (train_amp) or `:accum` (train_accum), e.g. `zoo-vision:infer`, `models:train`.
 
 `case_modes(case, asked)` gives the modes a case runs: without `--modes` its group's (`MODES`,
-plus `inductor_max` for a gemm case and `flex` for an attention case), with `--modes` those of
+plus `inductor_max` and `coil_max` for a gemm case and `flex` for an attention case), with `--modes` those of
 the modes asked for that apply to it (`flex` applies to attention cases only).
 """
 
@@ -58,7 +58,7 @@ def case_modes(case: str, asked: Sequence[str] | None = None) -> tuple[str, ...]
     kernel = kernel_cases().get(case)
     group = kernel.group if kernel else ""
     if asked is None:
-        extra = {"gemm": ("inductor_max",), "attention": ("flex",)}.get(group, ())
+        extra = {"gemm": ("inductor_max", "coil_max"), "attention": ("flex",)}.get(group, ())
         asked = (*MODES, *extra)
     return tuple(m for m in ALL_MODES if m in asked and (m != "flex" or group == "attention"))
 

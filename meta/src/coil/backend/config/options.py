@@ -7,7 +7,8 @@ the coil.backend table of docs/configuration.md) for that one compile:
 - `mode` (applied first): "default" (nothing), "reduce-overhead" (CUDA graphs for inference and
   training graphs: `cuda_graphs`, `cuda_graphs_training`), "max-autotune" (autotuning of every
   kernel on the GPU, whatever its size: `autotune="auto"`, `autotune_min_bytes=0`,
-  `autotune_extra_min_bytes=0`),
+  `autotune_extra_min_bytes=0`; and each matrix product a GEMM template with its epilogue
+  where that is timed faster than cuBLAS plus the epilogue kernel: `matmul_templates="auto"`),
   "max-autotune-no-cudagraphs" (the same, CUDA graphs off).
 - `options`: a mapping from knob names to values, each of the knob's type (an int is accepted
   for a float knob, never a bool for a number): `options={"cuda_graphs_training": False}` keeps
@@ -34,9 +35,10 @@ from coil.knobs import KNOBS, knobs
 MODES: dict[str, dict[str, Any]] = {
     "default": {},
     "reduce-overhead": {"cuda_graphs": True, "cuda_graphs_training": True},
-    "max-autotune": {"autotune": "auto", "autotune_min_bytes": 0, "autotune_extra_min_bytes": 0},
+    "max-autotune": {"autotune": "auto", "autotune_min_bytes": 0, "autotune_extra_min_bytes": 0,
+                     "matmul_templates": "auto"},
     "max-autotune-no-cudagraphs": {"autotune": "auto", "autotune_min_bytes": 0, "autotune_extra_min_bytes": 0,
-                                   "cuda_graphs": False,
+                                   "matmul_templates": "auto", "cuda_graphs": False,
                                    "cuda_graphs_training": False},
 }
 

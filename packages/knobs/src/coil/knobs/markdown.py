@@ -36,7 +36,8 @@ graphs of that one `torch.compile` call (forward, backward, inference; coil.back
 `options={"cuda_graphs_training": False}` keeps one training model out of CUDA graphs (one launch
 at a time from Python, no pools), `options={"fusion": False}` compiles it unfused. `mode`:
 `reduce-overhead` = CUDA graphs for inference and training graphs; `max-autotune` = autotune
-every kernel on the GPU whatever its size (`autotune_min_bytes=0`, `autotune_extra_min_bytes=0`);
+every kernel on the GPU whatever its size (`autotune_min_bytes=0`, `autotune_extra_min_bytes=0`)
+and run each matrix product as a GEMM template where timed faster (`matmul_templates=auto`);
 `max-autotune-no-cudagraphs` = that, CUDA graphs off. Options apply after the mode. An unknown
 mode or option, or a value of the wrong type, is a ValueError naming it. Knobs read while the
 compiled code runs (cuda_graph_segments_uncaptured, progress) keep their process-wide values.
