@@ -9,7 +9,7 @@ import coil.fx_passes as fx
 EXPECTED = [
     "ATTENTION_RULES", "Condition", "GRAPH_KIND", "GraphPass", "InvariantViolation", "Match", "PassError",
     "PassManager", "PassResult", "PatternRegistry", "Rule", "Stage", "accumulate_into_addend",
-    "adopt_input_strides", "apply_rule",
+    "adopt_input_strides", "apply_rule", "causal_masks",
     "channels_last", "check_graph", "common_subexpression_elimination", "compute_val", "dead_code_elimination",
     "fake_mode_of", "fold_addmm", "fold_constants", "fuse_attention", "graph_pass", "knobs",
     "match_rule", "pad_matmul_strides", "pad_matmul_strides_for", "pattern_pass", "post_grad_passes", "pre_grad_passes", "refresh_meta",
@@ -38,7 +38,7 @@ def test_no_namespace_init() -> None:
 
 def test_every_pass_documents_its_contract() -> None:
     passes = [getattr(fx, n) for n in fx.__all__ if isinstance(getattr(fx, n), fx.GraphPass)]
-    assert len(passes) == 15
+    assert len(passes) == 16
     for p in passes:
         doc = p.fn.__doc__ or ""
         for section in ("Stage:", "Args:", "Returns:", "Example::", "Soundness"):

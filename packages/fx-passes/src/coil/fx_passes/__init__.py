@@ -13,6 +13,7 @@ from coil.fx_passes.manager import PassManager
 from coil.fx_passes.passes.accumulate_into import accumulate_into_addend
 from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
 from coil.fx_passes.passes.attention import ATTENTION_RULES, fuse_attention
+from coil.fx_passes.passes.causal_mask import causal_masks
 from coil.fx_passes.passes.channels_last import adopt_input_strides, channels_last
 from coil.fx_passes.passes.constant_fold import fold_constants
 from coil.fx_passes.passes.conv_bias import unfold_conv_bias, unfold_conv_bias_for
@@ -52,6 +53,7 @@ __all__ = [
     "accumulate_into_addend",
     "adopt_input_strides",
     "apply_rule",
+    "causal_masks",
     "channels_last",
     "check_graph",
     "common_subexpression_elimination",

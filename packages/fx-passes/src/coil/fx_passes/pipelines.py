@@ -10,6 +10,7 @@ from coil.fx_passes.manager import OnPass, PassManager
 from coil.fx_passes.passes.accumulate_into import accumulate_into_addend
 from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
 from coil.fx_passes.passes.attention import fuse_attention
+from coil.fx_passes.passes.causal_mask import causal_masks
 from coil.fx_passes.passes.channels_last import channels_last
 from coil.fx_passes.passes.constant_fold import fold_constants
 from coil.fx_passes.passes.conv_bias import unfold_conv_bias
@@ -34,7 +35,7 @@ __all__ = [
 
 def pre_grad_passes() -> tuple[GraphPass, ...]:
     """The pre-grad pipeline: passes safe on Dynamo's torch IR (which may mutate and alias)."""
-    return (dead_code_elimination,)
+    return (causal_masks, dead_code_elimination)
 
 
 def post_grad_passes(*, is_backward: bool, reinplace: bool | None = None) -> tuple[GraphPass, ...]:
@@ -73,7 +74,9 @@ def run_pre_grad_passes(gm: GraphModule, example_inputs: Sequence[object]) -> Gr
 
     Returns:
         An equivalent graph module (``gm``, edited in place). Only passes that respect
-        mutation and aliasing run here: dead-code elimination of effect-free nodes.
+        mutation and aliasing run here: attention masks that are the causal mask become
+        ``is_causal=True`` (:func:`~coil.fx_passes.passes.causal_mask.causal_masks`), then
+        dead-code elimination of effect-free nodes.
     """
     del example_inputs
     return PassManager(pre_grad_passes(), stage=Stage.PRE_GRAD).run(gm).graph_module
