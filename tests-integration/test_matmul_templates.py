@@ -124,13 +124,31 @@ def test_a_bad_value_is_an_error_naming_the_knob(device: torch.device) -> None:
         torch.compile(MLP().to(device), backend="coil")(torch.randn(2, 9, 24, device=device))
 
 
+def _tuned_mlp_matches_eager(device: torch.device, **overrides: Any) -> None:
+    """The MLP compiled with autotuning forced (and `overrides`) matches eager; the tuning memo
+    is cleared before and after, so the (made-up) timings of the test are the ones used."""
+    from coil.runtime import autotune
+
+    autotune.clear_memo()
+    torch.manual_seed(0)
+    model = MLP().to(device)
+    x = torch.randn(2, 9, 24, device=device)
+    try:
+        with knobs.override(autotune="always", fallback_on_error=False, **overrides), torch.no_grad():
+            got = torch.compile(model, backend="coil")(x)
+            want = model(x)
+    finally:
+        autotune.clear_memo()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_template_tiles_are_autotuned(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     """The autotuner times a template's configurations like any kernel's (`variants`): offered a
     16 x 16 tile beside the default and told it is faster, it keeps it, and the result still
     matches eager."""
     import importlib
 
-    from coil.runtime import autotune, timing
+    from coil.runtime import timing
     from coil.triton_codegen import MatmulConfig
 
     variants_mod = importlib.import_module("coil.triton_codegen.variants")  # (the package exports a function so named)
@@ -140,19 +158,8 @@ def test_template_tiles_are_autotuned(device: torch.device, monkeypatch: pytest.
         *real(shape, target, hints)[:1], small])
     monkeypatch.setattr(timing, "measure", lambda kernel, grid, args: 0.5 if kernel.spec.constexprs.get(
         "BLOCK_M") == 16 else 1.0)
-    autotune.clear_memo()
-    torch.manual_seed(0)
-    model = MLP().to(device)
-    x = torch.randn(2, 9, 24, device=device)
     first = len(COMPILED)
-    try:
-        with knobs.override(matmul_templates="always", autotune="always", autotune_min_bytes=0,
-                            fallback_on_error=False), torch.no_grad():
-            got = torch.compile(model, backend="coil")(x)
-            want = model(x)
-    finally:
-        autotune.clear_memo()
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    _tuned_mlp_matches_eager(device, matmul_templates="always", autotune_min_bytes=0)
     (stats,) = _graphs(first)
     templates = {k: v for k, v in stats.autotune_choices.items() if k.endswith("_mm")}
     assert len(templates) == 2 and all("BLOCK_M=16" in v and "(default)" not in v for v in templates.values()), \
@@ -165,23 +172,13 @@ def test_auto_takes_the_template_only_when_timed_faster(device: torch.device, mo
     """COIL_MATMUL_TEMPLATES=auto times each template (its tiles) against its extern plus its
     epilogue kernel: told the template is faster it runs both products as templates, told the
     extern is, it keeps both ATen calls; either way the result matches eager."""
-    from coil.runtime import autotune, timing
+    from coil.runtime import timing
 
     monkeypatch.setattr(timing, "measure", lambda kernel, grid, args: template_ms if "BLOCK_M" in kernel.spec.constexprs
                         else 0.05)
     monkeypatch.setattr(timing, "measure_call", lambda fn, dev: (fn(), extern_ms)[1])  # the ATen call runs once
-    autotune.clear_memo()
-    torch.manual_seed(0)
-    model = MLP().to(device)
-    x = torch.randn(2, 9, 24, device=device)
     first = len(COMPILED)
-    try:
-        with knobs.override(matmul_templates="auto", autotune="always", fallback_on_error=False), torch.no_grad():
-            got = torch.compile(model, backend="coil")(x)
-            want = model(x)
-    finally:
-        autotune.clear_memo()
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    _tuned_mlp_matches_eager(device, matmul_templates="auto")
     assert sum(s.externs for s in _graphs(first)) == externs
 
 

@@ -156,6 +156,19 @@ class KernelFrame:
                 code = f"({code} % {self.ix(d)})"
             self.emit(scope, f"{prefix}{j} = {code}")
 
+    def signature_facts(self, sizes: tuple[object, ...]) -> tuple[tuple[sympy.Symbol, ...], tuple[str, ...]]:
+        """After the body is written: the size symbols the kernel takes (those of `sizes`, the
+        launch's element counts, included), sorted by name, and its pointer arguments (the
+        table's, checked against the stores, when it reads through a table of addresses)."""
+        for e in sizes:
+            self.ix(sympy.sympify(e))
+        syms = tuple(sorted(self.symbols, key=lambda x: x.name))
+        pointer_args = tuple(self.ptrs)
+        if self.indirect is not None:
+            self.indirect.check(self.g.name, pointer_args, self.g.stores)
+            pointer_args = self.indirect.pointer_args(pointer_args)
+        return syms, pointer_args
+
     def _header(self, syms: tuple[sympy.Symbol, ...]) -> list[str]:
         args = [*self.ptrs.values(), "xnumel"]
         if self.reduction:

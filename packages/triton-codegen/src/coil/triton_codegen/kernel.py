@@ -142,13 +142,7 @@ class KernelWriter(ReductionWriter):
     def finish(self) -> KernelSource:
         """The signature over the body written so far, and the launch facts."""
         g, cfg = self.g, self.cfg
-        for e in (g.xnumel, g.rnumel):
-            self.ix(sympy.sympify(e))
-        syms = tuple(sorted(self.symbols, key=lambda x: x.name))
-        pointer_args = tuple(self.ptrs)
-        if self.indirect is not None:
-            self.indirect.check(g.name, pointer_args, g.stores)
-            pointer_args = self.indirect.pointer_args(pointer_args)
+        syms, pointer_args = self.signature_facts((g.xnumel, g.rnumel))
         head = self._header(syms)
         source = "\n".join([*head, *self.lines]) + "\n"
         size_args: tuple[Expr, ...] = ((g.xnumel, g.rnumel) if self.reduction else (g.xnumel,)) + syms

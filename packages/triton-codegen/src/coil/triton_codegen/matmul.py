@@ -218,13 +218,7 @@ class MatmulWriter(MemoryWriter):
     def finish(self) -> KernelSource:
         """The signature over the body written so far, and the launch facts."""
         g, o, cfg = self.g, self.ops, self.mcfg
-        for e in (g.xnumel, o.k, o.batch):
-            self.ix(sympy.sympify(e))
-        syms = tuple(sorted(self.symbols, key=lambda x: x.name))
-        pointer_args = tuple(self.ptrs)
-        if self.indirect is not None:
-            self.indirect.check(g.name, pointer_args, g.stores)
-            pointer_args = self.indirect.pointer_args(pointer_args)
+        syms, pointer_args = self.signature_facts((g.xnumel, o.k, o.batch))
         args = [*self.ptrs.values(), "xnumel", "rnumel", *(s.name for s in syms),
                 *(f"{c}: tl.constexpr" for c in cfg.constexprs)]
         head = [f"# kernel {g.name}: matmul template; fused FX nodes: {', '.join(g.origins())}",
