@@ -244,7 +244,7 @@ def test_gpu_training_graphs_with_gradient_accumulation_match_eager(runners: lis
     if SWAPS:  # set_to_none: the first micro-batch's gradients move every step; else once
         assert all(r.uncaptured_calls == 0 for r in graphs), [r.uncaptured_calls for r in graphs]
         assert (4 <= moved <= 4 * n) if set_to_none else (1 <= moved <= n), (moved, n)
-    else:  # the first call's gradients move; a replay's kept ones cost one uncaptured pair, then clones
+    else:  # the first call's gradients move; a replay's kept ones cost one uncaptured pair, then are held
         assert all(r.uncaptured_calls <= (1 if set_to_none else 0) for r in graphs), [r.uncaptured_calls for r in graphs]
         assert 1 <= moved <= n, (moved, n)
 
@@ -285,7 +285,7 @@ def test_gpu_training_holding_the_previous_graph_keeps_its_values(
     assert forward.handouts is not None
     if SWAPS:
         assert forward.uncaptured_calls == 0 and forward.handouts.evacuated >= 2  # before steps 1 and 2
-    else:  # the first call's outputs move; a replay's kept ones run one call uncaptured, then clone
+    else:  # the first call's outputs move; a replay's kept ones run one call uncaptured, then are held
         assert forward.uncaptured_calls <= 1 and forward.handouts.evacuated >= 1
     assert "copied out of the graph's memory" in caplog.text
 

@@ -397,12 +397,12 @@ def test_outputs_held_by_a_reference_cycle_do_not_stop_replays(cache_dir: Path, 
                 del y, out
             # the kept output moved once, before step 2's replay; collected once. A torch that
             # cannot move a replay's outputs runs both steps uncaptured while `kept` lives (and
-            # hands that output out as a clone from then on)
+            # holds that output when it hands it out from then on)
             assert f.handouts is not None and len(collections) == 1
             if can_swap(torch.UntypedStorage(0)):
                 assert f.uncaptured_calls == 0 and b.uncaptured_calls == 0 and f.handouts.evacuated == 1
             else:
-                assert f.uncaptured_calls == 2 and b.uncaptured_calls == 2 and f.handouts.cloned
+                assert f.uncaptured_calls == 2 and b.uncaptured_calls == 2 and f.handouts.held
             torch.testing.assert_close(kept, want_kept, rtol=1e-4, atol=1e-4)
     finally:
         if was_enabled:

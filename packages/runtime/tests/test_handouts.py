@@ -95,21 +95,78 @@ def test_outputs_sharing_a_storage_move_together() -> None:
     assert torch.equal(a, torch.full((3, 4), 2.0)) and torch.equal(b, torch.full((5,), 2.0))
 
 
-def test_without_storage_swaps_a_kept_output_is_cloned_from_then_on(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_storage_swaps_an_output_kept_although_held_is_cloned(monkeypatch: pytest.MonkeyPatch) -> None:
     """A torch without `UntypedStorage._swap_data_ptr_` (2.11) cannot move the holders of a
-    storage it did not allocate: `release` says why (the runner runs that call uncaptured) and
-    the output is handed out as a clone from then on, so a kept one is never overwritten."""
+    replay's output: `release` says why (the runner runs that call uncaptured) and the output is
+    held from then on; kept again although it was handed out held, it is handed out as a clone,
+    which no replay overwrites."""
     monkeypatch.setattr(handouts, "can_swap", lambda storage: False)
     g = FakeGraph()
-    grad = g.call(1.0)[0]
+    del g.call(0.0)[0]
+    kept = g.call(1.0)[0]  # a replay's output, kept by the caller
     why = g.handouts.release()
-    assert why is not None and "clones from now on: [0]" in why and g.handouts.cloned == {0}
-    del grad  # the uncaptured call's outputs were fresh; the next replay hands out a clone
-    grad = g.call(2.0)[0]
-    assert grad.data_ptr() != g.backing.data_ptr() and torch.equal(grad, torch.full((3, 4), 2.0))
-    for step in range(3, 5):
-        out = g.call(float(step))
-        grad += out[0]
-        del out
-    assert torch.equal(grad, torch.full((3, 4), 9.0))
+    assert why is not None and "held from now on: [0]" in why and g.handouts.held == {0} and not g.handouts.cloned
+    del kept
+    kept = g.call(2.0)[0]  # handed out held, and kept all the same
+    assert g.handouts.release() is not None and g.handouts.cloned == {0}
+    del kept
+    kept = g.call(3.0)[0]  # a clone from now on
+    assert kept.data_ptr() != g.backing.data_ptr()
+    g.call(4.0)
+    assert torch.equal(kept, torch.full((3, 4), 3.0))
     assert g.handouts.evacuated == 0
+
+
+class AutogradGraph(FakeGraph):
+    """A FakeGraph whose outputs are a backward's gradients, returned through autograd, and which
+    runs a call "uncaptured" (fresh tensors, the graph's memory untouched) when `release` says
+    that kept outputs cannot be moved, as the CUDA-graph runner does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.uncaptured = 0
+
+    def call(self, value: float) -> dict[int, torch.Tensor]:
+        if self.first is None and self.handouts.release() is not None:
+            self.uncaptured += 1
+            return {0: torch.full((3, 4), value), 1: torch.full((5,), value)}
+        if self.first is not None:
+            return super().call(value)
+        self.backing.fill_(value)
+        return self.handouts.replayed()
+
+
+def test_without_storage_swaps_accumulated_gradients_are_held_and_copied_by_autograd(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gradient accumulation on a torch without storage swaps (2.11): the first step whose
+    `.grad` is a replay's output runs its later micro-steps uncaptured; from then on the runner
+    holds what it hands out until its next call, so AccumulateGrad copies the first micro-step's
+    gradient into `.grad` (the oracle: its sum) instead of keeping the graph's memory, and every
+    later call replays."""
+    monkeypatch.setattr(handouts, "can_swap", lambda storage: False)
+    g = AutogradGraph()
+    del g.call(0.0)[0]  # the first call, dropped: the handouts are over the slots from here on
+    p = torch.zeros(3, 4, requires_grad=True)
+    value = 0.0
+
+    class Backward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+            return x * 1
+
+        @staticmethod
+        def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+            return g.call(value)[0]
+
+    inside = range(g.backing.data_ptr(), g.backing.data_ptr() + 4 * g.backing.numel())
+    for step in range(4):
+        p.grad = None
+        for micro in range(4):
+            value = float(10 * step + micro)
+            Backward.apply(p).sum().backward()
+        want = sum(float(10 * step + m) for m in range(4))
+        assert p.grad is not None and torch.equal(p.grad, torch.full((3, 4), want)), (step, p.grad)
+        if step >= 2:
+            assert p.grad.data_ptr() not in inside  # a copy, not the graph's memory
+    assert g.uncaptured == 3  # step 1's last three micro-steps, while its .grad was the graph's
+    assert g.handouts.held == {0} and not g.handouts.cloned

@@ -85,7 +85,7 @@ referenced are copied out of the graph's memory with every holder moved onto the
 (`Handouts.release`): a kept `.grad` moves once per optimizer step, and gradient accumulation and
 `zero_grad(set_to_none=False)` keep replaying. (A torch without `UntypedStorage._swap_data_ptr_`
 can move only the first call's outputs; a later output found kept runs that call uncaptured and
-is handed out as a clone from then on.)
+is held from then on, so that AccumulateGrad copies it: `coil.runtime.handouts`.)
 
 **Shared pools.** A runner that borrows another's static outputs (a training backward reading its
 forward's saved activations) captures into the lender's memory pool instead of a new one, so the

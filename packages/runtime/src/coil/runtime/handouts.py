@@ -29,10 +29,16 @@ capture's allocation made it. `release()` copies each live storage's bytes to ne
 swaps the two storages' memory (`UntypedStorage._swap_data_ptr_`): every holder, whatever tensor
 object it holds, now reads the copy, and the graph's memory is free to overwrite. A gradient so
 moved stays where it went, so accumulating into it costs one copy per optimizer step instead of
-an uncaptured backward per micro-step. A torch without `_swap_data_ptr_` (2.11) can move only
-the first call's outputs (storages the allocator made reallocate in place: `resize_`); an output
-of a replay found kept cannot be moved, that call runs uncaptured, and the output is handed out
-as a clone from then on (`cloned`: one copy a call, not an uncaptured call).
+an uncaptured backward per micro-step.
+
+A torch without `_swap_data_ptr_` (2.11) can move only the first call's outputs (storages the
+allocator made reallocate in place: `resize_`). An output of a replay found kept cannot be
+moved: that call runs uncaptured (and so do the calls while that tensor lives: the rest of an
+accumulation step), and from then on the output is *held*: the runner keeps the tensor it hands
+out until its next call, so AccumulateGrad, finding it referenced, stores a copy as `.grad`
+instead of the tensor itself (one copy per optimizer step: later micro-steps add into that copy
+in place). An output kept although it was handed out held (a caller that keeps it for itself)
+is handed out as a clone from then on (`cloned`: one copy a call).
 """
 
 from __future__ import annotations
@@ -89,12 +95,16 @@ class Handouts:
         self._baseline: dict[int, int] = {}
         self._released: set[int] = set()  # first-call storages whose holders were moved to copies
         self.evacuated = 0  # storages copied away by `release()` so far (tests, logs)
-        self.cloned: set[int] = set()  # outputs handed out as clones: once kept, and not movable here
+        self.held: set[int] = set()  # outputs the runner holds until its next call (module docstring)
+        self.cloned: set[int] = set()  # outputs handed out as clones: kept although held
+        self._holding: list[torch.Tensor] = []  # the held outputs' last hand-out
+        self._handed_held: set[int] = set()  # outputs whose last hand-out was held
 
     def release(self) -> str | None:
         """Move every holder of a live output onto a copy of its memory (module docstring,
         "Outputs kept across calls"): None when no output is referenced any more, else why not.
-        An output that could not be moved is cloned when handed out from then on (`cloned`)."""
+        An output that could not be moved is held from then on, or cloned if the tensor kept was
+        handed out held (module docstring)."""
         import torch
 
         live = self.live()
@@ -119,11 +129,15 @@ class Handouts:
         self.evacuated += len(moved)
         if not stuck:
             return None
-        # a clone cannot keep two outputs' aliasing: only outputs alone on their storage
+        # held or cloned alone: a clone cannot keep two outputs' aliasing, nor a copy .grad makes;
+        # cloned only when the tensor kept was handed out held (a tensor kept from before holding
+        # began, a .grad taken then, says nothing about holding)
         alone = [k for k in stuck if sum(s.storage_ptr == self.slots[k].storage_ptr for s in self.slots.values()) == 1]
-        self.cloned.update(alone)
+        self.cloned.update(k for k in alone if k in self._handed_held)
+        self.held.update(alone)
         return (f"outputs {stuck} are still referenced and this torch cannot move a storage's holders "
-                f"(no UntypedStorage._swap_data_ptr_); handed out as clones from now on: {alone}")
+                f"(no UntypedStorage._swap_data_ptr_); held from now on: {sorted(self.held - self.cloned)}, "
+                f"cloned: {sorted(self.cloned)}")
 
     def _storage_cdata(self, k: int) -> int:
         """The storage identity (`_cdata`) of output `k`'s memory, in either state."""
@@ -135,13 +149,17 @@ class Handouts:
         return self._weak is None
 
     def live(self) -> list[int]:
-        """Indices of outputs whose memory a caller still references."""
+        """Indices of outputs whose memory a caller still references (the runner first lets go
+        of the outputs it held since its last call)."""
+        self._holding = []
         if self._weak is not None:
             return [k for k, w in self._weak.items() if not w.expired() and self._first_cdata[k] not in self._released]
         return [k for k, c in self._cdata.items() if use_count(c) > self._baseline[c]]
 
     def extra_refs(self, k: int) -> int | None:
-        """References to output `k`'s storage beyond the runner's own (None before replays)."""
+        """References to output `k`'s storage beyond the runner's own (None before replays; the
+        outputs it held since its last call let go of first, as in `live`)."""
+        self._holding = []
         if self._weak is not None:
             return None
         c = self._cdata[k]
@@ -153,7 +171,10 @@ class Handouts:
         if self._weak is not None:
             self._weak = None
             self._over_slots()
-        return {k: b.clone() if k in self.cloned else b.detach() for k, b in self._bases.items()}
+        out = {k: b.clone() if k in self.cloned else b.detach() for k, b in self._bases.items()}
+        self._handed_held = self.held - self.cloned
+        self._holding = [out[k] for k in self._handed_held]
+        return out
 
     def _over_slots(self) -> None:
         """The runner's own tensors over the slots, and their storages' use counts now."""
