@@ -526,11 +526,12 @@ class CudaGraphRunner:
             return bool(self.handouts.live())
         moved = self.handouts.evacuated
         why = self.handouts.release()
-        if (why is not None or self.handouts.evacuated > moved) and not self._logged_release:
+        if self.handouts.evacuated > moved and not self._logged_release:
             self._logged_release = True
             log.info("CudaGraphRunner: outputs a caller kept from the previous call (gradients accumulated "
-                     "into .grad, say) copied out of the graph's memory before the replay%s; logged once",
-                     f" ({why})" if why else "")
+                     "into .grad, say) copied out of the graph's memory before the replay; logged once")
+        if why is not None:
+            log.info("CudaGraphRunner: %s", why)
         return why is not None
 
     def _outputs_in_use(self, release: bool) -> str | None:
