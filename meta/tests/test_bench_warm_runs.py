@@ -103,3 +103,20 @@ def test_the_report_says_how_each_warm_graph_was_served() -> None:
     }}
     line = next(x for x in targets(report) if x.startswith("coil's warm start, per graph"))
     assert line.endswith("gpt2_infer_bf16 frontend hit; gpt2_train_amp hit,hit"), line
+
+
+def test_the_targets_count_the_rows_where_both_modes_ran() -> None:
+    """A run of coil without CUDA graphs and Inductor default only (`--modes inductor,coil_nocg`)
+    judges coil_nocg, over the rows both timed; with no eager row there is no line against eager."""
+    def row(first: float) -> dict[str, Any]:
+        return {"ms": 1.0, "first_call_s": first, "accuracy_ok": True}
+
+    report = {"modes": ["inductor", "coil_nocg"], "cases": {
+        "zoo_resnet50_infer_bf16": {"kind": "model", "inductor": row(10.0), "coil_nocg": row(8.0)},
+        "zoo_deit_s_infer_bf16": {"kind": "model", "inductor": row(7.0), "coil_nocg": row(7.5)},
+        "zoo_t5_infer_bf16": {"kind": "model", "inductor": row(24.0), "coil_nocg": {"error": "boom"}},
+    }}
+    lines = targets(report)
+    assert ("cold first call (compile) coil_nocg <= inductor: 1/2 cases; models: zoo_resnet50_infer_bf16"
+            in lines), lines
+    assert not any("than eager" in x for x in lines), lines
