@@ -54,11 +54,11 @@ def mode() -> str:
     """COIL_MATMUL_TEMPLATES as "off", "always" or "auto" (0/false/no count as off). ValueError
     for another value."""
     raw = str(knobs.matmul_templates).strip().lower()
-    if raw in ("off", "0", "false", "no"):
+    if raw in ("0", "false", "no"):
         return "off"
-    if raw in ("always", "auto"):
+    if raw in MODES:
         return raw
-    raise ValueError(f"COIL_MATMUL_TEMPLATES={knobs.matmul_templates!r}: expected off, auto or always")
+    raise ValueError(f"COIL_MATMUL_TEMPLATES={knobs.matmul_templates!r}: expected one of {', '.join(MODES)}")
 
 
 def apply(sched: Schedule, lowered: LoweredGraph, device: torch.device, target: str, to_specs: SpecsFn,
