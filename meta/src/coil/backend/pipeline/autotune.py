@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import sympy
 import torch
 from coil.backend.debug import logs
 from coil.backend.stats import GraphStats
 from coil.knobs import knobs
-from coil.lowering_ir import LoweredGraph
+from coil.lowering_ir import Buffer, LoweredGraph
 from coil.runtime import KernelSpec, interpreter_enabled
 from coil.runtime.autotune import Candidate, TuningProblem, TuningResult, tune
 from coil.triton_codegen import KernelSource, other_strategy, reread_alternative, variants
@@ -91,11 +91,10 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
     tuned: list[tuple[int, list[KernelSource]]] = []
     problems: list[TuningProblem] = []
     for i, ks in enumerate(sources):
-        extents = _ints([bufs[b].layout.storage_extent() for b in ks.pointer_args], hints)
-        # elements reduced into each output: a reduction's row, a GEMM template's K (size_args[1])
-        rnumel = _ints([ks.size_args[1]], hints) if "RBLOCK" in ks.constexprs or ks.matmul is not None else [1]
-        if extents is None or rnumel is None:
+        sizes = kernel_sizes(ks, bufs, hints)
+        if sizes is None:
             continue  # a size without a hint: keep the default
+        extents = sizes[0]
         nbytes = sum(n * bufs[b].layout.dtype.itemsize for n, b in zip(extents, ks.pointer_args, strict=True))
         if nbytes < min_bytes:
             continue  # a small kernel: timing its candidates costs more compile time than it can save
@@ -107,7 +106,7 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
             ks, "loop-over-r", as_loop, functools.partial(other_strategy, target=target, hints=hints))
         if extra:
             vs += _generated(ks, "read-again", as_reread, functools.partial(reread_alternative, target=target))
-        problem = problem_of(vs, lowered, to_specs) if len(vs) >= 2 else None
+        problem = problem_of(vs, lowered, to_specs, sizes) if len(vs) >= 2 else None
         if problem is None:
             continue
         problems.append(problem)
@@ -134,22 +133,31 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
     return out
 
 
-def problem_of(vs: Sequence[KernelSource], lowered: LoweredGraph, to_specs: SpecsFn) -> TuningProblem | None:
-    """The TuningProblem that times `vs` (one kernel's candidates, the default first) at the
-    graph's size hints: every buffer the kernel touches by its elements, the buffers it stores
-    compared between candidates, its reduction length (a reduction's row, a GEMM template's K);
-    None when a size has no hint."""
-    ks = vs[0]
-    hints = lowered.symbol_hints
-    bufs = lowered.buffers()
+def kernel_sizes(ks: KernelSource, bufs: Mapping[str, Buffer], hints: dict[sympy.Symbol, int]
+                 ) -> tuple[list[int], int] | None:
+    """At the size hints: the elements of each buffer `ks` touches (its pointer arguments, in
+    order) and the elements reduced into each output (a reduction's row, a GEMM template's K,
+    `size_args[1]`; 1 for a pointwise kernel); None when a size has no hint."""
     extents = _ints([bufs[b].layout.storage_extent() for b in ks.pointer_args], hints)
     rnumel = _ints([ks.size_args[1]], hints) if "RBLOCK" in ks.constexprs or ks.matmul is not None else [1]
+    return None if extents is None or rnumel is None else (extents, rnumel[0])
+
+
+def problem_of(vs: Sequence[KernelSource], lowered: LoweredGraph, to_specs: SpecsFn,
+               sizes: tuple[list[int], int] | None = None) -> TuningProblem | None:
+    """The TuningProblem that times `vs` (one kernel's candidates, the default first) at the
+    graph's size hints: every buffer the kernel touches by its elements, the buffers it stores
+    compared between candidates, its reduction length (`sizes`: `kernel_sizes` of `vs[0]`,
+    computed when not given); None when a size has no hint."""
+    ks = vs[0]
+    hints = lowered.symbol_hints
+    sizes = sizes or kernel_sizes(ks, lowered.buffers(), hints)
     grids = _ints([v.grid for v in vs], hints)
-    if extents is None or rnumel is None or grids is None:
+    if sizes is None or grids is None:
         return None
     specs = to_specs(list(vs), lowered)
-    return TuningProblem(tuple(Candidate(s, (g, 1, 1)) for s, g in zip(specs, grids, strict=True)), tuple(extents),
-                         tuple(j for j, b in enumerate(ks.pointer_args) if b in ks.stores), max(1, rnumel[0]))
+    return TuningProblem(tuple(Candidate(s, (g, 1, 1)) for s, g in zip(specs, grids, strict=True)), tuple(sizes[0]),
+                         tuple(j for j, b in enumerate(ks.pointer_args) if b in ks.stores), max(1, sizes[1]))
 
 
 def _generated(ks: KernelSource, what: str, regenerate: Callable[[KernelSource], KernelSource | None] | None,

@@ -9,7 +9,7 @@ registers for the epilogue). The knob:
 
 - `off` (the default): no candidate is taken; every product stays an ATen call.
 - `always`: every candidate is taken (tests, and forcing the templates on the GPU).
-- `auto`: a candidate is taken when it measures faster (`template_wins`): the template at its
+- `auto`: a candidate is taken when it measures faster (`templates_win`): the template at its
   fastest tile configuration (the autotuner's candidates, timed and cached by
   `coil.runtime.autotune.tune`) against the extern call plus the epilogue kernel, both timed on
   synthetic inputs at the graph's size hints (the extern by `coil.runtime.timing.measure_call`).
@@ -27,11 +27,11 @@ from collections.abc import Sequence
 import sympy
 import torch
 from coil.backend.pipeline import autotune
-from coil.backend.pipeline.autotune import SpecsFn, problem_of
+from coil.backend.pipeline.autotune import SpecsFn, kernel_sizes, problem_of
 from coil.knobs import knobs
 from coil.lowering_ir import Buffer, ExternKernel, LoweredGraph, ReinterpretView
 from coil.runtime import timing
-from coil.runtime.autotune import tune
+from coil.runtime.autotune import TuningProblem, tune
 from coil.scheduler import (
     KernelGroup,
     MatmulCandidate,
@@ -64,54 +64,55 @@ def mode() -> str:
 def apply(sched: Schedule, lowered: LoweredGraph, device: torch.device, target: str, to_specs: SpecsFn,
           options: CodegenOptions | None = None) -> Schedule:
     """`sched` with the candidates the knob takes (module docstring) as GEMM template groups;
-    `sched` itself when it takes none. Timing failures keep the extern (one WARNING)."""
+    `sched` itself when it takes none. A timing failure keeps the externs (one WARNING)."""
     m = mode()
     if m == "off" or (m == "auto" and not autotune.enabled(device)):
         return sched
     chosen = matmul_candidates(sched.steps, output_buffers(sched.graph.outputs))
-    if m == "auto":
-        chosen = [c for c in chosen if _wins(c, sched, lowered, device, target, to_specs, options)]
+    if m == "auto" and chosen:
+        try:
+            wins = templates_win(chosen, sched, lowered, device, target, to_specs, options)
+        except Exception as e:  # choosing must never cost a compile: the externs are always correct
+            log.warning("coil: timing the GEMM templates of %s failed (%s: %s): keeping the ATen calls",
+                        sched.graph.name, type(e).__name__, e)
+            wins = [False] * len(chosen)
+        chosen = [c for c, w in zip(chosen, wins, strict=True) if w]
     return with_matmul_templates(sched, chosen) if chosen else sched
 
 
-def _wins(c: MatmulCandidate, sched: Schedule, lowered: LoweredGraph, device: torch.device, target: str,
-          to_specs: SpecsFn, options: CodegenOptions | None) -> bool:
-    try:
-        return template_wins(c, sched, lowered, device, target, to_specs, options)
-    except Exception as e:  # choosing must never cost a compile: the extern is always correct
-        log.warning("coil: timing the GEMM template %s failed (%s: %s): keeping the ATen call",
-                    c.group.name, type(e).__name__, e)
-        return False
-
-
-def template_wins(c: MatmulCandidate, sched: Schedule, lowered: LoweredGraph, device: torch.device, target: str,
-                  to_specs: SpecsFn, options: CodegenOptions | None = None) -> bool:
-    """Whether candidate `c` is faster as its GEMM template (its fastest tile configuration)
-    than as its extern plus its epilogue kernel, by more than MARGIN; False when a size has no
-    hint. Every time is taken at the graph's size hints on synthetic inputs."""
+def templates_win(cands: Sequence[MatmulCandidate], sched: Schedule, lowered: LoweredGraph, device: torch.device,
+                  target: str, to_specs: SpecsFn, options: CodegenOptions | None = None) -> list[bool]:
+    """For each candidate, whether it is faster as its GEMM template (its fastest tile
+    configuration) than as its extern plus its epilogue kernel, by more than MARGIN; False when
+    a size has no hint. Every time is taken at the graph's size hints on synthetic inputs; the
+    kernels of all candidates are compiled and timed in one `tune` call (one parallel batch)."""
     hints = lowered.symbol_hints
     bufs = lowered.buffers()
-    tmpl = generate(c.group, bufs, target, hints=hints, options=options)
-    sources: list[list[KernelSource]] = [variants(tmpl, target, hints)]
-    if c.epilogue_step is not None:
-        epilogue = sched.steps[c.epilogue_step]
-        assert isinstance(epilogue, KernelGroup)
-        sources.append([generate(epilogue, bufs, target, hints=hints, options=options)])
-    problems = [problem_of(vs, lowered, to_specs) for vs in sources]
-    extern = sched.steps[c.extern_step]
-    assert isinstance(extern, ExternKernel)
-    if any(p is None for p in problems):
-        return False
-    results = tune([p for p in problems if p is not None], device)
-    times = [min((t for t in r.times_ms if t is not None), default=None) for r in results]
-    if any(t is None for t in times):
-        return False
-    t_template = float(times[0] or 0.0)
-    t_epilogue = float(times[1] or 0.0) if len(times) > 1 else 0.0
-    t_extern = time_extern(extern, bufs, hints, device)
-    wins = t_template < (1 - MARGIN) * (t_extern + t_epilogue)
-    log.info("coil: %s: GEMM template %.4f ms against extern %.4f + epilogue %.4f ms: %s", c.group.name,
-             t_template, t_extern, t_epilogue, "template" if wins else "extern")
+    own: list[list[TuningProblem]] = []  # per candidate: its template's, then its epilogue's
+    for c in cands:
+        sources: list[list[KernelSource]] = [variants(generate(c.group, bufs, target, hints=hints, options=options),
+                                                      target, hints)]
+        if c.epilogue_step is not None:
+            epilogue = sched.steps[c.epilogue_step]
+            assert isinstance(epilogue, KernelGroup)
+            sources.append([generate(epilogue, bufs, target, hints=hints, options=options)])
+        problems = [problem_of(vs, lowered, to_specs, kernel_sizes(vs[0], bufs, hints)) for vs in sources]
+        own.append([p for p in problems if p is not None] if all(p is not None for p in problems) else [])
+    results = iter(tune([p for ps in own for p in ps], device))
+    wins: list[bool] = []
+    for c, ps in zip(cands, own, strict=True):
+        times = [min((t for t in next(results).times_ms if t is not None), default=None) for _ in ps]
+        if not ps or any(t is None for t in times):
+            wins.append(False)
+            continue
+        extern = sched.steps[c.extern_step]
+        assert isinstance(extern, ExternKernel)
+        t_template = float(times[0] or 0.0)
+        t_epilogue = float(times[1] or 0.0) if len(times) > 1 else 0.0
+        t_extern = time_extern(extern, bufs, hints, device)
+        wins.append(t_template < (1 - MARGIN) * (t_extern + t_epilogue))
+        log.info("coil: %s: GEMM template %.4f ms against extern %.4f + epilogue %.4f ms: %s", c.group.name,
+                 t_template, t_extern, t_epilogue, "template" if wins[-1] else "extern")
     return wins
 
 
