@@ -72,6 +72,10 @@ def accurate(errors: Sequence[float], eager: Sequence[float], tol: float = TOL) 
     return all(e <= MULTIPLIER * b + tol / 10 for e, b in zip(errors, eager, strict=True))
 
 
+# the max-autotune modes compile last, Inductor's the very last (module docstring)
+_LAST = {"coil_max": 1, "inductor_max": 2}
+
+
 def estimate_s(case: KernelCase, modes: Sequence[str]) -> float:
     """Rough seconds `case` takes in `modes`: what `--budget-s` counts on."""
     compiled = [m for m in modes if m != "eager"]
@@ -100,7 +104,7 @@ def run_kernel(case: KernelCase, ctx: Ctx, modes: Sequence[str], rounds: int) ->
                            "reference_case": case.reference_case, "limit": case.limit, "rmse_eager": e_rmse,
                            "tol": TOL, "rounds": rounds}
     calls: dict[str, Callable[[], object]] = {}
-    for mode in sorted(modes, key=lambda m: ("coil_max", "inductor_max").index(m) + 1 if m.endswith("_max") else 0):
+    for mode in sorted(modes, key=lambda m: _LAST.get(m, 0)):
         r: dict[str, Any] = {}
         try:
             fn, args = case.flex(p.args) if mode == "flex" and case.flex else (case.fn, p.args)

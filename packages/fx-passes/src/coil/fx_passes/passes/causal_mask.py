@@ -147,9 +147,8 @@ def _evaluate(target: Node, cache: dict[Node, Any]) -> torch.Tensor | None:
 def _static(n: Node) -> bool:
     """Whether a node's recorded value has static sizes and a bounded size, and its arguments
     hold no symbolic sizes."""
-    v = n.meta.get("example_value", n.meta.get("val"))
-    if isinstance(v, torch.Tensor) and (not all(isinstance(s, int) for s in v.shape)
-                                        or v.numel() > MAX_MASK_ELEMENTS):
+    v = _value_of(n)
+    if v is not None and (not all(isinstance(s, int) for s in v.shape) or v.numel() > MAX_MASK_ELEMENTS):
         return False
     symbolic: list[object] = []
     torch.fx.node.map_aggregate((n.args, n.kwargs),
