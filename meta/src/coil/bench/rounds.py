@@ -2,9 +2,9 @@
 
 Contract: `interleaved(calls, rounds, time_one)` times every call `rounds` times and returns each
 name's times in round order; `time_modes(res, calls, rounds, context)` runs it for a micro
-group's compiled modes with do_bench and fills in each mode's `ms` and the pairs. Within a round every call is timed once, one after the other; the
-round's order is the names' order rotated by the round number, so over the rounds each call
-runs first, in the middle and last alike. `paired(a, b)` compares two calls' rounds round by
+group's compiled modes with do_bench and fills in each mode's `ms` and the pairs. Within a round
+every call is timed once, one after the other; the round's order is the names' order rotated by
+the round number, so over the rounds each call runs first, in the middle and last alike. `paired(a, b)` compares two calls' rounds round by
 round: the ratio a / b of each round, their median, and in how many rounds a took no longer.
 
 Why: a micro case runs near the memory bandwidth, where Inductor's and coil's kernels differ by
