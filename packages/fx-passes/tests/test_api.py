@@ -7,9 +7,9 @@ import pathlib
 import coil.fx_passes as fx
 
 EXPECTED = [
-    "ATTENTION_RULES", "Condition", "GRAPH_KIND", "GraphPass", "InvariantViolation", "Match", "PassError",
+    "ATTENTION_MODES", "ATTENTION_RULES", "Condition", "GRAPH_KIND", "GraphPass", "InvariantViolation", "Match", "PassError",
     "PassManager", "PassResult", "PatternRegistry", "Rule", "Stage", "accumulate_into_addend",
-    "adopt_input_strides", "apply_rule", "causal_masks",
+    "adopt_input_strides", "apply_rule", "attention_to_op", "causal_masks",
     "channels_last", "check_graph", "common_subexpression_elimination", "compute_val", "dead_code_elimination",
     "fake_mode_of", "fold_addmm", "fold_constants", "fuse_attention", "graph_pass", "knobs",
     "match_rule", "pad_matmul_strides", "pad_matmul_strides_for", "pattern_pass", "post_grad_passes", "pre_grad_passes", "refresh_meta",

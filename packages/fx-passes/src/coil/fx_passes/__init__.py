@@ -13,6 +13,7 @@ from coil.fx_passes.manager import PassManager
 from coil.fx_passes.passes.accumulate_into import accumulate_into_addend
 from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
 from coil.fx_passes.passes.attention import ATTENTION_RULES, fuse_attention
+from coil.fx_passes.passes.attention_op import ATTENTION_MODES, attention_to_op
 from coil.fx_passes.passes.causal_mask import causal_masks
 from coil.fx_passes.passes.channels_last import adopt_input_strides, channels_last
 from coil.fx_passes.passes.constant_fold import fold_constants
@@ -38,6 +39,7 @@ from coil.fx_passes.verifier import check_graph
 from coil.knobs import knobs  # coil's registry, re-exported
 
 __all__ = [
+    "ATTENTION_MODES",
     "ATTENTION_RULES",
     "GRAPH_KIND",
     "Condition",
@@ -53,6 +55,7 @@ __all__ = [
     "accumulate_into_addend",
     "adopt_input_strides",
     "apply_rule",
+    "attention_to_op",
     "causal_masks",
     "channels_last",
     "check_graph",

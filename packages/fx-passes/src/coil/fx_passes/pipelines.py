@@ -33,9 +33,13 @@ __all__ = [
 ]
 
 
-def pre_grad_passes() -> tuple[GraphPass, ...]:
-    """The pre-grad pipeline: passes safe on Dynamo's torch IR (which may mutate and alias)."""
-    return (causal_masks, dead_code_elimination)
+def pre_grad_passes(*, attention: GraphPass | None = None) -> tuple[GraphPass, ...]:
+    """The pre-grad pipeline: passes safe on Dynamo's torch IR (which may mutate and alias).
+
+    ``attention`` (an :func:`~coil.fx_passes.passes.attention_op.attention_to_op` pass) runs
+    first: it decides what becomes the attention op, and `causal_masks` then turns the causal
+    masks of the SDPA calls it left into ``is_causal=True``."""
+    return (*([attention] if attention is not None else []), causal_masks, dead_code_elimination)
 
 
 def post_grad_passes(*, is_backward: bool, reinplace: bool | None = None) -> tuple[GraphPass, ...]:
@@ -64,13 +68,16 @@ def post_grad_passes(*, is_backward: bool, reinplace: bool | None = None) -> tup
     return tuple(passes)
 
 
-def run_pre_grad_passes(gm: GraphModule, example_inputs: Sequence[object]) -> GraphModule:
+def run_pre_grad_passes(gm: GraphModule, example_inputs: Sequence[object], *,
+                        attention: GraphPass | None = None) -> GraphModule:
     """Run the pre-grad pipeline on a Dynamo graph.
 
     Args:
         gm: the torch-IR graph Dynamo captured (may contain in-place ops and views).
         example_inputs: the inputs Dynamo passed with it (unused today; kept for passes that
             need shapes).
+        attention: the pass rewriting attention into an attention op, run first
+            (:func:`pre_grad_passes`); None: attention stays as written.
 
     Returns:
         An equivalent graph module (``gm``, edited in place). Only passes that respect
@@ -79,7 +86,7 @@ def run_pre_grad_passes(gm: GraphModule, example_inputs: Sequence[object]) -> Gr
         dead-code elimination of effect-free nodes.
     """
     del example_inputs
-    return PassManager(pre_grad_passes(), stage=Stage.PRE_GRAD).run(gm).graph_module
+    return PassManager(pre_grad_passes(attention=attention), stage=Stage.PRE_GRAD).run(gm).graph_module
 
 
 def run_post_grad_passes(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -10,7 +11,7 @@ from coil.fx_passes.infra import PassResult, Stage, graph_pass
 from coil.fx_passes.ops import is_impure
 from torch.fx import GraphModule, Node
 
-__all__ = ["MAX_MASK_ELEMENTS", "causal_masks"]
+__all__ = ["MAX_MASK_ELEMENTS", "MaskForm", "causal_masks", "mask_form", "static_value", "value_of"]
 
 # masks evaluated at compile time hold at most this many elements (a [8, 1, 8192, 8192] bool
 # mask is 2**29): larger ones are left alone rather than built twice
@@ -64,8 +65,8 @@ def causal_masks(gm: GraphModule) -> PassResult:
             continue
         q, k = node.args[0], node.args[1]
         lengths = _lengths(q, k)
-        value = _evaluate(mask, cache)
-        if lengths is None or value is None or not _is_causal(value, *lengths):
+        value = static_value(mask, cache)
+        if lengths is None or value is None or mask_form(value, *lengths) != CAUSAL:
             continue
         _set(node, _MASK, "attn_mask", None)
         _set(node, _CAUSAL, "is_causal", True)
@@ -92,7 +93,7 @@ def _set(node: Node, index: int, name: str, value: bool | None) -> None:
         node.kwargs = {**node.kwargs, name: value}
 
 
-def _value_of(node: object) -> torch.Tensor | None:
+def value_of(node: object) -> torch.Tensor | None:
     """The example value Dynamo recorded for a node (a FakeTensor), or None."""
     if not isinstance(node, Node):
         return None
@@ -102,14 +103,14 @@ def _value_of(node: object) -> torch.Tensor | None:
 
 def _lengths(q: object, k: object) -> tuple[int, int] | None:
     """The query and key lengths (dim -2) when both are static."""
-    qv, kv = _value_of(q), _value_of(k)
+    qv, kv = value_of(q), value_of(k)
     if qv is None or kv is None or qv.dim() < 2 or kv.dim() < 2:
         return None
     length, source = qv.shape[-2], kv.shape[-2]
     return (length, source) if isinstance(length, int) and isinstance(source, int) else None
 
 
-def _evaluate(target: Node, cache: dict[Node, Any]) -> torch.Tensor | None:
+def static_value(target: Node, cache: dict[Node, Any]) -> torch.Tensor | None:
     """``target``'s value, computed now, when it depends on no input or state (module rule);
     None otherwise. Values of the nodes on the way are memoised in ``cache`` (None: refused)."""
     order: list[Node] = []
@@ -147,7 +148,7 @@ def _evaluate(target: Node, cache: dict[Node, Any]) -> torch.Tensor | None:
 def _static(n: Node) -> bool:
     """Whether a node's recorded value has static sizes and a bounded size, and its arguments
     hold no symbolic sizes."""
-    v = _value_of(n)
+    v = value_of(n)
     if v is not None and (not all(isinstance(s, int) for s in v.shape) or v.numel() > MAX_MASK_ELEMENTS):
         return False
     symbolic: list[object] = []
@@ -167,17 +168,46 @@ def _run(n: Node, env: dict[Node, Any]) -> Any:
     return n.target(*args, **kwargs)
 
 
-def _is_causal(mask: torch.Tensor, length: int, source: int) -> bool:
-    """Whether ``mask`` (broadcast over its leading dims) is SDPA's causal mask for a query of
-    ``length`` and keys of ``source`` (module rule)."""
+@dataclass(frozen=True)
+class MaskForm:
+    """What a mask known at compile time does, in SDPA's terms: ``causal`` masks key j > query i
+    (top-left aligned, as ``is_causal``), ``window`` > 0 also masks j <= i - window; neither:
+    the mask masks nothing."""
+
+    causal: bool
+    window: int = 0
+
+
+CAUSAL = MaskForm(True)
+
+
+def mask_form(mask: torch.Tensor, length: int, source: int) -> MaskForm | None:
+    """The form of ``mask`` (broadcast over its leading dims) for a query of ``length`` and keys
+    of ``source``, or None when it is none of the forms (module rule).
+
+    A boolean mask keeps where true; an additive mask keeps where 0 and masks where -inf or its
+    dtype's lowest value (a softmax weight of exactly 0 either way while a row keeps one key:
+    a band whose some row keeps no key is None). Causal is tested first, so a 1 x 1 mask that
+    keeps its key is causal."""
     if mask.dim() < 2 or mask.shape[-2] not in (1, length) or mask.shape[-1] not in (1, source):
-        return False
-    want = torch.ones(length, source, dtype=torch.bool, device=mask.device).tril()
+        return None
     if mask.dtype == torch.bool:
-        return bool((mask == want).all())
-    if not mask.is_floating_point():
-        return False
-    lowest = torch.finfo(mask.dtype).min
-    open_ = mask == 0
-    closed = (mask == float("-inf")) | (mask == lowest)
-    return bool((open_ == want).all() and (open_ | closed).all())
+        open_ = mask
+    elif mask.is_floating_point():
+        open_ = mask == 0
+        if not bool((open_ | (mask == float("-inf")) | (mask == torch.finfo(mask.dtype).min)).all()):
+            return None
+    else:
+        return None
+    tril = torch.ones(length, source, dtype=torch.bool, device=mask.device).tril()
+    if bool((open_ == tril).all()):
+        return CAUSAL
+    if bool(open_.all()):
+        return MaskForm(False)
+    window = int(open_.broadcast_to(*open_.shape[:-2], length, source).sum(-1).max())
+    if window < 1:
+        return None
+    band = tril & ~torch.ones(length, source, dtype=torch.bool, device=mask.device).tril(-window)
+    if bool((open_ == band).all()) and bool(band.any(-1).all()):
+        return MaskForm(True, window)
+    return None
