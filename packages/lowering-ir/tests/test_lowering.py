@@ -455,6 +455,33 @@ def test_custom_op_falls_back_then_lowering_paths(ir):
     assert L.lowering_for(op) is None
 
 
+def test_an_op_registered_at_run_time_becomes_an_intended_extern(ir):
+    """register_externs: a custom op of another namespace, with optional tensors, numbers and two
+    results (the shape of coil::attention), lowers to one call of itself, not a fallback."""
+    lib = torch.library.Library("coiltest_extern", "FRAGMENT")
+    lib.define("scaled_pair(Tensor x, Tensor? y, float s, SymInt n) -> (Tensor, Tensor)")
+    lib.impl("scaled_pair", lambda x, y, s, n: (x * s + (0 if y is None else y), x.sum(-1) + n),
+             "CompositeExplicitAutograd")
+    lib.impl("scaled_pair", lambda x, y, s, n: (torch.empty_like(x), x.new_empty(x.shape[:-1])), "Meta")
+    op = torch.ops.coiltest_extern.scaled_pair.default
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+
+    def fn(x, y):
+        a, b = op(x, y, 0.5, 2)
+        c, _ = op(x, None, 2.0, 0)
+        return (a + 1, b, c)
+
+    try:
+        L.register_externs(op)
+        g = ir.lower(fn, x, y)
+        ext = [o for o in g.operations if isinstance(o, L.ExternKernel)]
+        assert [e.kernel for e in ext] == [op, op] and not any(e.fallback for e in ext)
+        assert isinstance(ext[0].results, tuple) and len(ext[0].results) == 2
+        ir.assert_same(ir.evaluate(g, [x, y]), list(fn(x, y)))
+    finally:
+        L.LOWERINGS.pop(op, None)
+
+
 def test_graph_returning_a_single_tensor_is_a_clear_error(ir):
     # AOTAutograd graphs return tuples; a bare output is rejected with an error naming the node
     x = torch.randn(3)

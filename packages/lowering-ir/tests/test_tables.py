@@ -48,6 +48,7 @@ def test_public_api_snapshot():
         "lowering_for",
         "map_indices",
         "register",
+        "register_externs",
         "registered_ops",
         "used_symbols",
     ]

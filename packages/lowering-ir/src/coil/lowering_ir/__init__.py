@@ -29,6 +29,7 @@ from coil.lowering_ir.nodes import (
     load,
     used_symbols,
 )
+from coil.lowering_ir.ops.extern import register_externs
 from coil.lowering_ir.registry import LOWERINGS, lowering_for, register, registered_ops
 from coil.lowering_ir.split_rule import SplitRule
 from coil.lowering_ir.values import OPS, Constant, IndexValue, Load, Op, Value, loads, map_indices
@@ -71,6 +72,7 @@ __all__ = [
     "lowering_for",
     "map_indices",
     "register",
+    "register_externs",
     "registered_ops",
     "used_symbols",
 ]

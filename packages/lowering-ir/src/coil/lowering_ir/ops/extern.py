@@ -1,7 +1,9 @@
 """Extern kernels: matrix products and convolutions run through ATen (cuBLAS/cuDNN), by design.
 
 These are not fallbacks: coil calls the vendor library on purpose. `copy_` into a graph input
-(the AOTAutograd mutation epilogue) is an extern that mutates that input.
+(the AOTAutograd mutation epilogue) is an extern that mutates that input. Operators registered
+at run time by another package (coil's `coil::attention` and its backward, which lowering-ir
+cannot import) join them through `register_externs`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ EXTERN_OPS = [getattr(aten, n) for n in EXTERN_NAMES if hasattr(aten, n)]
 @register(*EXTERN_OPS)
 def extern(lw: Lowerer, node: torch.fx.Node, *args: Any, **kwargs: Any) -> Any:
     return lw.extern(node.target, args, kwargs, fallback=False)
+
+
+def register_externs(*ops: Any) -> None:
+    """Make each op (an `OpOverload`, or an `OpOverloadPacket`: all its overloads) an intended
+    extern: lowered as one call of the op, results laid out as its node's `meta["val"]`, not
+    counted as a fallback. Idempotent; a later registration of the same op replaces this one."""
+    register(*ops)(extern)
 
 
 @register(aten.copy_.default)
