@@ -153,3 +153,27 @@ def test_built_program_runs_through_fx(wr: Any) -> None:
     assert len(graph_launches) == sum(isinstance(ln, KernelCall) for ln in prog.lines) >= 2
     _same(gm(x, w), call([x, w]))
     _same(gm(x, w), fn(x, w))
+
+
+def test_an_extern_of_another_namespace_runs_in_both_emitters() -> None:
+    """An op registered at run time outside aten (coil's `coil::attention` is one): both emitters
+    call `torch.ops.<namespace>.<op>.<overload>` with its optional tensor, float and int arguments
+    and unpack its two results."""
+    lib = torch.library.Library("coiltest_wrapper", "FRAGMENT")
+    lib.define("pair(Tensor x, Tensor? y, float s, SymInt n) -> (Tensor, Tensor)")
+    lib.impl("pair", lambda x, y, s, n: (x * s + (0 if y is None else y), x.sum(-1) + n), "CompositeExplicitAutograd")
+    lines: list[Line] = [
+        Unpack(("a", "b")),
+        ExternCall("torch.ops.coiltest_wrapper.pair.default", (Ref("a"), Ref("b"), 0.5, 3), (), (Ref("o0"), Ref("o1")),
+                   (("o0", (2, 3), (3, 1)), ("o1", (2,), (1,)))),
+        ExternCall("torch.ops.coiltest_wrapper.pair.default", (Ref("a"), None, 2.0, 0), (), (Ref("o2"), None), ()),
+        Return((Ref("o0"), Ref("o1"), Ref("o2"))),
+    ]
+    src = emit_python(lines, [], [], "t")
+    assert "torch.ops.coiltest_wrapper.pair.default(" in src
+    graph = emit_fx_graph(lines)
+    assert [n.target for n in graph.nodes].count(torch.ops.coiltest_wrapper.pair.default) == 2
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    want = (a * 0.5 + b, a.sum(-1) + 3, a * 2.0)
+    _same(_python(lines, [a, b], {}), want)
+    _same(emit_fx(lines, {}, {})(a, b), want)
