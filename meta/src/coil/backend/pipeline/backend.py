@@ -3,7 +3,8 @@
 `coil_backend` (the torch_dynamo_backends entry point "coil") turns torch.compile's `mode` and
 `options` into knob overrides for the call, then: coil's frontend cache (`frontend_cache`,
 COIL_FRONTEND_CACHE) may serve an inference graph of an earlier process without AOTAutograd; else
-pre-grad passes run, then AOTAutograd with coil's decomposition table (built only when AOTAutograd
+pre-grad passes run (attention first rewritten into coil's attention op per COIL_ATTENTION:
+`attention`), then AOTAutograd with coil's decomposition table (built only when AOTAutograd
 traces: `lazy_table`) and coil's partitioner (`partition`), whose forward, backward and
 inference compilers are coil's per-graph pipeline (`compile.compile_graph`). torch's AOTAutograd
 cache (`aot_cache`, COIL_AOT_CACHE) may return the whole AOTAutograd result of an earlier
@@ -26,7 +27,7 @@ import torch
 import torch.fx
 from coil.backend.caches import aot_cache, frontend_cache, graph_cache
 from coil.backend.config import options as compile_options
-from coil.backend.pipeline import fallback
+from coil.backend.pipeline import attention, fallback
 from coil.backend.pipeline.compile import compile_for_aot_cache, compile_graph, load_portable
 from coil.backend.pipeline.lazy_table import LazyTable
 from coil.backend.pipeline.partition import partition
@@ -96,6 +97,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
     BACKEND_CALLS.append(call)
     first = len(COMPILED)
     t0 = time.perf_counter()
+    attention.register()  # coil::attention exists before a graph that calls it is traced or loaded
     front = frontend_cache.lookup(gm, example_inputs)
     call.frontend_cache = front.status
     call.frontend_s = time.perf_counter() - t0
@@ -112,7 +114,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
         t0 = time.perf_counter()
     backend_id = getattr(gm, "_backend_id", None)
     dynamo_gm = gm  # what runs, as captured, when coil cannot compile one of its graphs
-    gm = run_pre_grad_passes(gm, example_inputs)
+    gm = run_pre_grad_passes(gm, example_inputs, attention=attention.pre_grad_pass())
     if backend_id is not None:
         # Dynamo's name for this graph under torch's caching precompile
         # (torch._dynamo.config.caching_precompile): AOTAutograd records the compiled result

@@ -65,6 +65,11 @@ class Knobs(Registry):
         "epilogue (coil.scheduler matmul, triton-codegen matmul.py): always every one; auto those "
         "timed faster than the ATen call plus the epilogue kernel (where autotuning runs); off "
         "none (ATen, cuBLAS, calls)"))
+    attention = Knob("COIL_ATTENTION", STR, "off", owner=BACKEND, meaning=(
+        "off, auto or always: whether the pre-grad pass attention_to_op rewrites attention into "
+        "coil's attention op (coil::attention, Triton kernels with a registered backward): always "
+        "every SDPA call and eager softmax chain it recognises; auto only those SDPA cannot hand "
+        "to its flash kernel (a mask or bias tensor, a window, ALiBi, an eager chain); off none"))
     order_time = Knob("COIL_ORDER_TIME", FLOAT, 0.5, owner=BACKEND, meaning=(
         "seconds the memory planner may search for a lower-peak order of the fused steps (0: keep "
         "the fused order)"))
