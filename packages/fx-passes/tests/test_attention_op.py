@@ -376,15 +376,17 @@ def test_gpt2_tensor_scale_and_static_causal_mask() -> None:
     assert (args["scale"], args["bias"], args["causal"]) == (pytest.approx(8 ** -0.5), None, True)
 
 
-def test_alibi_becomes_slopes() -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_alibi_becomes_slopes(dtype: torch.dtype) -> None:
+    """The product in float32, cast to q's dtype (bf16: the op rounds alibi * (j - i) alike)."""
     slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
 
     def fn(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor) -> Tensor:
         i, j = torch.arange(q.shape[2])[:, None], torch.arange(k.shape[2])[None, :]
-        bias = (slopes[:, None, None] * (j - i)).masked_fill(j > i, float("-inf"))
+        bias = (slopes[:, None, None] * (j - i)).to(q.dtype).masked_fill(j > i, float("-inf"))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
-    (call,) = _rewrite(fn, *_qkv(), slopes)
+    (call,) = _rewrite(fn, *_qkv(lq=24, lk=24, dtype=dtype), slopes, atol=1e-5 if dtype == torch.float32 else 2e-2)
     args = _op_args(call)
     assert _placeholder(args["alibi"]) == "L_slopes_"
     assert (args["bias"], args["causal"], args["window"]) == (None, True, 0)
