@@ -25,7 +25,9 @@ class MLP(torch.nn.Module):
 def test_signatures_match_contract() -> None:
     pre = inspect.signature(run_pre_grad_passes)
     post = inspect.signature(run_post_grad_passes)
-    assert list(pre.parameters) == ["gm", "example_inputs"]
+    assert list(pre.parameters) == ["gm", "example_inputs", "attention"]
+    assert pre.parameters["attention"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert pre.parameters["attention"].default is None
     assert list(post.parameters) == ["gm", "is_backward", "on_pass"]
     assert post.parameters["is_backward"].kind is inspect.Parameter.KEYWORD_ONLY
     assert post.parameters["on_pass"].kind is inspect.Parameter.KEYWORD_ONLY
