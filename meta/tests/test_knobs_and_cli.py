@@ -39,7 +39,7 @@ def test_unknown_knob_is_an_error() -> None:
                           "progress", "check_nan", "check_lifetimes", "debug_asserts", "check_inputs", "graph_cache",
                           "cuda_graphs_training", "cuda_graph_lazy_clones", "indirect_inputs", "recompute_param_casts", "cuda_graph_segments_uncaptured", "aot_cache", "autotune",
                           "autotune_min_bytes", "autotune_extra_min_bytes", "prehash", "frontend_cache",
-                          "matmul_templates"}
+                          "matmul_templates", "attention"}
 
 
 def test_autotune_modes(monkeypatch: pytest.MonkeyPatch) -> None:
