@@ -12,7 +12,7 @@ EXPECTED = [
     "adopt_input_strides", "apply_rule", "attention_to_op", "causal_masks",
     "channels_last", "check_graph", "common_subexpression_elimination", "compute_val", "dead_code_elimination",
     "fake_mode_of", "fold_addmm", "fold_constants", "fuse_attention", "graph_pass", "knobs",
-    "match_rule", "pad_matmul_strides", "pad_matmul_strides_for", "pattern_pass", "post_grad_passes", "pre_grad_passes", "refresh_meta",
+    "match_rule", "operand_copies_in_source_order", "pad_matmul_strides", "pad_matmul_strides_for", "pattern_pass", "post_grad_passes", "pre_grad_passes", "refresh_meta",
     "reinplace", "remove_noops", "run_post_grad_passes", "run_pre_grad_passes",
     "scatter_to_where", "simplify_view_pairs", "stable_topological_sort", "unfold_addmm",
     "unfold_conv_bias", "unfold_conv_bias_for",
@@ -38,7 +38,7 @@ def test_no_namespace_init() -> None:
 
 def test_every_pass_documents_its_contract() -> None:
     passes = [getattr(fx, n) for n in fx.__all__ if isinstance(getattr(fx, n), fx.GraphPass)]
-    assert len(passes) == 16
+    assert len(passes) == 17
     for p in passes:
         doc = p.fn.__doc__ or ""
         for section in ("Stage:", "Args:", "Returns:", "Example::", "Soundness"):

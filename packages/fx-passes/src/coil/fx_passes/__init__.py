@@ -21,6 +21,7 @@ from coil.fx_passes.passes.conv_bias import unfold_conv_bias, unfold_conv_bias_f
 from coil.fx_passes.passes.cse import common_subexpression_elimination
 from coil.fx_passes.passes.dce import dead_code_elimination
 from coil.fx_passes.passes.noop import remove_noops
+from coil.fx_passes.passes.operand_copies import operand_copies_in_source_order
 from coil.fx_passes.passes.pad_mm import pad_matmul_strides, pad_matmul_strides_for
 from coil.fx_passes.passes.reinplace import reinplace
 from coil.fx_passes.passes.scatter_fill import scatter_to_where
@@ -69,6 +70,7 @@ __all__ = [
     "graph_pass",
     "knobs",
     "match_rule",
+    "operand_copies_in_source_order",
     "pad_matmul_strides",
     "pad_matmul_strides_for",
     "pattern_pass",

@@ -17,6 +17,7 @@ from coil.fx_passes.passes.conv_bias import unfold_conv_bias
 from coil.fx_passes.passes.cse import common_subexpression_elimination
 from coil.fx_passes.passes.dce import dead_code_elimination
 from coil.fx_passes.passes.noop import remove_noops
+from coil.fx_passes.passes.operand_copies import operand_copies_in_source_order
 from coil.fx_passes.passes.pad_mm import pad_matmul_strides
 from coil.fx_passes.passes.reinplace import reinplace as reinplace_pass
 from coil.fx_passes.passes.scatter_fill import scatter_to_where
@@ -54,6 +55,7 @@ def post_grad_passes(*, is_backward: bool, reinplace: bool | None = None) -> tup
         remove_noops,
         simplify_view_pairs,
         common_subexpression_elimination,
+        operand_copies_in_source_order,  # before pad_matmul_strides, which reads the operands' layouts
         dead_code_elimination,
         fold_addmm,
         unfold_addmm,
