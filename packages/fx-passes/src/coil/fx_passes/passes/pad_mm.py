@@ -3,9 +3,13 @@
 cuBLAS runs its tensor-core kernels only when every matrix's leading dimension is a multiple of
 16 bytes. A vocabulary of 50 257 (GPT-2) or 30 522 (BERT) makes the logits' rows 100 514 and
 61 044 bytes long, and the projection onto them falls back to an ``align1`` kernel several
-times slower (docs/perf.md has the figures).
+times slower; so do Swin's window attention products, whose 7 x 7 = 49 tokens make the scores'
+rows 98 bytes long and ``P @ V`` reduce over 49 (docs/perf.md has the figures).
 
-The pass keeps every value and every shape; only strides change:
+The pass keeps every value and every shape; only strides change. The rules hold for products
+of matrices (``mm``, ``addmm``) and for batched products (``bmm``: the matrices are the last
+two dims, the batch dim is carried along; ``baddbmm`` decomposes into ``bmm`` before the pass
+runs); ``N`` is the result's row length, ``K`` the inner length, ``M`` the row count:
 
 * a product whose result has an unaligned row (``N``): when ``B`` is ``t(W)`` of a contiguous
   ``W`` the graph computes (an LM head's weight cast to bf16 under autocast), ``W`` itself is
@@ -20,21 +24,32 @@ The pass keeps every value and every shape; only strides change:
   (bias sliced alike), cheaper than a padded product plus a contiguous copy of its result; so
   is a product whose slice some view cannot take (a flatten of the rows);
 * any other product with an unaligned result is computed on a ``B`` (and bias) padded with
-  zero columns to ``N_pad``, and the result is the slice ``[:, :N]``;
-* an operand whose rows are unaligned is traced back through views to the tensor that owns its
-  storage (for example the logits' gradient, seen by the backward's two products as a 2-D view
-  and its transpose); that tensor is padded once (``constant_pad_nd``, which the scheduler fuses
-  into its producer, or a copy when it is a graph input such as the logits' gradient of a
-  backward graph) and every user reads the slice ``[..., :N]`` of the padded copy; a tensor
-  that a graph output is or views is left alone (the output must keep aliasing it);
+  zero columns to ``N_pad`` (a column-major ``B``, such as a batch of keys ``k^T``, through
+  zero rows of its transpose: a coalesced copy, fused into ``k``'s producer), and the result
+  is the slice ``[..., :N]``; a batched result that must stay a contiguous graph output is left
+  as it is (no split exists for it, and a copy of the whole result costs what the aligned
+  kernel saves);
+* an operand whose rows are unaligned is traced back through views (a batch's ``view``,
+  ``_unsafe_view`` and ``expand`` too) to the tensor that owns its storage (for example the
+  logits' gradient, seen by the backward's two products as a 2-D view and its transpose); that
+  tensor is padded once (``constant_pad_nd``, which the scheduler fuses into its producer, or a
+  copy when it is a graph input such as the logits' gradient of a backward graph) and every
+  user reads the slice ``[..., :N]`` of the padded copy; a tensor that a graph output is or
+  views is left alone (the output must keep aliasing it). A batched product's operand that is a
+  softmax over the last dim (attention probabilities) is instead recomputed over its input
+  padded with ``-inf`` (:mod:`.softmax_rows`): its padded columns are exact zeros and it stays
+  one reduction kernel, where a pad of its result would be a second kernel;
 * a product whose inner length ``K`` or row count ``M`` is unaligned (an LM head's backward:
-  ``dlogits @ W`` reduces over the vocabulary, ``t(dlogits) @ h`` has a row per token of it)
-  runs on operands extended with zeros to the aligned length: cuBLAS picks ``align1`` kernels
-  for such a product even when every leading dimension is aligned (several times slower). An
-  operand that is a view of a slice of a zero-padded tensor (the rule above made one) is
-  extended for free by reading the padded tensor through the same views; any other is padded
-  along ``K`` (``constant_pad_nd``, fused into its producer or a copy of an input). ``M`` is
-  padded only for free; the result's first ``M`` rows are contiguous, so users see no change.
+  ``dlogits @ W`` reduces over the vocabulary, ``t(dlogits) @ h`` has a row per token of it;
+  attention's ``P @ V`` reduces over the tokens) runs on operands extended with zeros to the
+  aligned length: cuBLAS picks ``align1`` kernels for such a product even when every leading
+  dimension is aligned (several times slower). An operand that is a view of a slice of a
+  tensor whose extra columns are zeros by construction (a zero ``constant_pad_nd``; for a
+  batched product also a padded ``bmm`` or a softmax over ``-inf`` padding, which the rules
+  above made) is extended for free by reading that tensor through the same views; any other is
+  padded along ``K`` (``constant_pad_nd``, fused into its producer, e.g. the copy that splits
+  ``V``'s heads, or a copy of an input). ``M`` is padded only for free; the result's first
+  ``M`` rows are what users read.
 
 Graph outputs keep their strides: where an output's strides would change, the output is a
 contiguous clone, except the outputs free to change layout: every output of a graph marked
@@ -44,8 +59,9 @@ saves for a backward that adopts their strides, :mod:`.channels_last`). Such an 
 slice ``[..., :N]`` of a padded product, and such a product is never split: read through a slice,
 a padded product costs no copy at all (docs/perf.md has the figures). A rewrite whose strides
 some view cannot take (a flatten of the padded rows) is undone. Only products of at least
-:data:`MIN_WORK` multiply-adds on CUDA tensors are touched (``COIL_PAD_MM=0`` turns the pass
-off); :func:`pad_matmul_strides_for` takes other devices and sizes, for tests.
+:data:`MIN_WORK` multiply-adds (``B * M * N * K``, ``B = 1`` for a matrix product) on CUDA
+tensors are touched (``COIL_PAD_MM=0`` turns the pass off); :func:`pad_matmul_strides_for`
+takes other devices and sizes, for tests.
 """
 
 from __future__ import annotations
@@ -58,6 +74,7 @@ from coil.fx_passes.fake_meta import fake_mode_of, refresh_meta
 from coil.fx_passes.infra import PassResult, Stage, graph_pass
 from coil.fx_passes.ops import overload_of
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
+from coil.fx_passes.passes.softmax_rows import Softmax, recompute_on_padded_rows, softmax_of
 from coil.knobs import knobs
 from torch.fx import GraphModule, Node
 from torch.fx.node import Argument
@@ -67,11 +84,11 @@ __all__ = ["MIN_WORK", "PADDED_OUTPUTS", "pad_matmul_strides", "pad_matmul_strid
 aten = torch.ops.aten
 
 ALIGN_BYTES = 16
-MIN_WORK = 1 << 27  # M*N*K; below it a padding copy costs about what the slow kernel loses
-_MATMULS = frozenset({aten.mm.default, aten.addmm.default})
+MIN_WORK = 1 << 27  # B*M*N*K; below it a padding copy costs about what the slow kernel loses
+_MATMULS = frozenset({aten.mm.default, aten.addmm.default, aten.bmm.default})
 _VIEWS = frozenset({
     aten.view.default, aten._unsafe_view.default, aten.t.default, aten.transpose.int,
-    aten.permute.default, aten.slice.Tensor,
+    aten.permute.default, aten.slice.Tensor, aten.expand.default,
 })  # fmt: skip
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32})
 SPLIT_MARK = "coil_pad_mm_split"  # meta key of the B column slices `_split_result` makes
@@ -94,18 +111,19 @@ def _align(t: torch.Tensor) -> int:
 
 
 def _leading_dim(t: torch.Tensor) -> int | None:
-    """The BLAS leading dimension of a 2-D operand (None when it is neither row- nor column-major)."""
-    s0, s1 = t.stride()
-    if s1 == 1 or t.shape[1] == 1:
+    """The BLAS leading dimension of an operand's matrices, its last two dims (None when they
+    are neither row- nor column-major)."""
+    s0, s1 = t.stride()[-2:]
+    if s1 == 1 or t.shape[-1] == 1:
         return int(s0)
-    if s0 == 1 or t.shape[0] == 1:
+    if s0 == 1 or t.shape[-2] == 1:
         return int(s1)
     return None
 
 
 def _unaligned(t: torch.Tensor) -> bool:
     ld = _leading_dim(t)
-    return ld is not None and ld % _align(t) != 0 and min(t.shape) > 1
+    return ld is not None and ld % _align(t) != 0 and min(t.shape[-2:]) > 1
 
 
 @dataclass(frozen=True)
@@ -189,6 +207,19 @@ def _pad_source(gm: GraphModule, source: Node) -> _Rewrite:
     return _Rewrite((padded, sliced), source, sliced)
 
 
+def _pad_softmax(gm: GraphModule, owner: Node, sm: Softmax) -> _Rewrite:
+    """Every user of the softmax ``owner`` reads ``[..., :N]`` of the softmax over its input
+    padded with ``-inf`` (:mod:`.softmax_rows`): zero columns, in the softmax's own kernel."""
+    v = _val(owner)
+    assert v is not None
+    n = int(v.shape[-1])
+    nodes = recompute_on_padded_rows(gm, sm, -n % _align(v))
+    with gm.graph.inserting_after(nodes[-1]):
+        sliced = gm.graph.call_function(aten.slice.Tensor, (nodes[-1], v.dim() - 1, 0, n))
+    owner.replace_all_uses_with(sliced, delete_user_cb=lambda u: u is not sliced)
+    return _Rewrite((*nodes, sliced), owner, sliced)
+
+
 def _column_bias(mm: Node) -> Argument | None:
     """An ``addmm``'s bias when it has a column per result column (so a rewrite of the product's
     columns pads or slices it too); None for ``mm`` and for a bias broadcast along the columns."""
@@ -198,8 +229,15 @@ def _column_bias(mm: Node) -> Argument | None:
     return mm.args[0] if biv is not None and biv.dim() >= 1 and biv.shape[-1] != 1 else None
 
 
+def _transposed(gm: GraphModule, x: Node, ndim: int) -> Node:
+    """``x`` with its last two dims swapped (``t`` of a matrix, ``transpose`` of a batch)."""
+    if ndim == 2:
+        return gm.graph.call_function(aten.t.default, (x,))
+    return gm.graph.call_function(aten.transpose.int, (x, ndim - 2, ndim - 1))
+
+
 def _pad_result(gm: GraphModule, mm: Node) -> _Rewrite:
-    """``mm``/``addmm`` on zero-padded columns of B (and bias); users read ``[:, :N]``."""
+    """``mm``/``addmm``/``bmm`` on zero-padded columns of B (and bias); users read ``[..., :N]``."""
     args = mm.args
     b = args[-1]
     assert isinstance(b, Node)
@@ -208,8 +246,9 @@ def _pad_result(gm: GraphModule, mm: Node) -> _Rewrite:
     with gm.graph.inserting_before(mm):
         bv = _val(b)
         assert bv is not None
-        pad = -int(bv.shape[1]) % _align(bv)
-        owner = _weight_owner(b, bv)
+        col = bv.dim() - 1  # B's column dim: the result's too
+        pad = -int(bv.shape[col]) % _align(bv)
+        owner = _weight_owner(b, bv) if bv.dim() == 2 else None
         if owner is not None:  # W computed here: it becomes the first rows of its padded self
             w_pad, w_rows = _padded_slice(gm, owner, owner, dim=0)
             # every other user of W (graph outputs too: same shape and strides) reads the rows;
@@ -218,10 +257,10 @@ def _pad_result(gm: GraphModule, mm: Node) -> _Rewrite:
             new_b = gm.graph.call_function(aten.t.default, (w_pad,))
             added += [w_pad, w_rows, new_b]
             moved.append((owner, w_rows))
-        elif bv.stride(0) == 1 and bv.shape[0] > 1:  # B = t(W): pad W's rows, a coalesced copy
-            w = gm.graph.call_function(aten.t.default, (b,))
+        elif bv.stride(col - 1) == 1 and bv.shape[col - 1] > 1:  # B = t(W): pad W's rows, a coalesced copy
+            w = _transposed(gm, b, bv.dim())
             padded = gm.graph.call_function(aten.constant_pad_nd.default, (w, [0, 0, 0, pad], 0.0))
-            new_b = gm.graph.call_function(aten.t.default, (padded,))
+            new_b = _transposed(gm, padded, bv.dim())
             added += [w, padded, new_b]
         else:
             new_b = gm.graph.call_function(aten.constant_pad_nd.default, (b, [0, pad], 0.0))
@@ -232,9 +271,9 @@ def _pad_result(gm: GraphModule, mm: Node) -> _Rewrite:
             new_bias = gm.graph.call_function(aten.constant_pad_nd.default, (bias, [0, pad], 0.0))
             added.append(new_bias)
             new_args = (new_bias, *new_args[1:])
-    n = int(bv.shape[1])
+    n = int(bv.shape[col])
     with gm.graph.inserting_after(mm):
-        sliced = gm.graph.call_function(aten.slice.Tensor, (mm, 1, 0, n))
+        sliced = gm.graph.call_function(aten.slice.Tensor, (mm, col, 0, n))
     added.append(sliced)
     mm.replace_all_uses_with(sliced, delete_user_cb=lambda u: u is not sliced)
     old = (mm, tuple(mm.args))
@@ -303,38 +342,93 @@ def _weight_owner(b: Node, bv: torch.Tensor) -> Node | None:
 
 
 _CHAIN_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.t.default, aten.transpose.int,
-                          aten.permute.default})
+                          aten.permute.default, aten.expand.default})
 
 
-def _zero_padded_base(node: Node) -> Node | None:
-    """The zero-padded tensor ``node`` cuts back: ``node`` is ``slice(P, d, 0, n)`` with ``P`` a
-    ``constant_pad_nd`` by zeros that only extends the end of ``d``; else None."""
+def _zero_pad_length(x: Argument, d: int, fill: float = 0.0) -> int | None:
+    """The length along ``d`` of what ``x`` pads when ``x`` is a ``constant_pad_nd`` by ``fill``
+    that only extends the end of ``d``; else None."""
+    if not isinstance(x, Node) or overload_of(x) is not aten.constant_pad_nd.default:
+        return None
+    value = x.args[2] if len(x.args) > 2 else x.kwargs.get("value", 0.0)
+    xv = _val(x)
+    src = _val(x.args[0])
+    if value != fill or xv is None or src is None:
+        return None
+    widths = list(x.args[1])  # type: ignore[arg-type]
+    d %= xv.dim()
+    before_d = 2 * (xv.dim() - 1 - d)  # constant_pad_nd's (before, after) pairs start at the last dim
+    if not all(w == 0 for i, w in enumerate(widths) if i != before_d + 1):
+        return None
+    return int(src.shape[d])
+
+
+def _cut(node: Node) -> tuple[Node, int, int, int] | None:
+    """``(P, d, n, rank)`` when ``node`` is ``slice(P, d, 0, ...)`` of length ``n`` along ``d``
+    (step 1) and ``P`` has ``rank`` dims."""
     if overload_of(node) is not aten.slice.Tensor or len(node.args) < 4 or node.args[2] != 0:
         return None
-    p = node.args[0]
-    if not isinstance(p, Node) or overload_of(p) is not aten.constant_pad_nd.default:
+    p, sv = node.args[0], _val(node)
+    pv = _val(p)
+    if not isinstance(p, Node) or pv is None or sv is None or node.args[4:] not in ((), (1,)):
         return None
-    value = p.args[2] if len(p.args) > 2 else p.kwargs.get("value", 0.0)
-    pv, sv = _val(p), _val(node)
-    if value != 0 or pv is None or sv is None or not isinstance(p.args[0], Node):
-        return None
-    src = _val(p.args[0])
-    widths = list(p.args[1])  # type: ignore[arg-type]
     d = int(node.args[1]) % pv.dim()  # type: ignore[arg-type]
-    before_d = 2 * (pv.dim() - 1 - d)  # constant_pad_nd's (before, after) pairs start at the last dim
-    only_end = all(w == 0 for i, w in enumerate(widths) if i != before_d + 1)
-    if src is None or not only_end or tuple(sv.shape) != tuple(src.shape):
+    return p, d, int(sv.shape[d]), pv.dim()
+
+
+def _zero_padded_base(node: Node, batched: bool) -> Node | None:
+    """The zero-padded tensor ``node`` cuts back: ``node`` is ``slice(P, d, 0, n)`` with ``P`` a
+    ``constant_pad_nd`` by zeros that only extends the end of ``d`` from ``n``; for a batched
+    product's operand also ``P`` with columns from ``n`` on zero by construction: a ``bmm`` on
+    a ``B`` zero-padded past column ``n`` (the result rule's), or a softmax over the last dim of
+    a tensor padded with ``-inf`` past ``n`` (the operand rule's); else None."""
+    cut = _cut(node)
+    if cut is None:
         return None
-    return p
+    p, d, n, rank = cut
+    sm = softmax_of(p, exclusive=False) if batched else None
+    if sm is not None:
+        return p if d == rank - 1 and _zero_pad_length(sm.source, d, float("-inf")) == n else None
+    if overload_of(p) is aten.bmm.default:
+        b = p.args[1]
+        if d != 2 or not isinstance(b, Node):
+            return None
+        swapped = sorted(i % 3 for i in b.args[1:3] if isinstance(i, int))
+        if overload_of(b) is aten.transpose.int and swapped == [1, 2]:
+            return p if _zero_pad_length(b.args[0], 1) == n else None
+        return p if _zero_pad_length(b, 2) == n else None
+    return p if _zero_pad_length(p, d) == n else None
 
 
-def _zero_extended(gm: GraphModule, x: Node, dim: int, length: int, added: list[Node]) -> Node | None:
+def _rebuilt_sizes(v: Node, src: torch.Tensor, now: torch.Tensor) -> list[int] | None:
+    """The size argument of the view or expand ``v`` applied to ``now`` (its old input ``src``
+    with the padded dim longer) instead of ``src``; None when the padded dim cannot be carried."""
+    arg = v.args[1]
+    if not isinstance(arg, list | tuple) or not all(isinstance(s, int) for s in arg):
+        return None
+    sizes = [int(s) for s in arg]  # type: ignore[arg-type]
+    if overload_of(v) is aten.expand.default:  # sizes align with the input's dims from the right
+        off = len(sizes) - now.dim()
+        for i in range(now.dim()):
+            if now.shape[i] != src.shape[i]:
+                if src.shape[i] == 1:
+                    return None
+                sizes[off + i] = int(now.shape[i])
+        return sizes
+    # only reshapes of the leading dims: the last dim, padded or not, stays last
+    if not sizes or sizes[-1] != src.shape[-1]:
+        return None
+    return [*sizes[:-1], int(now.shape[-1])]
+
+
+def _zero_extended(gm: GraphModule, x: Node, dim: int, length: int, added: list[Node],
+                   batched: bool = False) -> Node | None:
     """``x`` with ``dim`` extended by zeros to ``length``, read through ``x``'s views from the
     zero-padded tensor it slices (no copy), the new nodes appended to ``added``; None when ``x``
     is not such a view or a reshape moves the padded dim (the new nodes are then removed)."""
     chain: list[Node] = []
     node = x
-    while (base := _zero_padded_base(node)) is None:
+    while (base := _zero_padded_base(node, batched)) is None:
         if overload_of(node) not in _CHAIN_VIEWS or not isinstance(node.args[0], Node):
             return None
         chain.append(node)
@@ -345,17 +439,19 @@ def _zero_extended(gm: GraphModule, x: Node, dim: int, length: int, added: list[
     cur = base
     for v in reversed(chain):
         src, now = _val(v.args[0]), _val(cur)
-        if overload_of(v) in (aten.view.default, aten._unsafe_view.default):
-            sizes = list(v.args[1])  # type: ignore[arg-type]
-            # only reshapes of the leading dims: the last dim, padded or not, stays last
-            if src is None or now is None or not sizes or sizes[-1] != src.shape[-1]:
+        if overload_of(v) in (aten.view.default, aten._unsafe_view.default, aten.expand.default):
+            sizes = None if src is None or now is None else _rebuilt_sizes(v, src, now)
+            if sizes is None:
                 break
-            args: tuple[Argument, ...] = (cur, [*sizes[:-1], int(now.shape[-1])])
+            args: tuple[Argument, ...] = (cur, sizes)
         else:
             args = (cur, *v.args[1:])
         cur = gm.graph.call_function(v.target, args, dict(v.kwargs))  # type: ignore[arg-type]
         mine.append(cur)
-        refresh_meta(gm, [cur])
+        try:
+            refresh_meta(gm, [cur])
+        except Exception:  # the view cannot take the padded dim where it now is
+            break
     else:
         cv = _val(cur)
         want = [int(s) for s in xv.shape]
@@ -368,34 +464,37 @@ def _zero_extended(gm: GraphModule, x: Node, dim: int, length: int, added: list[
     return None
 
 
-def _pad_along(gm: GraphModule, x: Node, dim: int, extra: int) -> Node:
-    """``constant_pad_nd`` of the 2-D ``x`` by ``extra`` zeros at the end of ``dim``."""
-    widths = [0, extra] if dim == 1 else [0, 0, 0, extra]
+def _pad_along(gm: GraphModule, x: Node, dim: int, extra: int, ndim: int) -> Node:
+    """``constant_pad_nd`` of ``x`` (``ndim`` dims) by ``extra`` zeros at the end of ``dim``,
+    one of its last two."""
+    widths = [0, extra] if dim == ndim - 1 else [0, 0, 0, extra]
     return gm.graph.call_function(aten.constant_pad_nd.default, (x, widths, 0.0))
 
 
 def _pad_inner(gm: GraphModule, mm: Node) -> _Rewrite | None:
-    """``mm``/``addmm`` over zero-extended operands when its ``K`` or ``M`` is unaligned (module
-    docstring), or None when both are aligned or nothing can be done for free where it must be."""
+    """``mm``/``addmm``/``bmm`` over zero-extended operands when its ``K`` or ``M`` is unaligned
+    (module docstring), or None when both are aligned or nothing can be done for free where it
+    must be."""
     a, b = mm.args[-2:]
     av, bv = _val(a), _val(b)
     if not isinstance(a, Node) or not isinstance(b, Node) or av is None or bv is None:
         return None
-    if av.dim() != 2 or bv.dim() != 2 or not (_static(av) and _static(bv)):
+    nd = av.dim()  # the operands' row and column dims are nd - 2 and nd - 1
+    if nd not in (2, 3) or bv.dim() != nd or not (_static(av) and _static(bv)):
         return None
-    m, k = int(av.shape[0]), int(av.shape[1])
+    m, k = int(av.shape[nd - 2]), int(av.shape[nd - 1])
     align = _align(av)
     added: list[Node] = []
     with gm.graph.inserting_before(mm):
         if k % align:
             kp = k - k % align + align
-            new_a = _zero_extended(gm, a, 1, kp, added)
+            new_a = _zero_extended(gm, a, nd - 1, kp, added, nd == 3)
             if new_a is None:
-                new_a = _pad_along(gm, a, 1, kp - k)
+                new_a = _pad_along(gm, a, nd - 1, kp - k, nd)
                 added.append(new_a)
-            new_b = _zero_extended(gm, b, 0, kp, added)
+            new_b = _zero_extended(gm, b, nd - 2, kp, added, nd == 3)
             if new_b is None:
-                new_b = _pad_along(gm, b, 0, kp - k)
+                new_b = _pad_along(gm, b, nd - 2, kp - k, nd)
                 added.append(new_b)
             old = (mm, tuple(mm.args))
             mm.args = (*mm.args[:-2], new_a, new_b)
@@ -403,11 +502,11 @@ def _pad_inner(gm: GraphModule, mm: Node) -> _Rewrite | None:
         bias = _val(mm.args[0]) if overload_of(mm) is aten.addmm.default else None
         if m % align == 0 or (bias is not None and bias.dim() == 2 and bias.shape[0] != 1):
             return None
-        new_a = _zero_extended(gm, a, 0, m - m % align + align, added)
+        new_a = _zero_extended(gm, a, nd - 2, m - m % align + align, added, nd == 3)
         if new_a is None:
             return None
     with gm.graph.inserting_after(mm):
-        rows = gm.graph.call_function(aten.slice.Tensor, (mm, 0, 0, m))
+        rows = gm.graph.call_function(aten.slice.Tensor, (mm, nd - 2, 0, m))
     added.append(rows)
     mm.replace_all_uses_with(rows, delete_user_cb=lambda u: u is not rows)
     old = (mm, tuple(mm.args))
@@ -519,12 +618,16 @@ def pad_matmul_strides_for(gm: GraphModule, devices: Collection[str] = ("cuda",)
             continue
         if out.dtype not in _FLOATS or not all(_static(t) for t in (out, a, b)):
             continue
-        if int(a.shape[0]) * int(a.shape[1]) * int(b.shape[1]) < min_work:
+        batch = int(a.shape[0]) if a.dim() == 3 else 1
+        if batch * int(a.shape[-2]) * int(a.shape[-1]) * int(b.shape[-1]) < min_work:
             continue
         if isinstance(mm.args[-1], Node) and mm.args[-1].meta.get(SPLIT_MARK):
             continue  # a part of a split product: its few unaligned columns stay as they are
         before = _output_strides(gm)
-        if _unaligned(out) and out.is_contiguous():
+        # a batched result that must stay a contiguous output is not padded: it has no split,
+        # and a contiguous copy of a whole result costs about what the aligned kernel saves
+        kept = out.dim() == 3 and _aliased_by_output(mm) and not _free_output(gm, mm)
+        if _unaligned(out) and out.is_contiguous() and not kept:
             splittable = _splittable(mm)
             # split where the result must stay contiguous; else pad, and split where a view
             # cannot take the padded rows
@@ -547,7 +650,9 @@ def pad_matmul_strides_for(gm: GraphModule, devices: Collection[str] = ("cuda",)
             if v is None or not v.is_contiguous() or not _static(v) or int(v.shape[-1]) % _align(v) == 0:
                 continue
             before = _output_strides(gm)
-            changed |= _try(gm, _pad_source(gm, owner), before)
+            sm = softmax_of(owner) if out.dim() == 3 else None
+            padded = _pad_source(gm, owner) if sm is None else _pad_softmax(gm, owner, sm)
+            changed |= _try(gm, padded, before)
         inner = _pad_inner(gm, mm)
         if inner is not None:
             changed |= _try(gm, inner, _output_strides(gm))
@@ -561,7 +666,7 @@ def pad_matmul_strides(gm: GraphModule) -> PassResult:
     Stage: post-grad (functional ATen graphs with ``meta["val"]``).
 
     Args:
-        gm: the graph; products (``mm``, ``addmm``) on CUDA tensors of at least
+        gm: the graph; products (``mm``, ``addmm``, ``bmm``) on CUDA tensors of at least
             :data:`MIN_WORK` multiply-adds are considered. ``COIL_PAD_MM=0`` turns it off.
 
     Returns:
@@ -574,10 +679,18 @@ def pad_matmul_strides(gm: GraphModule) -> PassResult:
         after:  o = cat([mm(x, slice(t(w), -1, 0, 50256)), mm(x, slice(t(w), -1, 50256, 50257))], 1)
         before: o = mm(x, b)             # b: bf16[768, 50257], row-major
         after:  o = slice(mm(x, constant_pad_nd(b, [0, 7])), 1, 0, 50257)   # rows of 100528 bytes
+        before: s = bmm(q, t(k)); p = softmax(s + bias); o = bmm(p, v)   # bf16[B, 49, 32] each
+        after:  s = slice(bmm(q, t(constant_pad_nd(k, [0, 0, 0, 7]))), 2, 0, 49)
+                p = softmax(constant_pad_nd(s + bias, [0, 7], -inf))      # [B, 49, 56], zeros past 49
+                o = bmm(p, constant_pad_nd(v, [0, 0, 0, 7]))              # K = 56
 
     Soundness: zero columns of B (and bias) only add result columns that are sliced away; a
     padded copy read through ``[..., :N]`` holds the same values as the original; each column
-    of a split product is the same dot product over K as before. Every rewrite
+    of a split product is the same dot product over K as before; zeros appended to both
+    operands along K add nothing; a softmax over ``-inf`` padding is the same softmax followed by
+    zeros. Columns past ``N`` of a padded product are zeros except in a row of A that is not
+    finite, where the result's row is not finite either (an infinity may then read as NaN in a
+    product over that row). Every rewrite
     is checked by fake propagation of all users and undone when a view rejects the new strides;
     outputs whose strides would change become contiguous clones.
     """
