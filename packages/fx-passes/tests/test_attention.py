@@ -139,6 +139,29 @@ def test_mask_of_wrong_dtype_is_rejected(trace) -> None:
     torch.testing.assert_close(gm(q, q, q, m), f(q, q, q, m), atol=1e-5, rtol=1e-5)
 
 
+def test_a_replacement_on_sdpa_math_path_is_refused(trace) -> None:
+    """Where SDPA would run its math path (the same chain plus a `_safe_softmax`), the chain
+    stays: the rule, with its replacement forced onto that path, does not fire."""
+    import dataclasses
+
+    from coil.fx_passes import PassManager, Stage, pattern_pass
+    from coil.fx_passes.patterns.registry import PatternRegistry
+
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-2, -1)) / 4.0 + m, -1), v)
+
+    def on_math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor, s: float) -> torch.Tensor:
+        return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, m, scale=1.0 / s)[0]
+
+    rule = next(r for r in ATTENTION_RULES if r.name == "sdpa_div_mask")
+    q, m = torch.randn(1, 2, 4, 8), torch.zeros(1, 1, 4, 4)
+    for replacement, fires in ((rule.replacement, True), (on_math, False)):
+        variant = dataclasses.replace(rule, replacement=replacement, _cache={})
+        gm = trace(f, q, q, q, m)
+        one = pattern_pass("one_rule", PatternRegistry([variant]), doc="one rule")
+        assert PassManager([one], stage=Stage.POST_GRAD).run(gm).modified is fires
+
+
 def test_identity_clone_inside_attention_is_absorbed(trace) -> None:
     """torch 2.11 traces eval-mode dropout as a plain clone between softmax and the matmul."""
     from coil.fx_passes import PassManager, Stage, fuse_attention

@@ -6,8 +6,8 @@ as a decomposition table leaves it: ``permute`` for kᵀ, softmax as amax/sub/ex
 a plain pattern function and its replacement by ``torch.nn.functional.scaled_dot_product_attention``. The replacement is
 traced at the graph's own FakeTensors, so it becomes the ATen kernel that SDPA dispatches to
 for that device and those inputs (``aten._scaled_dot_product_flash_attention_for_cpu`` on CPU,
-the flash / efficient / cuDNN kernels on CUDA, or the math decomposition where no fused kernel
-applies).
+the flash / efficient / cuDNN kernels on CUDA). Where SDPA would take its math path the chain
+stays: that path is the same chain (with a ``_safe_softmax``), and coil fuses the chain itself.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from coil.fx_passes.patterns.matcher import pattern_pass
 from coil.fx_passes.patterns.registry import PatternRegistry
 from coil.fx_passes.patterns.rule import Match, Rule
+from torch.fx import GraphModule
 
 __all__ = ["ATTENTION_RULES", "fuse_attention"]
 
@@ -144,6 +145,14 @@ def _check(match: Match) -> bool:
     return True
 
 
+def _fused_kernel(replacement: GraphModule) -> bool:
+    """SDPA reached one of its fused kernels (flash, memory-efficient, cuDNN, the CPU's flash).
+    Where it takes its math path instead, the replacement is the same chain as the pattern with
+    a ``_safe_softmax`` no faster, so the graph keeps the chain coil fuses itself."""
+    return any(n.op == "call_function" and getattr(n.target, "__name__", "").startswith("_scaled_dot_product_")
+               and "_math" not in getattr(n.target, "__name__", "") for n in replacement.graph.nodes)
+
+
 def _examples(mask: bool, scale: bool) -> Callable[[], tuple[object, ...]]:
     def make() -> tuple[object, ...]:
         q, k, v = (torch.randn(2, 4, 8, 16) for _ in range(3))
@@ -185,7 +194,7 @@ def _rules() -> list[Rule]:
         for name, how, mask in _VARIANTS:
             pattern, replacement = _functions(how, mask, key_t, softmax)
             examples = _examples(mask, how != "none")
-            rules.append(Rule(name + suffix, pattern, replacement, examples, _check, needs))
+            rules.append(Rule(name + suffix, pattern, replacement, examples, _check, needs, _fused_kernel))
     return rules
 
 

@@ -236,6 +236,8 @@ def apply_rule(gm: GraphModule, rule: Rule, node: Node) -> bool:
         rep_vals = _propagate(rep, values, fake_mode)
     except Exception:
         return False
+    if not rule.accepts(rep):
+        return False
     rep_out = _output_node(rep)
     old_val, new_val = node.meta["val"], rep_vals.get(rep_out)
     if not isinstance(new_val, torch.Tensor):

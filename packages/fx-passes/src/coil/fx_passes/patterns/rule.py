@@ -75,6 +75,10 @@ def _always(_: Match) -> bool:
     return True
 
 
+def _any_replacement(_: GraphModule) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Rule:
     """A rewrite rule; rules are data, kept in a :class:`~coil.fx_passes.patterns.registry.PatternRegistry`.
@@ -92,6 +96,9 @@ class Rule:
             tracing or walking, on a graph that lacks one. A prefilter only: leave it empty
             when unsure (a wrong entry only stops the rule from firing; tests check that each
             entry occurs in the traced pattern).
+        accepts: a condition on the replacement as traced at the match's values; the rule
+            fires only if it is True (a replacement that dispatches to another kernel than the
+            one the rule is for, say).
     """
 
     name: str
@@ -100,6 +107,7 @@ class Rule:
     example_inputs: Callable[[], tuple[object, ...]]
     check: Callable[[Match], bool] = _always
     required_ops: frozenset[object] = frozenset()
+    accepts: Callable[[GraphModule], bool] = _any_replacement
     _cache: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
 
     def _examples(self) -> tuple[object, ...]:
