@@ -96,6 +96,10 @@ def _launch(fn: Any, grid: tuple[int, int], device: torch.device, interpreted: b
     options: dict[str, Any] = dict(constexprs)
     if config is not None:
         options.update(num_warps=config.num_warps, num_stages=config.num_stages)
+        if constexprs.get("HAS_KEEP") and not interpreted:
+            # Triton 3.6's software pipeliner turns the keep mask's byte loads into cp.async
+            # copies narrower than their 4-byte minimum and fails to compile: no pipelining
+            options["num_stages"] = 1
     if interpreted:
         run = _interpreted_runs.get(id(fn))
         if run is None:
