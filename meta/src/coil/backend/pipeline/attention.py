@@ -23,6 +23,7 @@ import importlib
 import logging
 from typing import Any
 
+from coil.backend.config.modes import knob_mode
 from coil.fx_passes import GraphPass, attention_to_op
 from coil.knobs import knobs
 from coil.lowering_ir import register_externs
@@ -36,12 +37,7 @@ _MODULE = "coil.runtime.attention"
 def mode() -> str:
     """COIL_ATTENTION as "off", "auto" or "always" (0/false/no count as off). ValueError for
     another value."""
-    raw = str(knobs.attention).strip().lower()
-    if raw in ("0", "false", "no"):
-        return "off"
-    if raw in MODES:
-        return raw
-    raise ValueError(f"COIL_ATTENTION={knobs.attention!r}: expected one of {', '.join(MODES)}")
+    return knob_mode("COIL_ATTENTION", knobs.attention, MODES)
 
 
 @functools.cache

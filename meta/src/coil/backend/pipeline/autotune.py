@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import sympy
 import torch
+from coil.backend.config.modes import OFF_WORDS, knob_mode
 from coil.backend.debug import logs
 from coil.backend.stats import GraphStats
 from coil.knobs import knobs
@@ -45,22 +46,14 @@ from coil.runtime.autotune import Candidate, TuningProblem, TuningResult, tune
 from coil.triton_codegen import KernelSource, other_strategy, reread_alternative, variants
 
 log = logging.getLogger("coil.backend")
-_ON = frozenset({"auto", "1", "on", "true", "yes"})
-_OFF = frozenset({"0", "off", "false", "no"})
+_ALIASES = {"1": "auto", "on": "auto", "true": "auto", "yes": "auto", **OFF_WORDS}
 
 SpecsFn = Callable[[list[KernelSource], LoweredGraph], list[KernelSpec]]
 
 
 def mode() -> str:
     """COIL_AUTOTUNE as "auto", "always" or "off". Raises ValueError for another value."""
-    raw = str(knobs.autotune).strip().lower()
-    if raw in _ON:
-        return "auto"
-    if raw in _OFF:
-        return "off"
-    if raw == "always":
-        return "always"
-    raise ValueError(f"COIL_AUTOTUNE={knobs.autotune!r}: expected auto (or 1), always, or 0")
+    return knob_mode("COIL_AUTOTUNE", knobs.autotune, ("auto", "always", "off"), _ALIASES)
 
 
 def enabled(device: torch.device) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import sympy
 import torch
+from coil.backend.config.modes import knob_mode
 from coil.backend.pipeline import autotune
 from coil.backend.pipeline.autotune import SpecsFn, kernel_sizes, problem_of
 from coil.knobs import knobs
@@ -53,12 +54,7 @@ MARGIN = 0.02
 def mode() -> str:
     """COIL_MATMUL_TEMPLATES as "off", "always" or "auto" (0/false/no count as off). ValueError
     for another value."""
-    raw = str(knobs.matmul_templates).strip().lower()
-    if raw in ("0", "false", "no"):
-        return "off"
-    if raw in MODES:
-        return raw
-    raise ValueError(f"COIL_MATMUL_TEMPLATES={knobs.matmul_templates!r}: expected one of {', '.join(MODES)}")
+    return knob_mode("COIL_MATMUL_TEMPLATES", knobs.matmul_templates, MODES)
 
 
 def apply(sched: Schedule, lowered: LoweredGraph, device: torch.device, target: str, to_specs: SpecsFn,
