@@ -84,5 +84,6 @@ def test_stats_count_fused_ops() -> None:
 
 def test_public_api_snapshot() -> None:
     assert sorted(coil.backend.__all__) == [
-        "COMPILED", "CoilCheckError", "CoilCompileError", "GraphStats", "KNOBS", "coil_backend", "compile_graph", "knobs", "reset",
+        "COMPILED", "CoilCheckError", "CoilCompileError", "GraphStats", "KNOBS", "coil_backend", "compile_graph", "knobs", "measure_peaks",
+        "reset",
     ]

@@ -2,7 +2,8 @@
 
 Public API: `coil_backend` (also registered as backend="coil"), `compile_graph`, `knobs` and
 `KNOBS` (coil's knob registry, `coil.knobs`), `CoilCompileError`, `CoilCheckError`, `GraphStats`,
-`COMPILED`.
+`COMPILED`, `measure_peaks` (measured allocated peaks of compiled graphs against the memory
+planner's: coil.backend.debug.peaks).
 Debugging (knobs COIL_LOGS, COIL_DEBUG_DIR, COIL_CHECK_*): docs/debugging.md.
 
 Importing coil.backend is cheap: it imports neither torch's compiler nor Triton nor coil's
@@ -15,6 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from coil.backend.caches.prehash import start as _start_prehash
+from coil.backend.debug.peaks import measure_peaks
 from coil.backend.errors import CoilCheckError, CoilCompileError
 from coil.backend.stats import COMPILED, GraphStats, reset
 from coil.knobs import KNOBS, knobs  # coil's knob registry, re-exported
@@ -38,4 +40,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["COMPILED", "KNOBS", "CoilCheckError", "CoilCompileError", "GraphStats", "coil_backend", "compile_graph", "knobs", "reset"]
+__all__ = ["COMPILED", "KNOBS", "CoilCheckError", "CoilCompileError", "GraphStats", "coil_backend", "compile_graph", "knobs",
+           "measure_peaks", "reset"]

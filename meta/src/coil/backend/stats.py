@@ -20,6 +20,14 @@ class GraphStats:
     wrapper_source: str = ""
     reused_buffers: int = 0
     planned_peak: tuple[int, int] | None = None  # planner-model peak bytes: fused order, order used
+    # bytes of the graph inputs and constants the planner counts live throughout: part of both
+    # planned_peak figures (coil.backend.debug.peaks says what the prediction counts)
+    planned_inputs: int | None = None
+    # the largest allocated peak of a call over the memory allocated before it (bytes, returned
+    # outputs included) among the first calls measured under coil.backend.measure_peaks(True);
+    # None: never measured (switch off, CPU, or CUDA-graph replay); `measured_calls` counts them
+    measured_peak: int | None = None
+    measured_calls: int = 0
     # set when the graph runs eagerly after a compile error: its own, or (it then says so) that
     # of another graph of its Dynamo graph, which then runs whole (coil.backend.pipeline.fallback)
     eager_fallback: str | None = None
@@ -57,6 +65,15 @@ class GraphStats:
     @property
     def ops_fused(self) -> int:
         return self.ir_ops - self.kernels
+
+    @property
+    def planned_growth(self) -> int | None:
+        """What the planner predicts a call adds to the memory held before it: the peak of the
+        order used less `planned_inputs` (which a caller allocated before the call); None
+        without a plan. The figure `measured_peak` is held against."""
+        if self.planned_peak is None or self.planned_inputs is None:
+            return None
+        return self.planned_peak[1] - self.planned_inputs
 
     @property
     def compile_s(self) -> float:

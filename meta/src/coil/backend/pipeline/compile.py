@@ -26,7 +26,7 @@ import torch
 import torch.fx
 from coil.backend.caches import aot_cache, frontend_cache, graph_cache, prehash
 from coil.backend.caches.aot_cache import CoilOutputCode, PortableGraph
-from coil.backend.debug import logs
+from coil.backend.debug import logs, peaks
 from coil.backend.debug.artefacts import Artefacts
 from coil.backend.debug.checks import LifetimeTracker, check_outputs, returned_storage
 from coil.backend.debug.dump import spans
@@ -48,7 +48,7 @@ from coil.runtime import (
     prefetch_kernels,
     prestart_compile_workers,
 )
-from coil.scheduler import KernelGroup, Schedule, schedule
+from coil.scheduler import KernelGroup, Schedule, output_buffers, planner_graph, schedule
 from coil.triton_codegen import (
     OUTER_XBLOCK,
     CodegenOptions,
@@ -332,12 +332,14 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
 
 def _finish(call: Callable[[list[Any]], Any], name: str, kind: str, stats: GraphStats, device: torch.device,
             static_shapes: bool) -> CompiledFn:
-    """The boxed callable: CUDA-graph replay when it applies, NaN checks when asked; logs the
-    stage times (COIL_LOGS=compile_time)."""
-    call = _cuda_graphs(call, kind, stats, device, static_shapes)
+    """The boxed callable: CUDA-graph replay when it applies, NaN checks when asked, its
+    allocated peak measured under coil.backend.measure_peaks (a CUDA graph run as plain
+    launches only: a replay allocates nothing); logs the stage times (COIL_LOGS=compile_time)."""
+    run = _cuda_graphs(call, kind, stats, device, static_shapes)
     logs.emit("compile_time", f"{name}: compile time (graph cache {stats.graph_cache})",
               format_stage_times(stats.stage_times))
-    return _boxed(call, name if knobs.check_nan else None)
+    measured = (stats, device) if device.type == "cuda" and run is call else None
+    return _boxed(run, name if knobs.check_nan else None, measured)
 
 
 def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats, device: torch.device,
@@ -437,7 +439,7 @@ def load_portable(kind: str, cached: graph_cache.CachedGraph, constants: dict[st
 
 # GraphStats fields a graph-cache entry keeps (kernel_sources and wrapper_source come with the code)
 _CACHED_STATS = ("ir_ops", "kernels", "externs", "fallbacks", "kernel_origins", "reused_buffers", "planned_peak",
-                 "output_strides", "autotuned", "autotune_switched", "autotune_choices")
+                 "planned_inputs", "output_strides", "autotuned", "autotune_switched", "autotune_choices")
 
 
 def _cached_stats(stats: GraphStats) -> dict[str, Any]:
@@ -475,12 +477,20 @@ def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: 
         stats.reused_buffers = sum(1 for b, d in program.reuse.storage.items() if b != d)
     if sched.order is not None:
         stats.planned_peak = (sched.order.baseline_peak, sched.order.peak)
+        pg = planner_graph(sched.steps, sched.graph, output_buffers(sched.graph.outputs))
+        stats.planned_inputs = None if pg is None else sum(b.size for b in pg.buffers if b.input)
 
 
-def _boxed(fn: Callable[[list[Any]], Any], check_nan: str | None = None) -> CompiledFn:
-    """The boxed callable; with `check_nan` (the graph's name) outputs are checked for NaN/Inf."""
+def _boxed(fn: Callable[[list[Any]], Any], check_nan: str | None = None,
+           measured: tuple[GraphStats, torch.device] | None = None) -> CompiledFn:
+    """The boxed callable; with `check_nan` (the graph's name) outputs are checked for NaN/Inf;
+    with `measured` (the graph's stats and device) its allocated peak is measured while
+    coil.backend.measure_peaks is on (coil.backend.debug.peaks)."""
     def call(args: list[Any]) -> Any:
-        result = fn(args)
+        if measured is not None and peaks.ON:
+            result = peaks.measured_call(fn, args, *measured)
+        else:
+            result = fn(args)
         if check_nan is not None:
             check_outputs(check_nan, result)
         return result
