@@ -46,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from coil.bench import measure
+from coil.bench import measure, planned_peaks
 from coil.bench import spec as _spec
 from coil.bench.measure import is_coil
 from coil.bench.models import IMPORTED_BEFORE_THE_CLOCK, compile_and_step, first_call, split
@@ -346,8 +346,9 @@ def _prepare_case(case: str, spec: ModelSpec, step: str, res: dict[str, Any]) ->
 
 def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSettings) -> dict[str, Any]:
     """One mode of one case: its first calls, accuracy on call ACCURACY_CALL, `ms` (do_bench),
-    `loop_ms`, peak memory and its growth, and for coil its graphs and counts; `error` when any
-    of it raised. Frees what the mode left before returning."""
+    `loop_ms`, for coil_nocg each graph's planned against measured peak (`peak_check`,
+    coil.bench.planned_peaks), peak memory and its growth, and for coil its graphs and counts;
+    `error` when any of it raised. Frees what the mode left before returning."""
     from torch._dynamo.utils import counters
 
     r: dict[str, Any] = {}
@@ -383,6 +384,8 @@ def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSet
         del out
         r["ms"] = measure.do_bench(step, 20, 200)
         r["loop_ms"] = measure.loop_ms(step, settings.loop_steps)
+        if mode == planned_peaks.MODE:  # warm calls measured apart from the timed loop
+            r["peak_check"] = planned_peaks.check(step)
         r["shared_process"] = measure.warm_peak(step, base)
         _peak(r, own_peak, settings)
         if is_coil(mode):

@@ -3,11 +3,12 @@
 `render(report)` gives the Markdown of a run's report (the dict bench.json holds): every row's
 time in every mode with the ratios of coil.bench.pairs' PAIRS, their geomeans and the rows where
 coil is slower, the model rows mode by mode (loop time, first calls, memory growth, accuracy,
-coil's graph counts), the micro rows' bandwidth, the gemm and attention rows' TFLOP/s and
+coil's graph counts), each coil_nocg graph's planned against measured peak
+(coil.bench.planned_peaks), the micro rows' bandwidth, the gemm and attention rows' TFLOP/s and
 their bounds (coil.bench.kernel_report); `targets(report)` the lines that say where coil
 stands against eager and TorchInductor in that run (speed, copy bandwidth, first calls cold and
 warm, how each warm graph was served, Dynamo's share of a warm start, training peak memory,
-accuracy).
+graphs whose measured peak is within 5 % of the planned one, accuracy).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from coil.bench import kernel_report, pairs
+from coil.bench import kernel_report, pairs, planned_peaks
 from coil.bench.measure import ALL_MODES
 
 
@@ -103,8 +104,8 @@ def _micro_table(cases: dict[str, dict[str, Any]], modes: list[str]) -> list[str
 
 def render(report: dict[str, Any]) -> str:
     """bench.md: the run's versions and settings, the time table (every row, every mode, the
-    PAIRS' ratios), the pairs' geomeans and slower rows, the model rows mode by mode, the micro
-    rows' bandwidth, the targets and the errors."""
+    PAIRS' ratios), the pairs' geomeans and slower rows, the model rows mode by mode, planned
+    against measured peaks (coil_nocg), the micro rows' bandwidth, the targets and the errors."""
     cases: dict[str, dict[str, Any]] = report["cases"]
     modes = _modes(report)
     lines = [f"coil bench — {report['date']}, {report['gpu']}, torch {report['torch']}, Triton {report['triton']}"
@@ -125,6 +126,12 @@ def render(report: dict[str, Any]) -> str:
         lines += ["Model rows by mode (loop: wall-clock ms a step over a loop; growth: the peak over the "
                   "model's own memory; first call: cold, new process unless the run was quick):", ""]
         lines += [*_mode_table(cases, modes), ""]
+    peaks = planned_peaks.table(cases)
+    if peaks:
+        lines += [f"Planned vs measured peak ({planned_peaks.MODE}): planned, the memory planner's peak of the "
+                  "order coil runs less the graph's inputs; measured, the largest allocated peak of "
+                  "warm calls over the memory allocated before the call (outputs included):", ""]
+        lines += [*peaks, ""]
     if any(r.get("kind") == "micro" and "skipped" not in r for r in cases.values()):
         lines += [*_micro_table(cases, modes), ""]
     kernels = kernel_report.table(cases, modes)
@@ -210,6 +217,7 @@ def targets(report: dict[str, Any]) -> list[str]:
         pm = [n for n, r in trains.items() if isinstance(a := r.get("coil", {}).get("peak_mib"), float)
               and isinstance(b := r.get(ind, {}).get("peak_mib"), float) and a <= b]
         out.append(f"training-step peak memory coil <= {ind}: {len(pm)}/{len(trains)}")
+    out += planned_peaks.targets(models)
     out += kernel_report.targets(done)
     ran = [m for m in _modes(report) if m != "eager"]
     acc = [f"{n} {m}" for n, r in done.items() for m in ran if m in r and r[m].get("accuracy_ok") is not True]
