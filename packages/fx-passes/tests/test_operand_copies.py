@@ -98,3 +98,43 @@ def test_forward_and_backward_graphs(aot) -> None:
     g2 = torch.autograd.grad(want.pow(2).sum(), (q, x))
     for a, b in zip(g1, g2, strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_a_view_the_new_layout_cannot_take_undoes_the_rewrite(trace) -> None:
+    """The copy is flattened into the rows of a 2-D product: a column-major copy cannot be
+    viewed so, so the graph stays as it was."""
+
+    def f(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        rows = x.transpose(-1, -2).reshape(-1, x.shape[1])  # [B * D, S]: a copy, then a view
+        return rows @ a
+
+    a, x = torch.randn(8, 4), torch.randn(2, 8, 16)
+    gm = trace(f, a, x)
+    assert _transposing(gm)
+    assert not operand_copies_in_source_order(gm).modified
+    check_graph(gm, pass_name="operand_copies_in_source_order")
+    gm.recompile()
+    torch.testing.assert_close(gm(a, x), f(a, x))
+
+
+def test_a_transposed_view_saved_for_the_backward_follows_the_copy(trace) -> None:
+    """A forward that returns, at a position free to change layout, a transpose of the copy's
+    batch view (what the partitioner saves for the backward's product): rewritten, and the
+    output's strides are the new layout's."""
+
+    def f(q: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, s, hd = x.shape
+        k = x.view(b, s, 2, hd // 2).transpose(1, 2)
+        kt = k.transpose(-1, -2).reshape(b * 2, hd // 2, s)  # the matmul decomposition's copy
+        return torch.bmm(q, kt), kt.transpose(1, 2)
+
+    q, x = torch.randn(4, 8, 16), torch.randn(2, 8, 32)
+    gm = trace(f, q, x)
+    gm.meta[FREE_OUTPUTS] = (1,)
+    assert operand_copies_in_source_order(gm).modified
+    check_graph(gm, pass_name="operand_copies_in_source_order")
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    assert out[1].meta["val"].stride() == (128, 16, 1)  # [B*H, S, D] row-major now
+    gm.recompile()
+    for got, want in zip(gm(q, x), f(q, x), strict=True):
+        torch.testing.assert_close(got, want)

@@ -11,12 +11,13 @@ source's order: ``clone(x)`` becomes ``transpose(clone(transpose(x, -2, -1)), -2
 copy contiguous on both sides whose last two dims are column-major. Rewritten only when:
 
 * every use of the copy is an operand of ``mm``/``bmm``/``addmm``/``baddbmm``, directly or
-  through reshapes that keep the last two dims (they merge or split the batch only), or an
-  output free to change layout (``gm.meta[FREE_OUTPUTS]``: an activation the forward saves for
-  a backward that adopts its strides), so no other reader sees the new strides;
+  through views (the matmul decomposition's batch reshapes, the transposes a backward reads),
+  or an output free to change layout (``gm.meta[FREE_OUTPUTS]``: an activation the forward
+  saves for a backward that adopts its strides), so no other reader sees the new strides;
 * the new leading dimension is 16-byte aligned (or the old one was not either): an unaligned
   operand makes cuBLAS pick its ``align1`` kernels, dearer than the strided copy;
-* every reshape still is a view of the new layout (checked by fake propagation).
+* every view still is a view of the new layout, and every operand that cuBLAS took as it was
+  (row- or column-major, aligned) still is one (checked after fake propagation; else undone).
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ from torch.fx import GraphModule, Node
 __all__ = ["operand_copies_in_source_order"]
 
 aten = torch.ops.aten
-_RESHAPES = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
+# views a copy's layout shows through (reshapes of the batch dims, transposes)
+_VIEWS = frozenset({
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default, aten.transpose.int,
+    aten.t.default, aten.unsqueeze.default, aten.squeeze.dim, aten.expand.default,
+})
 # the operand positions of each product
 _PRODUCTS: dict[object, tuple[int, ...]] = {
     aten.mm.default: (0, 1), aten.bmm.default: (0, 1), aten.addmm.default: (1, 2), aten.baddbmm.default: (1, 2),
@@ -48,9 +53,10 @@ def _free_outputs(gm: GraphModule) -> frozenset[int]:
     return frozenset(int(i) for i in gm.meta.get(FREE_OUTPUTS, ()))
 
 
-def _only_product_operands(node: Node, last2: tuple[int, int], free: frozenset[int]) -> bool:
-    """Every use of ``node`` is a product operand, reached through reshapes keeping ``last2``,
-    or an output free to change layout (``free``: an activation saved for the backward)."""
+def _reads(node: Node, free: frozenset[int], operands: list[Node]) -> bool:
+    """Whether every use of ``node`` is a product operand, directly or through views (each
+    operand node is appended to ``operands``), or an output free to change layout (``free``:
+    an activation saved for the backward). A node without users fails: nothing to gain."""
     if not node.users:
         return False
     for user in node.users:
@@ -59,17 +65,34 @@ def _only_product_operands(node: Node, last2: tuple[int, int], free: frozenset[i
             outs = user.args[0]
             if not isinstance(outs, list | tuple) or any(a is node and i not in free for i, a in enumerate(outs)):
                 return False
-        elif op in _RESHAPES:
-            v = _val(user)
-            if (v is None or v.dim() < 2 or tuple(v.shape[-2:]) != last2
-                    or not _only_product_operands(user, last2, free)):
+        elif op in _VIEWS:
+            if user.args[0] is not node or not _reads(user, free, operands):
                 return False
         elif op in _PRODUCTS:
             if any(a is node for i, a in enumerate(user.args) if i not in _PRODUCTS[op]) or user.kwargs:
                 return False
+            operands.append(node)
         else:
             return False
     return True
+
+
+def _blas_ready(t: torch.Tensor) -> bool:
+    """A product operand cuBLAS takes as it is: its last two dims row- or column-major with a
+    16-byte-aligned leading dimension (batch dims aside)."""
+    if t.dim() < 2:
+        return False
+    rows, cols = _static_int(t.shape[-2]), _static_int(t.shape[-1])
+    s2, s1 = _static_int(t.stride(-2)), _static_int(t.stride(-1))
+    if None in (rows, cols, s2, s1):
+        return False
+    assert rows is not None and cols is not None and s2 is not None and s1 is not None
+    align = max(1, ALIGN_BYTES // t.element_size())
+    if s1 == 1 or cols == 1:
+        return s2 >= cols and (s2 % align == 0 or rows == 1)
+    if s2 == 1 or rows == 1:
+        return s1 >= rows and (s1 % align == 0 or cols == 1)
+    return False
 
 
 def _static_int(x: object) -> int | None:
@@ -97,9 +120,10 @@ def _rewrite(gm: GraphModule, clone: Node) -> bool:
         return False
     if clone.kwargs.get("memory_format", torch.preserve_format) not in (torch.contiguous_format, torch.preserve_format):
         return False
-    last2 = (int(cv.shape[-2]), int(cv.shape[-1]))
-    if not cv.is_contiguous() or not _only_product_operands(clone, last2, _free_outputs(gm)):
+    operands: list[Node] = []
+    if not cv.is_contiguous() or not _reads(clone, _free_outputs(gm), operands):
         return False
+    before = [n for n in operands if (v := _val(n)) is not None and _blas_ready(v)]
     fake_mode = fake_mode_of(gm)
     assert fake_mode is not None
     graph = gm.graph
@@ -114,7 +138,12 @@ def _rewrite(gm: GraphModule, clone: Node) -> bool:
     clone.replace_all_uses_with(back)
     try:
         refresh_meta(gm, users_to_refresh(users, cv, back.meta["val"]))
-    except Exception:  # a reshape that is no view of the new layout: undo
+        # every operand cuBLAS took as it was still is one (a view may now be neither row- nor
+        # column-major, or its leading dimension unaligned)
+        ok = all((v := _val(n)) is not None and _blas_ready(v) for n in before)
+    except Exception:  # a reshape that is no view of the new layout
+        ok = False
+    if not ok:
         back.replace_all_uses_with(clone)
         for n in reversed(added):
             graph.erase_node(n)
