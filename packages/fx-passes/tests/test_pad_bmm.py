@@ -9,7 +9,7 @@ import pytest
 import torch
 from coil.fx_passes import check_graph, pad_matmul_strides_for
 from coil.fx_passes.passes.pad_mm import PADDED_OUTPUTS
-from coil.lowering_ir.decompositions import decomposition_table
+from torch._decomp import get_decompositions
 from torch.fx import GraphModule, Node
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -53,9 +53,12 @@ def _window_attention(form: str) -> Callable[..., torch.Tensor]:
 
 
 def _trace(f: Callable[..., torch.Tensor], form: str, *inputs: torch.Tensor) -> GraphModule:
-    """A fake-traced ATen graph; ``decomposed`` forms through coil's decomposition table (the
-    softmax as amax/sub/exp/sum/div, as the post-grad graph has it)."""
-    table = decomposition_table() if form.endswith("decomposed") else None
+    """A fake-traced ATen graph; ``decomposed`` forms through torch's decompositions of the ops
+    coil's table decomposes here (the softmax as amax/sub/exp/sum/div, ``all`` as ``any``,
+    ``zeros_like`` as ``full_like``: the post-grad graph's form; fx-passes' tests run without
+    coil's lowering package and its table)."""
+    ops = [aten._softmax, aten._safe_softmax, aten.all, aten.zeros_like]
+    table = get_decompositions(ops) if form.endswith("decomposed") else None
     return make_fx(f, table, tracing_mode="fake")(*inputs)
 
 
