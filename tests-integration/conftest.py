@@ -6,6 +6,7 @@ process and in the processes tests start."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -15,6 +16,16 @@ from coil.knobs import knobs
 
 sys.path.insert(0, str(Path(__file__).parent))
 knobs.export_default(verify=True)
+
+
+@pytest.fixture
+def pad_mm_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fx-passes' pad_matmul_strides applied to CPU products of any size (it rewrites only CUDA
+    products above its MIN_WORK), so the interpreter runs the rewritten graphs."""
+    from coil.fx_passes.passes import pad_mm
+
+    monkeypatch.setattr(pad_mm, "pad_matmul_strides_for",
+                        functools.partial(pad_mm.pad_matmul_strides_for, devices=("cpu", "cuda"), min_work=0))
 
 
 @pytest.fixture

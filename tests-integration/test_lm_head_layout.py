@@ -14,23 +14,12 @@ the wrapper.
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 from coil.backend import COMPILED
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="CUDA only: pad_matmul_strides rewrites CUDA products of LM-head size")
-
-
-@pytest.fixture
-def pass_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pass applied to CPU products of any size, for this test."""
-    from coil.fx_passes.passes import pad_mm
-
-    monkeypatch.setattr(pad_mm, "pad_matmul_strides_for",
-                        functools.partial(pad_mm.pad_matmul_strides_for, devices=("cpu", "cuda"), min_work=0))
 
 
 def _origins() -> list[str]:
@@ -48,7 +37,7 @@ def _check_padded_output(got: torch.Tensor, want: torch.Tensor, tol: float) -> N
 
 
 @pytest.mark.parametrize(("vocab", "bias"), [(37, False), (38, True)])
-def test_inference_head_returns_a_slice_of_the_padded_product_cpu(pass_on_cpu: None, vocab: int,
+def test_inference_head_returns_a_slice_of_the_padded_product_cpu(pad_mm_on_cpu: None, vocab: int,
                                                                   bias: bool) -> None:
     torch.manual_seed(0)
     head = torch.nn.Linear(16, vocab, bias=bias).eval()
@@ -60,7 +49,7 @@ def test_inference_head_returns_a_slice_of_the_padded_product_cpu(pass_on_cpu: N
     torch.testing.assert_close(got.reshape(-1, vocab), want.reshape(-1, vocab))  # as HF's loss reads it
 
 
-def test_computed_weight_is_padded_in_place_cpu(pass_on_cpu: None) -> None:
+def test_computed_weight_is_padded_in_place_cpu(pad_mm_on_cpu: None) -> None:
     """A weight the graph computes (here w * 2, as the AMP cast is): padded in place, one pad
     kernel, no split; forward and the weight's gradient against eager."""
     torch.manual_seed(0)

@@ -15,23 +15,12 @@ and the wrapper.
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 from coil.backend import COMPILED
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="CUDA only: pad_matmul_strides rewrites CUDA products of Swin's size")
-
-
-@pytest.fixture
-def pass_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pass applied to CPU products of any size, for this test."""
-    from coil.fx_passes.passes import pad_mm
-
-    monkeypatch.setattr(pad_mm, "pad_matmul_strides_for",
-                        functools.partial(pad_mm.pad_matmul_strides_for, devices=("cpu", "cuda"), min_work=0))
 
 
 class WindowAttention(torch.nn.Module):
@@ -82,7 +71,7 @@ def _check_one_softmax_kernel() -> None:
 
 # the interpreter computes -inf - -inf in the lanes past the last row, which no store reads
 @pytest.mark.filterwarnings("ignore:invalid value encountered in subtract:RuntimeWarning")
-def test_window_attention_runs_on_padded_rows_cpu(pass_on_cpu: None) -> None:
+def test_window_attention_runs_on_padded_rows_cpu(pad_mm_on_cpu: None) -> None:
     got, want = _run(windows=2, batch=2, dim=64, heads=2, device="cpu", dtype=torch.float32)
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
     _check_one_softmax_kernel()
