@@ -48,7 +48,7 @@ from coil.runtime import (
     prefetch_kernels,
     prestart_compile_workers,
 )
-from coil.scheduler import KernelGroup, Schedule, output_buffers, planner_graph, schedule
+from coil.scheduler import KernelGroup, Schedule, schedule
 from coil.triton_codegen import (
     OUTER_XBLOCK,
     CodegenOptions,
@@ -477,8 +477,7 @@ def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: 
         stats.reused_buffers = sum(1 for b, d in program.reuse.storage.items() if b != d)
     if sched.order is not None:
         stats.planned_peak = (sched.order.baseline_peak, sched.order.peak)
-        pg = planner_graph(sched.steps, sched.graph, output_buffers(sched.graph.outputs))
-        stats.planned_inputs = None if pg is None else sum(b.size for b in pg.buffers if b.input)
+        stats.planned_inputs = sched.order.inputs
 
 
 def _boxed(fn: Callable[[list[Any]], Any], check_nan: str | None = None,

@@ -339,5 +339,5 @@ def with_matmul_templates(sched: Schedule, chosen: Sequence[MatmulCandidate]) ->
     if order is not None and chosen:
         pg = planner_graph(steps, sched.graph, output_buffers(sched.graph.outputs))
         peak = peak_of_order(pg, range(len(steps))) if pg is not None else order.peak
-        order = OrderReport(order.baseline_peak, peak, f"{order.method} + matmul templates")
+        order = OrderReport(order.baseline_peak, peak, f"{order.method} + matmul templates", order.inputs)
     return Schedule(sched.graph, steps, sched.log, order)

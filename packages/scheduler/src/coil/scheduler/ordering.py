@@ -27,11 +27,14 @@ StepT = KernelGroup | ExternKernel | Scatter
 
 @dataclass(frozen=True)
 class OrderReport:
-    """Peaks (bytes, planner model) of the fused order and of the order used."""
+    """Peaks (bytes, planner model) of the fused order and of the order used; `inputs`: the bytes
+    of the graph inputs and constants some step reads, live for the whole call and so part of
+    both peaks."""
 
     baseline_peak: int
     peak: int
     method: str
+    inputs: int
 
 
 def step_reads(st: StepT) -> list[str]:
@@ -110,6 +113,11 @@ def planner_graph(steps: Sequence[StepT], graph: LoweredGraph, outputs: Set[str]
     return PGraph(tuple(pbufs + [PBuffer(d, 0) for d in deps]), tuple(nodes))
 
 
+def input_bytes(pg: PGraph) -> int:
+    """The bytes of a planner graph's input buffers (graph inputs and constants)."""
+    return sum(b.size for b in pg.buffers if b.input)
+
+
 def order_steps(steps: Sequence[StepT], graph: LoweredGraph, outputs: set[str],
                 time_limit: float) -> tuple[list[StepT], OrderReport | None]:
     """`steps` reordered for a lower peak (or unchanged), and what the planner found.
@@ -125,7 +133,7 @@ def order_steps(steps: Sequence[StepT], graph: LoweredGraph, outputs: set[str],
     if pg is None:
         return list(steps), None  # symbolic sizes: keep the fused order
     res = best_order(pg, time_limit=time_limit)
-    report = OrderReport(res.baseline_peak, min(res.peak, res.baseline_peak), res.method)
+    report = OrderReport(res.baseline_peak, min(res.peak, res.baseline_peak), res.method, input_bytes(pg))
     if res.peak >= res.baseline_peak:
         return list(steps), report
     return [steps[int(n[1:])] for n in res.order], report
