@@ -126,14 +126,14 @@ class W:
         return schedule(L.lower(gm), fusion=fusion)
 
     @staticmethod
-    def program(s: Schedule, reuse: bool = True) -> WrapperProgram:
-        return build(s, launches_for(s), reuse=reuse)
+    def program(s: Schedule, reuse: bool = True, arena: bool = False) -> WrapperProgram:
+        return build(s, launches_for(s), reuse=reuse, arena=arena)
 
     @staticmethod
-    def compile(s: Schedule, reuse: bool = True, check_inputs: bool = False
+    def compile(s: Schedule, reuse: bool = True, check_inputs: bool = False, arena: bool = False
                 ) -> tuple[Callable[[list[Any]], Any], str, WrapperProgram, dict[str, FakeKernel]]:
         launches = launches_for(s)
-        prog = build(s, launches, reuse=reuse, check_inputs=check_inputs)
+        prog = build(s, launches, reuse=reuse, check_inputs=check_inputs, arena=arena)
         src = emit_python(prog.lines, list(launches), sorted(prog.constants), s.graph.name)
         bufs = s.graph.buffers()
         kernels = {k.name: FakeKernel(k, launches[k.name], bufs) for k in s.kernels()}
@@ -144,10 +144,10 @@ class W:
 
     @staticmethod
     def check(fn: Callable[..., Any], *inputs: Any, reuse: bool = True, fusion: bool = True,
-              rtol: float = 1e-5, atol: float = 1e-5) -> tuple[str, WrapperProgram]:
+              rtol: float = 1e-5, atol: float = 1e-5, arena: bool = False) -> tuple[str, WrapperProgram]:
         want = fn(*inputs)
         s = W.schedule(fn, *inputs, fusion=fusion)
-        call, src, prog, kernels = W.compile(s, reuse)
+        call, src, prog, kernels = W.compile(s, reuse, arena=arena)
         args = list(inputs)
         got = call(args)
         assert args == []  # the boxed inputs are taken over

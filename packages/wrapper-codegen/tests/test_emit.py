@@ -11,11 +11,13 @@ import torch
 from coil.wrapper_codegen import (
     TRACKER,
     Allocate,
+    Arena,
     CheckInput,
     ExternCall,
     Free,
     KernelCall,
     Line,
+    Place,
     Ref,
     Return,
     Reuse,
@@ -46,7 +48,13 @@ def one_of_each():
         Reuse("buf2", "buf0", (6,), (1,)),
         ExternCall("torch.ops.aten.sort.default", (Ref("buf1"),), (("dim", 0), ("descending", True)),
                    (Ref("buf3"), None), ()),
-        Return((Ref("buf1"), Ref("buf2"), Ref("buf3"), Ref("n_a"), None)),
+        Arena("arena0", 512, CPU, (torch.float32, torch.int32)),
+        Place("buf4", "arena0", 256, (2, 2), (1, 2), torch.int32),
+        ExternCall("torch.ops.aten.fill_.Scalar", (Ref("buf4"), 7), (), None, ()),
+        Free("arena0_float32"),
+        Free("arena0_int32"),
+        Free("arena0"),
+        Return((Ref("buf1"), Ref("buf2"), Ref("buf3"), Ref("n_a"), None, Ref("buf4"))),
     ]
 
 
@@ -75,7 +83,7 @@ def test_every_line_type_is_emitted_and_runs():
     a = torch.arange(6.0)
     b = torch.randn(2, 3)
     args = [a, torch.zeros(1), b]
-    buf1, buf2, buf3, seven, none = call(args)
+    buf1, buf2, buf3, seven, none, buf4 = call(args)
     assert args == []
     assert launched == [(2, 1, 1)] and events == ["stepped"]
     v0 = a.reshape(2, 3).t()
@@ -83,6 +91,9 @@ def test_every_line_type_is_emitted_and_runs():
     assert buf2.shape == (6,) and buf2.data_ptr() != 0
     torch.testing.assert_close(buf3, torch.sort(buf1, dim=0, descending=True)[0])
     assert seven == 6 and none is None  # SizeOf bound n_a = a.size(0)
+    # placed 256 bytes into its arena, seen as int32 with its own strides
+    assert buf4.dtype == torch.int32 and buf4.stride() == (1, 2) and buf4.storage_offset() == 64
+    assert buf4.untyped_storage().nbytes() == 512 and buf4.tolist() == [[7, 7], [7, 7]]
 
 
 def test_emit_line_rejects_non_lines():

@@ -11,11 +11,13 @@ import torch
 from coil.wrapper_codegen import (
     TRACKER,
     Allocate,
+    Arena,
     CheckInput,
     ExternCall,
     Free,
     KernelCall,
     Line,
+    Place,
     Ref,
     Return,
     Reuse,
@@ -49,7 +51,10 @@ def program() -> list[Line]:
         ExternCall("torch.ops.aten.sort.default", (Ref("buf1"),), (("dim", 0), ("descending", True)),
                    (Ref("buf3"), None), ()),
         Track("reuse", ("buf2", "buf0")),
-        Return((Ref("buf1"), Ref("buf2"), Ref("buf3"), Ref("n_a"), Ref("c0"), None)),
+        Arena("ar", 512, CPU, (torch.float32,)),
+        Place("buf4", "ar", 256, (2,), (1,), torch.float32),
+        ExternCall("torch.ops.aten.fill_.Scalar", (Ref("buf4"), 2.0), (), None, ()),
+        Return((Ref("buf1"), Ref("buf2"), Ref("buf3"), Ref("n_a"), Ref("c0"), None, Ref("buf4"))),
     ]
 
 

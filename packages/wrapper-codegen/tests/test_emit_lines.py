@@ -9,10 +9,12 @@ from coil.lowering_ir import decomposition_table, lower
 from coil.scheduler import schedule
 from coil.wrapper_codegen import (
     Allocate,
+    Arena,
     CheckInput,
     ExternCall,
     Free,
     KernelCall,
+    Place,
     Ref,
     Return,
     Reuse,
@@ -38,7 +40,9 @@ ONE_OF_EACH = [
     ExternCall("torch.ops.aten.mm.default", (Ref("a"), Ref("c")), (), Ref("e"), (("e", (2, 2), (2, 1)),)),
     Free("a"),
     Track("reuse", ("c", "b")),
-    Return((Ref("e"), 3, None)),
+    Arena("f", 256, torch.device("cpu"), (torch.float16,)),
+    Place("g", "f", 0, (4,), (1,), torch.float16),
+    Return((Ref("e"), 3, None, Ref("g"))),
 ]
 
 

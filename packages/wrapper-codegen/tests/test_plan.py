@@ -30,7 +30,11 @@ STEP_LINES = (KernelCall, ExternCall)
 
 def test_public_api_snapshot():
     assert sorted(WC.__all__) == [
+        "ALIGNMENT",
         "Allocate",
+        "Arena",
+        "ArenaBuffer",
+        "ArenaPlan",
         "BindSymbol",
         "CheckInput",
         "DynamicShapeError",
@@ -41,6 +45,7 @@ def test_public_api_snapshot():
         "KernelCall",
         "KernelLaunch",
         "Line",
+        "Place",
         "Ref",
         "Return",
         "Reuse",
@@ -50,6 +55,7 @@ def test_public_api_snapshot():
         "Unpack",
         "View",
         "WrapperProgram",
+        "arena_view",
         "build",
         "check_bound",
         "emit_fx",
@@ -57,6 +63,7 @@ def test_public_api_snapshot():
         "emit_line",
         "emit_python",
         "op_name",
+        "plan_arenas",
         "plan_indirect",
         "pyrepr",
         "track_lifetimes",
@@ -83,6 +90,11 @@ def simulate(prog, refs):
         used, defs, kills = [], [], []
         if isinstance(ln, Allocate):
             defs = [ln.name]
+        elif isinstance(ln, WC.Arena):
+            defs = [ln.name, *(WC.arena_view(ln.name, d) for d in ln.dtypes)]
+        elif isinstance(ln, WC.Place):
+            defs = [ln.name]
+            assert WC.arena_view(ln.arena, ln.dtype) in live, f"line {i} places {ln.name} in a dead arena"
         elif isinstance(ln, Reuse):
             used, kills, defs = [ln.donor], [ln.donor], [ln.name]
             donations.append((i, ln))
@@ -139,7 +151,10 @@ def check_program(s: Schedule, prog, refs, *, views_too=False):
     leftovers = facts["live_at_end"] - ignore
     if not views_too:
         assert not leftovers, f"never freed: {sorted(leftovers)}"
+    arenas = {n for ln in lines if isinstance(ln, WC.Arena) for n in (ln.name, *(WC.arena_view(ln.name, d) for d in ln.dtypes))}
     for n, at in facts["killed_at"].items():
+        if n in arenas:  # freed after its last buffer's last step, checked in test_arena.py
+            continue
         last_use = max(u for u in facts["uses"][n] if u < at) if any(u < at for u in facts["uses"][n]) else None
         if last_use is not None:
             between = lines[last_use + 1: at]

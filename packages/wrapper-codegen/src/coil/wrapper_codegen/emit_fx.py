@@ -8,6 +8,9 @@ One FX node (or a few) per Line, in order, covering every Line type:
 | SizeOf       | `call_method size(tensor, dim)`                                            |
 | CheckInput   | `call_function check_input(tensor, index, size, stride, dtype, device)`    |
 | Allocate     | `call_function torch.empty_strided(size, stride, dtype=, device=)`         |
+| Arena        | `call_function torch.empty_strided((nbytes,), (1,), dtype=torch.uint8,     |
+|              | device=)`, `call_function typed(arena, dtype)` per dtype                   |
+| Place        | `call_function place(typed arena, size, stride, offset in elements)`       |
 | Reuse        | `call_function reuse(donor, size, stride)` (the donor's name is then dead) |
 | View         | `call_function view(base, size, stride, offset)`                           |
 | KernelCall   | `get_attr k_<kernel>` (once), `call_function launch(kernel, grid, *args)`  |
@@ -18,6 +21,7 @@ One FX node (or a few) per Line, in order, covering every Line type:
 | Free         | `call_function free(value)` (after it the name is dead)                    |
 | Return       | `output`                                                                   |
 | Track        | `get_attr _coil_track` (once), `call_function track(tracker, event, *names)`|
+|              | (`place` also passes the two tensors)                                      |
 
 Size expressions (sympy, dynamic shapes) become `operator` nodes over the size symbols' nodes
 (`min`, `max` and a Piecewise's `ite(cond, then, else)` call nodes).
@@ -45,12 +49,14 @@ from coil.wrapper_codegen.helpers import check_input, ensure_layout
 from coil.wrapper_codegen.lines import (
     TRACKER,
     Allocate,
+    Arena,
     BindSymbol,
     CheckInput,
     ExternCall,
     Free,
     KernelCall,
     Line,
+    Place,
     Ref,
     Return,
     Reuse,
@@ -58,6 +64,7 @@ from coil.wrapper_codegen.lines import (
     Track,
     Unpack,
     View,
+    arena_view,
 )
 
 __all__ = ["emit_fx", "emit_fx_graph"]
@@ -79,9 +86,20 @@ def free(value: object) -> None:
 
 
 @torch.fx.node.has_side_effect
-def track(tracker: Any, event: str, *names: str) -> None:
-    """Report a lifetime event to `tracker` (Line `Track`): `tracker.<event>(*names)`."""
-    getattr(tracker, event)(*names)
+def track(tracker: Any, event: str, *args: object) -> None:
+    """Report a lifetime event to `tracker` (Line `Track`): `tracker.<event>(*args)` (the names,
+    then for `place` the two tensors)."""
+    getattr(tracker, event)(*args)
+
+
+def typed(arena: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The arena's bytes seen as `dtype` (Line `Arena`)."""
+    return arena.view(dtype)
+
+
+def place(arena: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int) -> torch.Tensor:
+    """A buffer `offset` elements into the typed arena (Line `Place`)."""
+    return torch.as_strided(arena, tuple(size), tuple(stride), offset)
 
 
 def reuse(donor: torch.Tensor, size: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
@@ -200,6 +218,17 @@ class _Emitter:
             self.env[ln.name] = g.create_node(
                 "call_function", torch.empty_strided, (self.arg(ln.size), self.arg(ln.stride)),
                 {"dtype": ln.dtype, "device": ln.device}, name=ln.name)
+        elif isinstance(ln, Arena):
+            arena = self.env[ln.name] = g.create_node(
+                "call_function", torch.empty_strided, ((ln.nbytes,), (1,)), {"dtype": torch.uint8, "device": ln.device},
+                name=ln.name)
+            for d in ln.dtypes:
+                name = arena_view(ln.name, d)
+                self.env[name] = g.create_node("call_function", typed, (arena, d), name=name)
+        elif isinstance(ln, Place):
+            self.env[ln.name] = g.create_node(
+                "call_function", place, (self.node(arena_view(ln.arena, ln.dtype)), self.arg(ln.size),
+                                         self.arg(ln.stride), ln.offset // ln.dtype.itemsize), name=ln.name)
         elif isinstance(ln, Reuse):
             donor = self.node(ln.donor)
             self.env[ln.name] = g.create_node("call_function", reuse, (donor, self.arg(ln.size), self.arg(ln.stride)),
@@ -229,7 +258,8 @@ class _Emitter:
         elif isinstance(ln, Return):
             g.output(tuple(self.arg(v) for v in ln.values))
         elif isinstance(ln, Track):
-            g.create_node("call_function", track, (self.attr(TRACKER), ln.event, *ln.names),
+            values = [self.node(n) for n in ln.names] if ln.event == "place" else []
+            g.create_node("call_function", track, (self.attr(TRACKER), ln.event, *ln.names, *values),
                           name=f"track_{ln.event}")
         else:
             raise TypeError(f"no FX emitter for {type(ln).__name__}")

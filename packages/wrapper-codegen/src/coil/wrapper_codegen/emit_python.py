@@ -19,12 +19,14 @@ from coil.wrapper_codegen.indirect import IndirectPlan, layout_literal
 from coil.wrapper_codegen.lines import (
     TRACKER,
     Allocate,
+    Arena,
     BindSymbol,
     CheckInput,
     ExternCall,
     Free,
     KernelCall,
     Line,
+    Place,
     Ref,
     Return,
     Reuse,
@@ -32,6 +34,7 @@ from coil.wrapper_codegen.lines import (
     Track,
     Unpack,
     View,
+    arena_view,
 )
 from coil.wrapper_codegen.segments import SegmentedProgram
 
@@ -101,6 +104,12 @@ def emit_line(line: Line, *, tracked_view: bool = True) -> list[str]:
                 f"{pyrepr(line.device)})"]
     if isinstance(line, Allocate):
         return [f"{line.name} = {allocator_name(line.device)}({pyrepr(line.size)}, {pyrepr(line.stride)}, {line.dtype})"]
+    if isinstance(line, Arena):
+        out = [f"{line.name} = {allocator_name(line.device)}(({line.nbytes},), (1,), torch.uint8)"]
+        return out + [f"{arena_view(line.name, d)} = {line.name}.view({d})" for d in line.dtypes]
+    if isinstance(line, Place):
+        return [f"{line.name} = reinterpret({arena_view(line.arena, line.dtype)}, {pyrepr(line.size)}, "
+                f"{pyrepr(line.stride)}, {line.offset // line.dtype.itemsize})"]
     if isinstance(line, Reuse):
         return [f"{line.name} = reinterpret({line.donor}, {pyrepr(line.size)}, {pyrepr(line.stride)}, 0); del {line.donor}"]
     if isinstance(line, Free):
@@ -124,7 +133,8 @@ def emit_line(line: Line, *, tracked_view: bool = True) -> list[str]:
     if isinstance(line, Return):
         return [f"return {pyrepr(tuple(line.values))}"]
     if isinstance(line, Track):
-        return [f"{TRACKER}.{line.event}({', '.join(repr(n) for n in line.names)})"]
+        values = list(line.names) if line.event == "place" else []  # place also hands over the tensors
+        return [f"{TRACKER}.{line.event}({', '.join([*(repr(n) for n in line.names), *values])})"]
     raise TypeError(f"no Python emitter for {type(line).__name__}")
 
 
@@ -234,7 +244,7 @@ def emit_python(lines: list[Line], kernel_names: list[str], constant_names: list
         out.append(f"    k_{k} = kernels[{k!r}]")
     for c in constant_names:
         out.append(f"    {c} = constants[{c!r}]")
-    devices = {str(line.device): line.device for line in lines if isinstance(line, Allocate)}
+    devices = {str(line.device): line.device for line in lines if isinstance(line, Allocate | Arena)}
     for dev in devices.values():
         out.append(f"    {allocator_name(dev)} = fast_empty({pyrepr(dev)})")
     if indirect is not None:

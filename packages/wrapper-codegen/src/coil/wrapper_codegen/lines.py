@@ -76,6 +76,36 @@ class Reuse:
 
 
 @dataclass(frozen=True)
+class Arena:
+    """name = `nbytes` uninitialised bytes on `device`, also bound as one typed alias per dtype of
+    `dtypes` (`arena_view(name, dtype)`), from which Place lines take buffers. `nbytes` is a
+    multiple of every dtype's item size. Freed by a Free of each alias and of `name`."""
+
+    name: str
+    nbytes: int
+    device: torch.device
+    dtypes: tuple[torch.dtype, ...]
+
+
+def arena_view(arena: str, dtype: torch.dtype) -> str:
+    """The variable holding arena `arena` seen as `dtype` (bound by its Arena line)."""
+    return f"{arena}_{str(dtype).removeprefix('torch.')}"
+
+
+@dataclass(frozen=True)
+class Place:
+    """name = the bytes of `arena` from `offset` (a multiple of the dtype's item size) seen as a
+    `dtype` tensor of this size and stride: a buffer at the offset the memory plan packed it at."""
+
+    name: str
+    arena: str
+    offset: int
+    size: tuple[Any, ...]
+    stride: tuple[Any, ...]
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
 class Free:
     """Drop the wrapper's reference to `name`."""
 
@@ -149,7 +179,7 @@ class Return:
 # The wrapper module's global that Track lines report to; whoever loads the wrapper binds it.
 TRACKER = "_coil_track"
 # Track events and how many names each takes.
-TRACK_EVENTS = {"begin": 0, "alloc": 1, "reuse": 2, "free": 1, "stepped": 0, "returning": 0}
+TRACK_EVENTS = {"begin": 0, "alloc": 1, "reuse": 2, "place": 2, "free": 1, "stepped": 0, "returning": 0}
 
 
 @dataclass(frozen=True)
@@ -157,7 +187,8 @@ class Track:
     """Report a buffer-lifetime event to the tracker: `TRACKER.<event>(*names)`, names as strings.
 
     Events: `begin()` (the inputs are bound), `alloc(name)` (a buffer now exists), `reuse(name,
-    donor)` (name took donor's storage), `free(name)` (just before its Free), `stepped()` (a kernel
+    donor)` (name took donor's storage), `place(name, arena)` (name was placed in the arena; the
+    emitters pass the two tensors after the names: `place(name, arena, <name>, <arena>)`), `free(name)` (just before its Free), `stepped()` (a kernel
     or extern call ran), `returning()` (just before Return). `tracking.track_lifetimes` inserts
     them; a program without them needs no tracker. ValueError for another event or name count.
     """
@@ -170,4 +201,4 @@ class Track:
             raise ValueError(f"Track({self.event!r}, {self.names!r}): events and their names are {TRACK_EVENTS}")
 
 
-Line = Unpack | SizeOf | CheckInput | Allocate | Reuse | Free | View | KernelCall | ExternCall | Return | Track
+Line = Unpack | SizeOf | CheckInput | Allocate | Arena | Place | Reuse | Free | View | KernelCall | ExternCall | Return | Track

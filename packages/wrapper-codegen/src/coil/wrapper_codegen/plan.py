@@ -22,21 +22,25 @@ from coil.memory_planner import BufferLifetime, ReusePlan, plan_reuse
 from coil.scheduler import KernelGroup, Schedule
 from coil.scheduler.capture import capture_blocker, graph_device
 from coil.scheduler.ordering import step_reads, step_writes
+from coil.wrapper_codegen.arena import ArenaBuffer, ArenaPlan, peak_of_spans, plan_arenas
 from coil.wrapper_codegen.inplace import inplace_scatters, kernel_stores
 from coil.wrapper_codegen.lines import (
     Allocate,
+    Arena,
     BindSymbol,
     CheckInput,
     ExternCall,
     Free,
     KernelCall,
     Line,
+    Place,
     Ref,
     Return,
     Reuse,
     SizeOf,
     Unpack,
     View,
+    arena_view,
 )
 from coil.wrapper_codegen.symbols import check_bound
 
@@ -76,6 +80,9 @@ class WrapperProgram:
 
     `blockers` maps the index (in `lines`) of each ExternCall a CUDA graph cannot capture to the
     reason (coil.scheduler.capture); `segments.split_segments` cuts the program around them.
+    `arenas` are the arenas the program places buffers in (`build(..., arena=True)`), and
+    `arena_peak_delta` is how many bytes they add to the peak of live storage (an arena is held
+    whole from its first buffer's step to its last one's).
     """
 
     lines: list[Line]
@@ -83,10 +90,12 @@ class WrapperProgram:
     reuse: ReusePlan | None = None
     fallback_ops: list[str] = field(default_factory=list)
     blockers: dict[int, str] = field(default_factory=dict)
+    arenas: list[ArenaPlan] = field(default_factory=list)
+    arena_peak_delta: int = 0
 
 
 def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = True,
-          check_inputs: bool = False) -> WrapperProgram:
+          check_inputs: bool = False, arena: bool = False) -> WrapperProgram:
     """Wrapper IR for `sched`; `launches` maps each kernel group name to its launch facts.
 
     The steps: bind the inputs (`_input_lines`), find each buffer's first and last step
@@ -98,6 +107,12 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     device than the graph was compiled for, so no kernel runs on memory it was not made for.
     Leave it off where the caller already guards inputs (Dynamo does).
 
+    With `arena` (and `reuse`), the storage the wrapper allocates for kernels' stores of static
+    size that no graph output shares is packed into one arena per device (`arena.plan_arenas`):
+    Arena before the first such buffer's step, a Place per buffer, the arena's Free after the last
+    one's last step. Not when an extern cannot be captured (the program is then cut into CUDA-graph
+    segments, each of which must own what it allocates).
+
     An extern defining data-dependent sizes binds them right after its call (`ExternCall.binds`,
     its scalar result); a size symbol any line uses before a line binds it raises
     DynamicShapeError (`check_bound`).
@@ -107,14 +122,16 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     constants = {c.name: c.value for c in g.constants if isinstance(c, ConstantBuffer) and c.value is not None}
     builder = _Builder(sched, launches, lines, constants)
     if reuse:
-        builder.plan_storage()
+        builder.plan_storage(arena and not any(capture_blocker(st, builder.device) for st in sched.steps
+                                               if not isinstance(st, KernelGroup | Scatter)))
     builder.free_unread_inputs()
     for i, st in enumerate(sched.steps):
         builder.step(i, st)
     builder.views_done.clear()
     lines.append(Return(tuple(builder.ref(o) for o in g.outputs)))
     check_bound(lines)
-    return WrapperProgram(lines, constants, builder.plan, builder.fallback_ops, builder.blockers)
+    return WrapperProgram(lines, constants, builder.plan, builder.fallback_ops, builder.blockers, builder.arenas,
+                          builder.arena_peak_delta)
 
 
 def _input_lines(g: LoweredGraph, check_inputs: bool) -> list[Line]:
@@ -248,6 +265,9 @@ class _Builder:
         self.bound: set[str] = {line.name for line in lines if isinstance(line, SizeOf)}
         self.bound |= {b.symbol.name for b in g.inputs if isinstance(b, SymbolInput)}
         self.checks: list[tuple[str, str]] = []
+        self.arenas: list[ArenaPlan] = []
+        self.arena_of: dict[str, ArenaPlan] = {}  # placed buffer -> its arena
+        self.arena_peak_delta = 0
 
     def current(self, name: str) -> str:
         """The buffer that holds `name`'s storage last (itself unless scatters take it over)."""
@@ -255,14 +275,16 @@ class _Builder:
             name = self.renamed[name]
         return name
 
-    def plan_storage(self) -> None:
+    def plan_storage(self, arena: bool = False) -> None:
         """Storage reuse: in-place scatters (a Scatter whose base dies at it writes into the base's
         storage, whose lifetime then runs from the base's first step to the last of the scatter
-        outputs that take it over), then `plan_reuse` over every other buffer's lifetime."""
+        outputs that take it over), with `arena` the arenas (`plan_arena`), then `plan_reuse` over
+        every other buffer's lifetime."""
         life = self.life
         self.inplace = inplace_scatters(self.steps, self.buffers, life.last, life.out_storage | self.inputs)
         self.renamed = {base: out for out, base in self.inplace.items()}
         lifetimes = []
+        static: set[str] = set()
         aliases = _aliasing_results(self.steps)
         for b in [w for st in self.steps for w in step_writes(st)]:
             if b in self.inplace:
@@ -274,14 +296,38 @@ class _Builder:
             pool = f"{buf.layout.device}/{buf.layout.dtype}"
             if isinstance(extent, sympy.Integer):
                 nbytes = int(extent) * buf.layout.dtype.itemsize
+                static.add(b)
             else:  # symbolic: reuse only between buffers of the very same size expression
                 pool += f"/{extent}"
                 hinted = sympy.sympify(extent.xreplace(self.g.symbol_hints))
                 nbytes = int(hinted) * buf.layout.dtype.itemsize if hinted.is_Integer else 1
             lifetimes.append(BufferLifetime(b, nbytes, life.first[b], life.last[self.current(b)], pool))
+        if arena:
+            lifetimes = self.plan_arena(lifetimes, static)
         plan = plan_reuse(lifetimes)
         self.plan = plan
         self.taken = {self.current(d) for b, d in plan.storage.items() if d != b and b in self.allocated}
+
+    def plan_arena(self, lifetimes: list[BufferLifetime], static: set[str]) -> list[BufferLifetime]:
+        """Pack into arenas the storages (`lifetimes`) that the wrapper allocates (kernel stores),
+        of `static` size, that no graph output shares and that die inside the call; returns the
+        other lifetimes, left to reuse mode. Also sets `arena_peak_delta` over all of them."""
+        n = len(self.steps)
+        placed = [t for t in lifetimes
+                  if t.name in self.allocated and t.name in static and t.end < n
+                  and self.current(t.name) not in self.life.out_storage]
+        if not placed:
+            return lifetimes
+        self.arenas = plan_arenas([ArenaBuffer(t.name, t.size, t.start, t.end, self.buffers[t.name].layout.device,
+                                               self.buffers[t.name].layout.dtype) for t in placed])
+        for a in self.arenas:
+            self.arena_of.update((b, a) for b in a.offsets)
+        rest = [t for t in lifetimes if t.name not in self.arena_of]
+        before = peak_of_spans((t.start, t.end, t.size) for t in lifetimes)
+        after = peak_of_spans([*((t.start, t.end, t.size) for t in rest),
+                               *((a.first, a.last, a.nbytes) for a in self.arenas)])
+        self.arena_peak_delta = after - before
+        return rest
 
     def ref(self, t: Any) -> Any:
         """An argument tree with buffers as Refs (a view's View line emitted once per step) and
@@ -319,6 +365,14 @@ class _Builder:
             self.lines.append(Reuse(buf.name, donor, size, stride))
             self.live_storage[buf.name] = self.live_storage.pop(donor)
             return True
+        arena = self.arena_of.get(buf.name)
+        if arena is not None:
+            if arena.name not in self.live_storage:
+                self.lines.append(Arena(arena.name, arena.nbytes, arena.device, arena.dtypes))
+                self.live_storage[arena.name] = arena.name
+            self.lines.append(Place(buf.name, arena.name, arena.offsets[buf.name], size, stride, buf.layout.dtype))
+            self.live_storage[buf.name] = buf.name
+            return False
         self.lines.append(Allocate(buf.name, size, stride, buf.layout.dtype, buf.layout.device))
         self.live_storage[buf.name] = buf.name
         return False
@@ -346,6 +400,11 @@ class _Builder:
             if b in self.live_storage or b in self.inputs:
                 self.lines.append(Free(b))
                 self.live_storage.pop(b, None)
+        for a in self.arenas:
+            if a.last == i:  # its last buffer died at this step
+                self.lines.extend(Free(arena_view(a.name, d)) for d in a.dtypes)
+                self.lines.append(Free(a.name))
+                self.live_storage.pop(a.name, None)
 
     def kernel_step(self, st: KernelGroup | Scatter) -> None:
         """Place the outputs, then launch the group's kernel (a Scatter: its init copy, unless it

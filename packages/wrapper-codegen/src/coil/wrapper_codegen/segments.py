@@ -29,11 +29,13 @@ from typing import Any
 import sympy
 from coil.wrapper_codegen.lines import (
     Allocate,
+    Arena,
     CheckInput,
     ExternCall,
     Free,
     KernelCall,
     Line,
+    Place,
     Ref,
     Return,
     Reuse,
@@ -41,6 +43,7 @@ from coil.wrapper_codegen.lines import (
     Track,
     Unpack,
     View,
+    arena_view,
 )
 from coil.wrapper_codegen.plan import WrapperProgram
 
@@ -91,6 +94,10 @@ def uses_and_defs(line: Line) -> tuple[list[str], list[str], list[str]]:
         return [line.name], [], []
     if isinstance(line, Allocate):
         return [], [line.name], []
+    if isinstance(line, Arena):
+        return [], [line.name, *(arena_view(line.name, d) for d in line.dtypes)], []
+    if isinstance(line, Place):
+        return [arena_view(line.arena, line.dtype)], [line.name], []
     if isinstance(line, Reuse):
         return [line.donor], [line.name], [line.donor]
     if isinstance(line, Free):

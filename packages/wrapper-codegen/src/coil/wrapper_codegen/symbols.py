@@ -14,16 +14,19 @@ from typing import Any
 import sympy
 from coil.wrapper_codegen.lines import (
     Allocate,
+    Arena,
     CheckInput,
     ExternCall,
     KernelCall,
     Line,
+    Place,
     Ref,
     Return,
     Reuse,
     SizeOf,
     Unpack,
     View,
+    arena_view,
 )
 
 __all__ = ["DynamicShapeError", "check_bound"]
@@ -36,7 +39,7 @@ class DynamicShapeError(NotImplementedError):
 def _line_symbols(line: Line) -> set[str]:
     """Names of the size symbols `line` uses."""
     fields: list[Any] = []
-    if isinstance(line, CheckInput | Allocate | Reuse):
+    if isinstance(line, CheckInput | Allocate | Reuse | Place):
         fields = [line.size, line.stride]
     elif isinstance(line, View):
         fields = [line.size, line.stride, line.offset]
@@ -63,8 +66,10 @@ def _bound_names(line: Line) -> set[str]:
     """The wrapper variables `line` binds."""
     if isinstance(line, Unpack):
         return {n for n in line.names if n is not None}
-    if isinstance(line, SizeOf | Allocate | Reuse | View):
+    if isinstance(line, SizeOf | Allocate | Reuse | View | Place):
         return {line.name}
+    if isinstance(line, Arena):
+        return {line.name, *(arena_view(line.name, d) for d in line.dtypes)}
     if isinstance(line, ExternCall):
         names: set[str] = set()
 

@@ -8,6 +8,7 @@ hand on, free or use buffers, for a run-time tracker to check against the memory
 | Unpack     | after: `begin()`                                                       |
 | Allocate   | after: `alloc(name)`                                                   |
 | Reuse      | after: `reuse(name, donor)`                                            |
+| Place      | after: `place(name, arena)` (the emitters pass the two tensors too)    |
 | Free       | before: `free(name)`                                                   |
 | ExternCall | after: `alloc(result)` per named result (sorted), then `stepped()`     |
 | KernelCall | after: `stepped()`                                                     |
@@ -29,6 +30,7 @@ from coil.wrapper_codegen.lines import (
     Free,
     KernelCall,
     Line,
+    Place,
     Ref,
     Return,
     Reuse,
@@ -56,6 +58,8 @@ def _around(line: Line) -> tuple[list[Line], list[Line]]:
         return [], [Track("alloc", (line.name,))]
     if isinstance(line, Reuse):
         return [], [Track("reuse", (line.name, line.donor))]
+    if isinstance(line, Place):
+        return [], [Track("place", (line.name, line.arena))]
     if isinstance(line, Free):
         return [Track("free", (line.name,))], []
     if isinstance(line, ExternCall):
