@@ -9,7 +9,7 @@ import pytest
 import torch
 from coil.backend import COMPILED, CoilCheckError
 from coil.knobs import knobs
-from coil.wrapper_codegen import Allocate, Free, WrapperProgram
+from coil.wrapper_codegen import Allocate, Free, Place, WrapperProgram
 
 
 def _chain(x: torch.Tensor) -> torch.Tensor:
@@ -45,6 +45,46 @@ def test_injected_lifecycle_violation_is_caught(monkeypatch: pytest.MonkeyPatch,
     with knobs.override(check_lifetimes=True, fusion=False, reuse=False, fallback_on_error=False), \
             pytest.raises(CoilCheckError, match="memory lifecycle: allocated but never freed nor returned: buf"):
         torch.compile(_chain, backend="coil")(x)
+
+
+def _two_live(x: torch.Tensor) -> torch.Tensor:
+    # two transposed copies live together until their product's sum: both placed in the arena
+    a = x.t().contiguous() * 2.0
+    b = (x + 1.0).t().contiguous()
+    return (torch.softmax(a, -1) * torch.softmax(b, -1)).sum(-1)
+
+
+def test_lifetimes_hold_with_buffers_placed_in_an_arena(device: torch.device) -> None:
+    x = torch.randn(16, 8, device=device)
+    with knobs.override(check_lifetimes=True, fusion=False, arena=True, fallback_on_error=False):
+        out = torch.compile(_two_live, backend="coil")(x)
+    torch.testing.assert_close(out, _two_live(x))
+    assert "_coil_track.place(" in COMPILED[-1].wrapper_source
+    assert COMPILED[-1].arena_bytes and all(n >= bound for n, bound in COMPILED[-1].arena_bytes)
+
+
+@pytest.mark.parametrize("where", ["plan", "lines"])
+def test_arena_placement_violation_is_caught(monkeypatch: pytest.MonkeyPatch, device: torch.device,
+                                             where: str) -> None:
+    """Every buffer moved to byte 0: in the lines only, the address differs from the plan; in the
+    plan and the lines alike, two live buffers share bytes. The tracker names either."""
+    real_build = backend_compile.build
+
+    def crowded_build(*args: Any, **kwargs: Any) -> WrapperProgram:
+        program = real_build(*args, **kwargs)
+        program.lines = [Place(ln.name, ln.arena, 0, ln.size, ln.stride, ln.dtype) if isinstance(ln, Place) else ln
+                         for ln in program.lines]
+        if where == "plan":
+            for a in program.arenas:
+                a.offsets.update(dict.fromkeys(a.offsets, 0))
+        return program
+
+    monkeypatch.setattr(backend_compile, "build", crowded_build)
+    x = torch.randn(16, 8, device=device)
+    message = "is placed over bytes of buf" if where == "plan" else "the plan says byte"
+    with knobs.override(check_lifetimes=True, fusion=False, arena=True, fallback_on_error=False), \
+            pytest.raises(CoilCheckError, match=message):
+        torch.compile(_two_live, backend="coil")(x)
 
 
 def _embed(w: torch.Tensor, i: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,8 @@ class GraphStats:
     kernel_sources: dict[str, str] = field(default_factory=dict)
     wrapper_source: str = ""
     reused_buffers: int = 0
+    # per arena (COIL_ARENA): its bytes and the live-set lower bound of the buffers packed in it
+    arena_bytes: list[tuple[int, int]] = field(default_factory=list)
     planned_peak: tuple[int, int] | None = None  # planner-model peak bytes: fused order, order used
     # bytes of the graph inputs and constants the planner counts live throughout: part of both
     # planned_peak figures (coil.backend.debug.peaks says what the prediction counts)

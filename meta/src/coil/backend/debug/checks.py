@@ -3,9 +3,10 @@
 - COIL_CHECK_NAN: `check_outputs` raises when a graph output holds NaN or Inf.
 - COIL_CHECK_LIFETIMES: the wrapper is emitted from `coil.wrapper_codegen.track_lifetimes(lines)`,
   whose Track lines call a `LifetimeTracker` (the wrapper's `TRACKER` global), which checks every
-  Allocate/Reuse/Free against the buffer lifetimes derived from the schedule (independently of
-  the wrapper builder) and, before the wrapper returns, that every allocated buffer was freed or
-  is returned.
+  Allocate/Reuse/Place/Free against the buffer lifetimes derived from the schedule (independently
+  of the wrapper builder), each placed buffer's address against its arena's plan and against the
+  bytes of the placed buffers still live, and, before the wrapper returns, that every allocated
+  buffer was freed or is returned.
 
 COIL_DEBUG_ASSERTS is not here: triton-codegen emits the bounds asserts
 (`CodegenOptions(debug_asserts=True)`) and coil.runtime compiles such kernels in Triton's debug
@@ -49,17 +50,21 @@ class LifetimeTracker:
     a dead buffer's storage) must appear just before its writer step `first` (an extern's result:
     when its step runs) and, unless it is
     returned, be freed (Free, or handed on by Reuse) right after its last reader step `last`.
+    A buffer placed in an arena (Place; `placed` maps it to its arena and byte offset) must sit at
+    that offset of that arena and share no byte with a placed buffer still live.
     """
 
     def __init__(self, graph: str, spans: Sequence[Span], returned: set[str],
-                 storage: dict[str, str] | None = None) -> None:
+                 storage: dict[str, str] | None = None, placed: dict[str, tuple[str, int]] | None = None) -> None:
         self.graph = graph
         self.spans = {s.name: s for s in spans}
         self.returned = returned
         # donor -> the buffer the reuse plan hands its storage to
         self.taker = {d: b for b, d in (storage or {}).items() if d != b}
+        self.placed = placed or {}
         self.step = 0
         self.live: set[str] = set()
+        self.bytes: dict[str, tuple[int, int]] = {}  # live placed buffer -> [start, end) address
 
     def _fail(self, message: str) -> None:
         raise CoilCheckError(self.graph, f"memory lifecycle: {message} (COIL_CHECK_LIFETIMES)")
@@ -67,6 +72,7 @@ class LifetimeTracker:
     def begin(self) -> None:
         self.step = 0
         self.live = set()
+        self.bytes = {}
 
     def _born(self, name: str) -> None:
         span = self.spans.get(name)
@@ -80,6 +86,21 @@ class LifetimeTracker:
         if name in self.spans:  # an extern's unused results are not planned
             self._born(name)
 
+    def place(self, name: str, arena: str, tensor: torch.Tensor, arena_tensor: torch.Tensor) -> None:
+        planned = self.placed.get(name)
+        offset = tensor.data_ptr() - arena_tensor.data_ptr()
+        if planned is None:
+            self._fail(f"{name} is placed in {arena} but the arena plan has no such buffer")
+        elif planned != (arena, offset):
+            self._fail(f"{name} is placed at byte {offset} of {arena}, the plan says byte {planned[1]} of {planned[0]}")
+        start = tensor.data_ptr()
+        end = start + self.spans[name].nbytes if name in self.spans else start
+        for other, (lo, hi) in self.bytes.items():
+            if other in self.live and lo < end and start < hi:
+                self._fail(f"{name} is placed over bytes of {other}, which is live until step {self.spans[other].last}")
+        self._born(name)
+        self.bytes[name] = (start, end)
+
     def reuse(self, name: str, donor: str) -> None:
         span = self.spans.get(donor)
         if donor not in self.live or span is None:
@@ -89,6 +110,8 @@ class LifetimeTracker:
                        f"but {donor} is needed until step {span.last}")
         self.live.discard(donor)
         self._born(name)
+        if donor in self.bytes:  # an in-place scatter's output holds its placed base's bytes
+            self.bytes[name] = self.bytes.pop(donor)
 
     def free(self, name: str) -> None:
         span = self.spans.get(name)
@@ -101,6 +124,7 @@ class LifetimeTracker:
         elif span.last != self.step - 1:
             self._fail(f"{name} freed after step {self.step - 1}, the plan frees it after step {span.last}")
         self.live.discard(name)
+        self.bytes.pop(name, None)
 
     def _why(self, name: str) -> str:
         if name in self.taker:

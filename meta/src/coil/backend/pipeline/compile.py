@@ -298,7 +298,7 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
                          functools.partial(regenerate, strategy="persistent", reread=True))
     launches = {s.name: KernelLaunch(s.name, s.pointer_args, s.size_args, s.grid) for s in sources}
     program: WrapperProgram = _stage(stats, "wrapper codegen", build, sched, launches, reuse=knobs.reuse,
-                                     check_inputs=check_inputs)
+                                     check_inputs=check_inputs, arena=knobs.arena)
     out.memory_plan(sched, program)
     segments = None if knobs.check_lifetimes else split_segments(program)  # CUDA-graph segments
     lines, table = program.lines, None
@@ -312,7 +312,8 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
     if knobs.check_lifetimes:  # Track lines report every allocation, free and step to the tracker
         lines = _stage(stats, "lifetime tracking", track_lifetimes, lines)
         namespace[TRACKER] = LifetimeTracker(
-            name, spans(sched), returned_storage(program.lines), dict(program.reuse.storage) if program.reuse else None)
+            name, spans(sched), returned_storage(program.lines), dict(program.reuse.storage) if program.reuse else None,
+            {b: (a.name, off) for a in program.arenas for b, off in a.offsets.items()})
     source: str = _stage(stats, "wrapper codegen", emit_python, lines, [s.name for s in sources],
                          sorted(program.constants), name, segments=segments, indirect=table)
     out.wrapper(source)
@@ -438,7 +439,8 @@ def load_portable(kind: str, cached: graph_cache.CachedGraph, constants: dict[st
 
 
 # GraphStats fields a graph-cache entry keeps (kernel_sources and wrapper_source come with the code)
-_CACHED_STATS = ("ir_ops", "kernels", "externs", "fallbacks", "kernel_origins", "reused_buffers", "planned_peak",
+_CACHED_STATS = ("ir_ops", "kernels", "externs", "fallbacks", "kernel_origins", "reused_buffers", "arena_bytes",
+                 "planned_peak",
                  "planned_inputs", "output_strides", "autotuned", "autotune_switched", "autotune_choices")
 
 
@@ -475,8 +477,9 @@ def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: 
     stats.wrapper_source = source
     if program.reuse is not None:
         stats.reused_buffers = sum(1 for b, d in program.reuse.storage.items() if b != d)
-    if sched.order is not None:
-        stats.planned_peak = (sched.order.baseline_peak, sched.order.peak)
+    stats.arena_bytes = [(a.nbytes, a.lower_bound) for a in program.arenas]
+    if sched.order is not None:  # an arena is held whole over its span: what that adds is the wrapper's
+        stats.planned_peak = (sched.order.baseline_peak, sched.order.peak + program.arena_peak_delta)
         stats.planned_inputs = sched.order.inputs
 
 
