@@ -52,15 +52,30 @@ def test_random_plans_never_share_bytes_between_live_buffers(seed: int) -> None:
         buffers.append(ArenaBuffer(f"b{k}", rng.choice([1, 4, 100, 1000, 4096, 10**5]), first,
                                    first + rng.randint(0, 8), rng.choice(devices), torch.float32))
     plans = plan_arenas(buffers)
-    assert sorted(str(p.device) for p in plans) == sorted({str(b.device) for b in buffers})
+    placed = [name for p in plans for name in p.offsets]
+    assert len(placed) == len(set(placed))  # a buffer is in one arena at most
     for p in plans:
-        mine = [b for b in buffers if str(b.device) == str(p.device)]
-        assert set(p.offsets) == {b.name for b in mine}
+        mine = [b for b in buffers if b.name in p.offsets]
+        assert all(str(b.device) == str(p.device) for b in mine)
         assert not _overlapping_pairs(mine, p.offsets)
         assert all(off % ALIGNMENT == 0 for off in p.offsets.values())
         assert p.nbytes % ALIGNMENT == 0 and p.nbytes >= max(p.offsets[b.name] + b.nbytes for b in mine)
         assert p.nbytes >= p.lower_bound == peak_of_spans((b.first, b.last, b.nbytes) for b in mine)
         assert (p.first, p.last) == (min(b.first for b in mine), max(b.last for b in mine))
+
+
+def test_windows_end_where_their_peak_has_passed() -> None:
+    cpu = torch.device("cpu")
+    big = ArenaBuffer("big", 1 << 20, 0, 2, cpu, torch.float32)  # a large scratch buffer, early
+    small = [ArenaBuffer(f"s{k}", 4096, 3 + k, 4 + k, cpu, torch.float32) for k in range(6)]
+    bridge = ArenaBuffer("bridge", 256, 1, 8, cpu, torch.float32)  # a small buffer read much later
+    plans = plan_arenas([big, *small, bridge])
+    by_buffer = {b: p for p in plans for b in p.offsets}
+    assert "bridge" not in by_buffer  # it crosses the cut after the big buffer's window
+    assert by_buffer["big"].last == 2 and by_buffer["big"].nbytes == 1 << 20
+    later = {by_buffer[b.name].name for b in small}
+    assert by_buffer["big"].name not in later
+    assert all(by_buffer[b.name].nbytes <= 2 * 4096 for b in small)  # never as large as the early one
 
 
 def test_peak_of_spans_is_the_largest_step_sum() -> None:
@@ -102,10 +117,9 @@ def test_places_are_the_plans_offsets_and_only_internal_static_stores(wr: Any, n
     assert set(places) == {b for a in prog.arenas for b in a.offsets}
     stores = {w for k in s.kernels() for w in k.stores}
     returned = {o.storage.name for o in s.graph.outputs if hasattr(o, "storage")}
-    assert set(places) <= stores - returned
-    # every other store of static size that dies in the call is placed, not allocated
+    assert places and set(places) <= stores - returned
     allocated = {ln.name for ln in prog.lines if isinstance(ln, Allocate)}
-    assert not (allocated & stores) - returned, "an internal store was allocated outside the arena"
+    assert not allocated & set(places)
 
 
 def test_arena_lives_from_its_first_buffer_to_its_last_ones_last_step(wr: Any) -> None:
