@@ -56,9 +56,11 @@ class Knobs(Registry):
     reuse = Knob("COIL_REUSE", BOOL, True, owner=BACKEND, meaning=(
         "a buffer takes a dead buffer's storage when that does not raise the peak (memory "
         "planner, reuse mode)"))
-    arena = Knob("COIL_ARENA", BOOL, True, owner=BACKEND, meaning=(
+    arena = Knob("COIL_ARENA", BOOL, False, owner=BACKEND, meaning=(
         "with reuse, the buffers a graph's kernels write and nothing outside the call sees live at "
-        "offsets the memory planner packed in one allocation per device, made once per call"))
+        "offsets the memory planner packed in arenas, one allocation per window of steps, made each "
+        "call; off by default: on the H200 it raised reserved memory and lost time "
+        "(docs/perf.md, \"Memory planner\")"))
     reduction_strategy = Knob("COIL_REDUCTION_STRATEGY", STR, "auto", owner=BACKEND, meaning=(
         "auto, persistent, looped or outer: the strategy of every reduction kernel; auto picks one "
         "per kernel (packages/triton-codegen/README.md)"))
