@@ -121,6 +121,9 @@ def test_a_cpu_graph_records_no_peak_and_its_planned_inputs_also_from_the_cache(
         assert (s.measured_peak, s.measured_calls) == (None, 0)  # Triton's interpreter: no allocator
         assert s.planned_peak is not None and s.planned_inputs == x.nbytes + w.nbytes
         assert s.planned_growth == s.planned_peak[1] - s.planned_inputs >= 8 * 4 + 16 * 4  # its outputs at least
+        step_bytes, inputs = s.planned_profile  # the order in detail, also from the cache
+        assert max(step_bytes) + s.planned_inputs == s.planned_peak[1]
+        assert sorted((k, n) for k, n, _ in inputs) == [(0, x.nbytes), (1, w.nbytes)]
 
 
 def _stats() -> list[GraphStats]:
@@ -210,3 +213,43 @@ def test_check_switches_measuring_on_for_its_calls_only() -> None:
     with pytest.raises(RuntimeError):
         planned_peaks.check(fails)
     assert peaks.ON is False
+
+
+def test_planned_growth_of_a_call_against_every_step_by_hand() -> None:
+    import random
+
+    rng = random.Random(3)
+    for _ in range(200):
+        n = rng.randint(1, 8)
+        step_bytes = [rng.randint(0, 100) for _ in range(n)]
+        inputs = [(k, rng.randint(1, 50), rng.randint(0, n - 1)) for k in range(rng.randint(0, 4))]
+        released = {k for k, _, _ in inputs if rng.random() < 0.5}
+        want = max([0] + [live - sum(b for k, b, last in inputs if k in released and last < t)
+                          for t, live in enumerate(step_bytes)])
+        assert peaks.planned_growth_of((step_bytes, inputs), released) == want
+    # nothing released: the written bytes' own peak; an input read first only frees later steps
+    assert peaks.planned_growth_of(([5, 9, 4], [(0, 3, 0)]), set()) == 9
+    assert peaks.planned_growth_of(([5, 9, 4], [(0, 3, 0)]), {0}) == 6
+
+
+def test_released_inputs_are_those_the_argument_list_alone_holds() -> None:
+    kept = torch.randn(4)
+    base = torch.randn(8)
+    args: list[Any] = [torch.randn(4), kept, base[:4], torch.randn(3), 7]
+    alias = args[3].view(3)  # another tensor over the same storage
+    assert peaks.released_inputs(args, [0, 1, 2, 3, 4]) == {0}
+    del alias
+    assert peaks.released_inputs(args, [0, 3]) == {0, 3}
+
+
+def test_a_measured_call_is_planned_with_the_inputs_it_releases(monkeypatch: pytest.MonkeyPatch,
+                                                                switch: Any) -> None:
+    alloc = FakeAllocator(1000)
+    alloc.install(monkeypatch)
+    # steps write 40, 90, 60 bytes live; input 0 (20 B) is last read at step 0, input 1 (30 B) at step 2
+    stats = GraphStats("g", planned_profile=([40, 90, 60], [(0, 20, 0), (1, 30, 2)]))
+    held = torch.zeros(1)
+    peaks.measured_call(alloc.graph(70, 0), [torch.zeros(5), held], stats, torch.device("cuda", 0))
+    assert (stats.measured_peak, stats.measured_planned, stats.measured_released) == (70, 70, 20)
+    rows = planned_peaks.graph_rows([stats])
+    assert rows[0]["planned_bytes"] == 70 and rows[0]["within"] and rows[0]["released_bytes"] == 20

@@ -25,11 +25,20 @@ class GraphStats:
     # bytes of the graph inputs and constants the planner counts live throughout: part of both
     # planned_peak figures (coil.backend.debug.peaks says what the prediction counts)
     planned_inputs: int | None = None
+    # the order used in detail (scheduler OrderReport.step_bytes, input_last): bytes of written
+    # buffers live at each step, and per graph input some step reads (its position in the boxed
+    # arguments, bytes, last step reading it); a call's peak given which inputs it releases
+    planned_profile: tuple[list[int], list[tuple[int, int, int]]] | None = None
     # the largest allocated peak of a call over the memory allocated before it (bytes, returned
     # outputs included) among the first calls measured under coil.backend.measure_peaks(True);
     # None: never measured (switch off, CPU, or CUDA-graph replay); `measured_calls` counts them
     measured_peak: int | None = None
     measured_calls: int = 0
+    # the planned growth of the measured call with the largest peak, counting the inputs that call
+    # released after their last read (nobody else held them: a backward's saved activations), and
+    # how many bytes of inputs that was (coil.backend.debug.peaks)
+    measured_planned: int | None = None
+    measured_released: int = 0
     # set when the graph runs eagerly after a compile error: its own, or (it then says so) that
     # of another graph of its Dynamo graph, which then runs whole (coil.backend.pipeline.fallback)
     eager_fallback: str | None = None

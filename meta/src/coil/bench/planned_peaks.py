@@ -4,7 +4,9 @@ In the `coil_nocg` mode of a model case (CUDA graphs off: graphs run as plain la
 allocate as they go), `check(step)` runs `MEASURED_CALLS` warm steps with
 `coil.backend.measure_peaks` on, then compares each graph coil compiled in the process
 (`graph_rows`): planned, the planner's peak of the order the wrapper runs less the graph's
-inputs (`GraphStats.planned_growth`: what a call adds to the memory held before it); measured,
+inputs, counting the inputs the measured call released after their last read as freed there
+(`GraphStats.measured_planned`; `planned_growth`, which keeps every input, where the graph has no
+profile of its order): what a call adds to the memory held before it; measured,
 the largest allocated peak of those calls over the memory allocated before each
 (`GraphStats.measured_peak`, returned outputs included); and measured / planned.
 coil.backend.debug.peaks says exactly what the prediction counts and what it leaves out.
@@ -46,17 +48,21 @@ def check(step: Callable[[], object], calls: int = MEASURED_CALLS) -> dict[str, 
 
 
 def graph_rows(stats: Sequence[GraphStats]) -> list[dict[str, Any]]:
-    """One row per graph: `graph`, `planned_bytes` (`planned_growth`), `inputs_bytes`
-    (`planned_inputs`), `measured_bytes` (`measured_peak`), the same three in MiB, `ratio`
+    """One row per graph: `graph`, `planned_bytes` (`measured_planned`, else `planned_growth`),
+    `inputs_bytes` (`planned_inputs`), `released_bytes` (`measured_released`: the inputs the
+    measured call freed after their last read), `measured_bytes` (`measured_peak`), the same four
+    in MiB, `ratio`
     (measured / planned; None when a figure is missing or planned is 0 with measured not), and
     `within` (|measured - planned| < TOLERANCE * planned, or equal; None when a figure is missing).
     A row without both figures says why in `missing`."""
     rows = []
     for s in stats:
-        planned, measured = s.planned_growth, s.measured_peak
+        planned = s.measured_planned if s.measured_planned is not None else s.planned_growth
+        measured = s.measured_peak
         row: dict[str, Any] = {"graph": s.name, "planned_bytes": planned, "inputs_bytes": s.planned_inputs,
-                               "measured_bytes": measured, "planned_mib": _mib(planned),
-                               "inputs_mib": _mib(s.planned_inputs), "measured_mib": _mib(measured),
+                               "released_bytes": s.measured_released, "measured_bytes": measured,
+                               "planned_mib": _mib(planned), "inputs_mib": _mib(s.planned_inputs),
+                               "released_mib": _mib(s.measured_released), "measured_mib": _mib(measured),
                                "ratio": None, "within": None}
         if s.eager_fallback is not None:
             row["missing"] = "ran eagerly after a compile error"
@@ -100,13 +106,14 @@ def table(cases: dict[str, dict[str, Any]]) -> list[str]:
     checks = _checks(cases)
     if not checks:
         return []
-    out = ["| case | graph | planned MiB | measured MiB | measured / planned | inputs MiB |",
-           "|---|---|---|---|---|---|"]
+    out = ["| case | graph | planned MiB | measured MiB | measured / planned | inputs MiB | released MiB |",
+           "|---|---|---|---|---|---|---|"]
     for name, pc in checks.items():
         for g in pc.get("graphs", []):
             ratio = _cell(g.get("ratio"), ".3f") if "missing" not in g else g["missing"]
             out.append(f"| {name} | {g.get('graph')} | {_cell(g.get('planned_mib'), '.2f')} "
-                       f"| {_cell(g.get('measured_mib'), '.2f')} | {ratio} | {_cell(g.get('inputs_mib'), '.2f')} |")
+                       f"| {_cell(g.get('measured_mib'), '.2f')} | {ratio} | {_cell(g.get('inputs_mib'), '.2f')} "
+                       f"| {_cell(g.get('released_mib'), '.2f')} |")
     return out
 
 

@@ -129,7 +129,8 @@ def render(report: dict[str, Any]) -> str:
     peaks = planned_peaks.table(cases)
     if peaks:
         lines += [f"Planned vs measured peak ({planned_peaks.MODE}): planned, the memory planner's peak of the "
-                  "order coil runs less the graph's inputs; measured, the largest allocated peak of "
+                  "order coil runs less the graph's inputs, the inputs the call released (nothing else held "
+                  "them) freed after their last read; measured, the largest allocated peak of "
                   "warm calls over the memory allocated before the call (outputs included):", ""]
         lines += [*peaks, ""]
     if any(r.get("kind") == "micro" and "skipped" not in r for r in cases.values()):

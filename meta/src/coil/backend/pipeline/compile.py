@@ -39,7 +39,7 @@ from coil.fx_passes import GRAPH_KIND, adopt_input_strides, run_post_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
 from coil.fx_passes.passes.pad_mm import PADDED_OUTPUTS
 from coil.knobs import knobs
-from coil.lowering_ir import LoweredGraph, Pointwise, Reduction, SplitRule, lower
+from coil.lowering_ir import InputBuffer, LoweredGraph, Pointwise, Reduction, SplitRule, lower
 from coil.lowering_ir.devices import graph_device
 from coil.runtime import (
     KernelSpec,
@@ -409,7 +409,11 @@ def _from_cache(name: str, stats: GraphStats, cached: graph_cache.CachedGraph,
         return None
     for field, value in cached.stats.items():
         if field in _CACHED_STATS:
-            setattr(stats, field, tuple(value) if field == "planned_peak" and value is not None else value)
+            if value is not None and field == "planned_peak":
+                value = tuple(value)
+            elif value is not None and field == "planned_profile":  # JSON lists back to the tuple form
+                value = (list(value[0]), [(int(i), int(n), int(t)) for i, n, t in value[1]])
+            setattr(stats, field, value)
     stats.kernel_sources = {s.name: s.source for s in cached.specs}
     stats.wrapper_source = wrapper
     log.info("compiled %s from the %s: %d kernels, %d externs", name, origin, stats.kernels, stats.externs)
@@ -441,7 +445,7 @@ def load_portable(kind: str, cached: graph_cache.CachedGraph, constants: dict[st
 # GraphStats fields a graph-cache entry keeps (kernel_sources and wrapper_source come with the code)
 _CACHED_STATS = ("ir_ops", "kernels", "externs", "fallbacks", "kernel_origins", "reused_buffers", "arena_bytes",
                  "planned_peak",
-                 "planned_inputs", "output_strides", "autotuned", "autotune_switched", "autotune_choices")
+                 "planned_inputs", "planned_profile", "output_strides", "autotuned", "autotune_switched", "autotune_choices")
 
 
 def _cached_stats(stats: GraphStats) -> dict[str, Any]:
@@ -481,6 +485,11 @@ def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: 
     if sched.order is not None:  # an arena is held whole over its span: what that adds is the wrapper's
         stats.planned_peak = (sched.order.baseline_peak, sched.order.peak + program.arena_peak_delta)
         stats.planned_inputs = sched.order.inputs
+        position = {b.name: k for k, b in enumerate(lowered.inputs) if isinstance(b, InputBuffer)}
+        if sched.order.step_bytes and not program.arenas:  # the profile does not model arenas
+            stats.planned_profile = (list(sched.order.step_bytes),
+                                     [(position[n], size, last) for n, size, last in sched.order.input_last
+                                      if n in position])
 
 
 def _boxed(fn: Callable[[list[Any]], Any], check_nan: str | None = None,

@@ -43,7 +43,7 @@ from coil.lowering_ir import (
 from coil.memory_planner import peak_of_order
 from coil.scheduler.canonical import LoopOrder, syms
 from coil.scheduler.group import FusionIllegal, KernelGroup, _same, plan
-from coil.scheduler.ordering import OrderReport, planner_graph, step_reads
+from coil.scheduler.ordering import OrderReport, planner_graph, profile, step_reads
 from coil.scheduler.schedule import Schedule, Step, output_buffers
 
 aten = torch.ops.aten
@@ -338,6 +338,9 @@ def with_matmul_templates(sched: Schedule, chosen: Sequence[MatmulCandidate]) ->
     order = sched.order
     if order is not None and chosen:
         pg = planner_graph(steps, sched.graph, output_buffers(sched.graph.outputs))
-        peak = peak_of_order(pg, range(len(steps))) if pg is not None else order.peak
-        order = OrderReport(order.baseline_peak, peak, f"{order.method} + matmul templates", order.inputs)
+        if pg is None:
+            order = OrderReport(order.baseline_peak, order.peak, f"{order.method} + matmul templates", order.inputs)
+        else:
+            order = OrderReport(order.baseline_peak, peak_of_order(pg, range(len(steps))),
+                                f"{order.method} + matmul templates", order.inputs, *profile(pg, range(len(steps))))
     return Schedule(sched.graph, steps, sched.log, order)

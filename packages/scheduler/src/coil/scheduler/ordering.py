@@ -19,7 +19,7 @@ from coil.lowering_ir.nodes import used_symbols
 from coil.memory_planner import Buffer as PBuffer
 from coil.memory_planner import Graph as PGraph
 from coil.memory_planner import Node as PNode
-from coil.memory_planner import best_order
+from coil.memory_planner import best_order, live_bytes_per_step
 from coil.scheduler.group import KernelGroup
 
 StepT = KernelGroup | ExternKernel | Scatter
@@ -29,12 +29,31 @@ StepT = KernelGroup | ExternKernel | Scatter
 class OrderReport:
     """Peaks (bytes, planner model) of the fused order and of the order used; `inputs`: the bytes
     of the graph inputs and constants some step reads, live for the whole call and so part of
-    both peaks."""
+    both peaks. The order used in detail (`profile`): `step_bytes[t]`, the bytes of the buffers
+    the steps write that are live while step t runs; `input_last`, per input or constant some
+    step reads, (name, bytes, the last step reading it), so a caller that knows which inputs the
+    call releases after their last read can tell the peak of that call."""
 
     baseline_peak: int
     peak: int
     method: str
     inputs: int
+    step_bytes: tuple[int, ...] = ()
+    input_last: tuple[tuple[str, int, int], ...] = ()
+
+
+def profile(pg: PGraph, order: Sequence[int]) -> tuple[tuple[int, ...], tuple[tuple[str, int, int], ...]]:
+    """`OrderReport.step_bytes` and `input_last` of the planner graph `pg` run in `order` (node
+    indices)."""
+    base = input_bytes(pg)
+    step_bytes = tuple(b - base for b in live_bytes_per_step(pg, order))
+    pos = {v: k for k, v in enumerate(order)}
+    last: dict[str, int] = {}
+    for v, node in enumerate(pg.nodes):
+        for r in node.reads:
+            last[r] = max(last.get(r, -1), pos[v])
+    inputs = tuple((b.name, b.size, last[b.name]) for b in pg.buffers if b.input and b.name in last)
+    return step_bytes, inputs
 
 
 def step_reads(st: StepT) -> list[str]:
@@ -133,7 +152,8 @@ def order_steps(steps: Sequence[StepT], graph: LoweredGraph, outputs: set[str],
     if pg is None:
         return list(steps), None  # symbolic sizes: keep the fused order
     res = best_order(pg, time_limit=time_limit)
-    report = OrderReport(res.baseline_peak, min(res.peak, res.baseline_peak), res.method, input_bytes(pg))
-    if res.peak >= res.baseline_peak:
-        return list(steps), report
-    return [steps[int(n[1:])] for n in res.order], report
+    taken = res.peak < res.baseline_peak
+    used = [int(n[1:]) for n in res.order] if taken else list(range(len(steps)))
+    report = OrderReport(res.baseline_peak, min(res.peak, res.baseline_peak), res.method, input_bytes(pg),
+                         *profile(pg, used))
+    return [steps[i] for i in used], report
