@@ -383,7 +383,15 @@ def test_config_rule() -> None:
     with_dbias = backward_config(64, 512, 512, torch.bfloat16, AttentionVariant(bias_grad=True))
     assert with_dbias.dkdv.block_n == 64 and with_dbias.dq.block_m == 128
     masked = AttentionVariant(has_keep=True)
-    assert forward_config(64, 512, 512, torch.bfloat16, masked).num_warps == 8
+    assert forward_config(64, 512, 512, torch.bfloat16, masked) == TileConfig(128, 64, 8, 3)  # keep masks: not swept
+    bias = AttentionVariant(has_bias=True)
+    assert forward_config(64, 512, 512, torch.bfloat16, bias) == TileConfig(128, 64, 4, 2)  # the sweep's winner
+    causal = AttentionVariant(causal=True)
+    assert forward_config(64, 4096, 4096, torch.bfloat16, causal) == TileConfig(64, 64, 4, 3)  # the sweep's winner
+    windowed = AttentionVariant(causal=True, window=True)  # not swept: the plain rule
+    assert forward_config(64, 4096, 4096, torch.bfloat16, windowed) == TileConfig(128, 64, 4, 3)
+    assert backward_config(64, 4096, 4096, torch.bfloat16, causal) == backward_config(64, 4096, 4096, torch.bfloat16,
+                                                                                       plain)
     with pytest.raises(ValueError, match="power of two"):
         TileConfig(96, 64, 4, 3)
 

@@ -5,13 +5,16 @@ on the head size, the sequence lengths, the dtype and the variant (`forward_conf
 `backward_config`). `benchmarks/attention_bench.py` times the `FORWARD_CANDIDATES` and
 `BACKWARD_CANDIDATES` on a GPU; the rule is the winners of that bench, written down.
 
-The rule (GPU) is the tables below, chosen so that no kernel spills registers (ptxas for sm_90)
-before the bench has spoken. A masked variant (a bias or keep tensor) holds a mask tile beside
-the scores, so it gets more warps or fewer stages:
+The rule (GPU) is the tables below, chosen so that no kernel spills registers (ptxas for sm_90);
+where the bench's tile sweep on the H200 has spoken (`--cases padding_bias,causal --passes fwd`:
+docs/perf.md, "Attention kernels"), its winners. A masked variant (a bias or keep tensor) holds a
+mask tile beside the scores, so it gets more warps or fewer stages:
 
     16-bit inputs     forward        dK/dV (keys x queries)   dQ (queries x keys)
     D <= 64           128x64 w4 s3   128x32 w8 s3             128x32 w4 s3
+      causal          64x64 w4 s3    (as above)               (as above)
       masked          128x64 w8 s3   128x32 w8 s3             128x32 w8 s3
+      bias, no keep   128x64 w4 s2   (as masked)              (as masked)
     D <= 128          128x64 w8 s3   128x32 w8 s2             128x32 w8 s2
       masked          128x64 w8 s2   64x32 w8 s1              128x32 w8 s2
     D <= 256          64x64 w8 s2    32x32 w8 s1              64x16 w4 s1
@@ -136,6 +139,20 @@ _TABLE: dict[tuple[bool, bool, int], tuple[TileConfig, TileConfig, TileConfig]] 
 }
 
 
+# the tile sweep's forward winners, 16-bit, by (variant, D bucket): an unmasked causal variant
+# without a window (half of a query block's key tiles are skipped, so smaller query blocks keep
+# more programs busy), and an additive bias without a keep mask
+_SWEPT_FORWARD: dict[tuple[str, int], TileConfig] = {("causal", 64): _t(64, 64, 4, 3), ("bias", 64): _t(128, 64, 4, 2)}
+
+
+def _swept_kind(variant: AttentionVariant) -> str | None:
+    if variant.has_keep or variant.window:
+        return None
+    if variant.has_bias:
+        return "bias"
+    return "causal" if variant.causal else None
+
+
 def _row(d: int, dtype: torch.dtype, variant: AttentionVariant,
          ) -> tuple[TileConfig, TileConfig, TileConfig]:
     bucket = 64 if d <= 64 else 128 if d <= 128 else 256
@@ -158,7 +175,12 @@ def forward_config(d: int, sq: int, sk: int, dtype: torch.dtype, variant: Attent
     docstring)."""
     if interpreted:
         return _INTERPRETED
-    return _fit(_row(d, dtype, variant)[0], sq, sk)
+    config = _row(d, dtype, variant)[0]
+    bucket = 64 if d <= 64 else 128 if d <= 128 else 256
+    kind = _swept_kind(variant)
+    if kind is not None and dtype != torch.float32:
+        config = _SWEPT_FORWARD.get((kind, bucket), config)
+    return _fit(config, sq, sk)
 
 
 def backward_config(d: int, sq: int, sk: int, dtype: torch.dtype, variant: AttentionVariant,
