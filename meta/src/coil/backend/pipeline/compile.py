@@ -444,8 +444,8 @@ def load_portable(kind: str, cached: graph_cache.CachedGraph, constants: dict[st
 
 # GraphStats fields a graph-cache entry keeps (kernel_sources and wrapper_source come with the code)
 _CACHED_STATS = ("ir_ops", "kernels", "externs", "fallbacks", "kernel_origins", "reused_buffers", "arena_bytes",
-                 "planned_peak",
-                 "planned_inputs", "planned_profile", "output_strides", "autotuned", "autotune_switched", "autotune_choices")
+                 "planned_peak", "planned_inputs", "planned_profile", "output_strides", "autotuned", "autotune_switched",
+                 "autotune_choices")
 
 
 def _cached_stats(stats: GraphStats) -> dict[str, Any]:
