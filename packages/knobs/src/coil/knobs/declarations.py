@@ -59,8 +59,8 @@ class Knobs(Registry):
     arena = Knob("COIL_ARENA", BOOL, False, owner=BACKEND, meaning=(
         "with reuse, the buffers a graph's kernels write and nothing outside the call sees live at "
         "offsets the memory planner packed in arenas, one allocation per window of steps, made each "
-        "call; off by default: on the H200 it raised reserved memory and lost time "
-        "(docs/perf.md, \"Memory planner\")"))
+        "call; off by default: measured, it raised reserved memory and won no time (docs/perf.md, "
+        "\"Memory planner\")"))
     reduction_strategy = Knob("COIL_REDUCTION_STRATEGY", STR, "auto", owner=BACKEND, meaning=(
         "auto, persistent, looped or outer: the strategy of every reduction kernel; auto picks one "
         "per kernel (packages/triton-codegen/README.md)"))
