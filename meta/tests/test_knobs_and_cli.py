@@ -35,7 +35,7 @@ def test_unknown_knob_is_an_error() -> None:
     with pytest.raises(AttributeError, match="no knob"):
         _ = knobs.nonexistent
     owned = {name for name, knob in KNOBS.items() if knob.owner == "coil.backend"}
-    assert owned == {"fallback_on_error", "fusion", "fusion_visit_order", "reuse", "reduction_strategy", "cuda_graphs", "order_time", "logs", "debug_dir",
+    assert owned == {"fallback_on_error", "fusion", "fusion_visit_order", "reuse", "arena", "reduction_strategy", "cuda_graphs", "order_time", "logs", "debug_dir",
                           "progress", "check_nan", "check_lifetimes", "debug_asserts", "check_inputs", "graph_cache",
                           "cuda_graphs_training", "cuda_graph_lazy_clones", "indirect_inputs", "recompute_param_casts", "cuda_graph_segments_uncaptured", "aot_cache", "autotune",
                           "autotune_min_bytes", "autotune_extra_min_bytes", "prehash", "frontend_cache",
