@@ -186,9 +186,12 @@ def test_no_arena_when_an_extern_cannot_be_captured(wr: Any) -> None:
 
     s = wr.schedule(fn, torch.randn(6))
     prog = wr.program(s, arena=True)
-    if prog.blockers:
-        assert not prog.arenas
-        assert not any(isinstance(ln, Arena | Place) for ln in prog.lines)
+    assert prog.blockers  # nonzero's extern
+    assert not prog.arenas
+    assert not any(isinstance(ln, Arena | Place) for ln in prog.lines)
+    # a graph with internal buffers and no blocker does get an arena
+    chain, make = GRAPHS["chain"]
+    assert wr.program(wr.schedule(chain, *make(), fusion=False), arena=True).arenas
 
 
 def test_fx_emitter_runs_arena_programs_like_python(wr: Any) -> None:
