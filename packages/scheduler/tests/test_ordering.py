@@ -67,3 +67,25 @@ def test_order_steps_reports_the_planner_graph_peaks(sch) -> None:
     assert report.baseline_peak == peak_of_order(pg, range(len(pg.nodes)))
     assert report.peak <= report.baseline_peak
     assert sorted(map(id, steps)) == sorted(map(id, s.steps))
+
+
+def test_order_report_profiles_the_order_used(sch) -> None:
+    """step_bytes and input_last against the steps returned, counted by hand: a written buffer
+    is live from its writer to its last reader (outputs to the end); an input's last step is the
+    last returned step that reads it."""
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    g = sch.lower(_mutating, x, w)
+    s = schedule(g)
+    outs = output_buffers(g.outputs)
+    steps, report = order_steps(s.steps, g, outs, time_limit=1.0)
+    assert report is not None and len(report.step_bytes) == len(steps)
+    sizes = {n: int(b.layout.storage_extent()) * b.layout.dtype.itemsize for n, b in g.buffers().items()}
+    inputs = {"arg0", "arg1"}
+    first = {b: i for i in reversed(range(len(steps))) for b in step_writes(steps[i])}
+    last = {b: i for i, st in enumerate(steps) for b in step_reads(st)}
+    for t in range(len(steps)):
+        want = sum(sizes[b] for b, f in first.items()
+                   if f <= t <= (len(steps) - 1 if b in outs else max(f, last.get(b, f))))
+        assert report.step_bytes[t] == want, t
+    assert {(n, size, lst) for n, size, lst in report.input_last} == {(n, sizes[n], last[n]) for n in inputs}
+    assert max(report.step_bytes) + report.inputs == report.peak
