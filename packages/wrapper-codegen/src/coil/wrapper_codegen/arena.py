@@ -18,13 +18,13 @@ the arena after its last buffer's last step.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from coil.memory_planner import Block, greedy_by_size, validate_packing
 
-__all__ = ["ALIGNMENT", "ArenaBuffer", "ArenaPlan", "peak_of_spans", "plan_arenas"]
+__all__ = ["ALIGNMENT", "ArenaBuffer", "ArenaPlan", "plan_arenas"]
 
 # every offset and the arena size are multiples of this: any dtype's item size, the 16 bytes
 # Triton's kernels are specialised for, and the 256 that cuBLAS and cuDNN pick their fastest
@@ -120,16 +120,3 @@ def plan_arenas(buffers: Sequence[ArenaBuffer], prefix: str = "arena") -> list[A
                                dict(packing.offsets), packing.lower_bound, min(b.first for b in group),
                                max(b.last for b in group), dtypes))
     return plans
-
-
-def peak_of_spans(spans: Iterable[tuple[int, int, int]]) -> int:
-    """The largest sum of bytes live at one step over `(first, last, nbytes)` spans (inclusive)."""
-    delta: dict[int, int] = {}
-    for first, last, nbytes in spans:
-        delta[first] = delta.get(first, 0) + nbytes
-        delta[last + 1] = delta.get(last + 1, 0) - nbytes
-    live = peak = 0
-    for t in sorted(delta):
-        live += delta[t]
-        peak = max(peak, live)
-    return peak

@@ -18,11 +18,11 @@ from coil.lowering_ir import (
     Scatter,
     SymbolInput,
 )
-from coil.memory_planner import BufferLifetime, ReusePlan, plan_reuse
+from coil.memory_planner import Block, BufferLifetime, ReusePlan, live_lower_bound, plan_reuse
 from coil.scheduler import KernelGroup, Schedule
-from coil.scheduler.capture import capture_blocker, graph_device
+from coil.scheduler.capture import capture_blockers
 from coil.scheduler.ordering import step_reads, step_writes
-from coil.wrapper_codegen.arena import ArenaBuffer, ArenaPlan, peak_of_spans, plan_arenas
+from coil.wrapper_codegen.arena import ArenaBuffer, ArenaPlan, plan_arenas
 from coil.wrapper_codegen.inplace import inplace_scatters, kernel_stores
 from coil.wrapper_codegen.lines import (
     Allocate,
@@ -122,8 +122,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     constants = {c.name: c.value for c in g.constants if isinstance(c, ConstantBuffer) and c.value is not None}
     builder = _Builder(sched, launches, lines, constants)
     if reuse:
-        builder.plan_storage(arena and not any(capture_blocker(st, builder.device) for st in sched.steps
-                                               if not isinstance(st, KernelGroup | Scatter)))
+        builder.plan_storage(arena and not builder.step_blockers)
     builder.free_unread_inputs()
     for i, st in enumerate(sched.steps):
         builder.step(i, st)
@@ -259,7 +258,7 @@ class _Builder:
         self.step_views: list[str] = []
         self.fallback_ops: list[str] = []
         self.blockers: dict[int, str] = {}
-        self.device = graph_device(g)
+        self.step_blockers = capture_blockers(sched)  # step index -> why a CUDA graph cannot capture it
         # size symbols bound so far (inputs' sizes, extern results) and the asserts that a
         # symbol defined twice asks for
         self.bound: set[str] = {line.name for line in lines if isinstance(line, SizeOf)}
@@ -323,9 +322,9 @@ class _Builder:
         for a in self.arenas:
             self.arena_of.update((b, a) for b in a.offsets)
         rest = [t for t in lifetimes if t.name not in self.arena_of]
-        before = peak_of_spans((t.start, t.end, t.size) for t in lifetimes)
-        after = peak_of_spans([*((t.start, t.end, t.size) for t in rest),
-                               *((a.first, a.last, a.nbytes) for a in self.arenas)])
+        before = live_lower_bound(Block(t.name, t.start, t.end + 1, t.size) for t in lifetimes)
+        after = live_lower_bound([*(Block(t.name, t.start, t.end + 1, t.size) for t in rest),
+                                  *(Block(a.name, a.first, a.last + 1, a.nbytes) for a in self.arenas)])
         self.arena_peak_delta = after - before
         return rest
 
@@ -442,7 +441,7 @@ class _Builder:
                        for b in st.outputs if b.name not in unused)
         call = ExternCall(op_name(st.kernel), self.ref(st.args), tuple((k, self.ref(v)) for k, v in st.kwargs.items()),
                           results, expect if st.fallback else (), binds)
-        why = capture_blocker(st, self.device)
+        why = self.step_blockers.get(i)
         if why is not None:
             self.blockers[len(self.lines)] = why
         self.lines.append(call)
