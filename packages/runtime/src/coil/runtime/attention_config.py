@@ -153,9 +153,14 @@ def _swept_kind(variant: AttentionVariant) -> str | None:
     return "causal" if variant.causal else None
 
 
+def _bucket(d: int) -> int:
+    """The head-size bucket of the tables: 64, 128 or 256."""
+    return 64 if d <= 64 else 128 if d <= 128 else 256
+
+
 def _row(d: int, dtype: torch.dtype, variant: AttentionVariant,
          ) -> tuple[TileConfig, TileConfig, TileConfig]:
-    bucket = 64 if d <= 64 else 128 if d <= 128 else 256
+    bucket = _bucket(d)
     fp32 = dtype == torch.float32
     masked = (variant.has_bias or variant.has_keep) and not fp32
     return _TABLE[(fp32, masked, bucket)]
@@ -176,10 +181,9 @@ def forward_config(d: int, sq: int, sk: int, dtype: torch.dtype, variant: Attent
     if interpreted:
         return _INTERPRETED
     config = _row(d, dtype, variant)[0]
-    bucket = 64 if d <= 64 else 128 if d <= 128 else 256
     kind = _swept_kind(variant)
     if kind is not None and dtype != torch.float32:
-        config = _SWEPT_FORWARD.get((kind, bucket), config)
+        config = _SWEPT_FORWARD.get((kind, _bucket(d)), config)
     return _fit(config, sq, sk)
 
 
