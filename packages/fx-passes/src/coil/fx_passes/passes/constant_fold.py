@@ -7,8 +7,9 @@ from coil.fx_passes.fake_meta import compute_val, describe_mismatch, fake_mode_o
 from coil.fx_passes.infra import PassResult, Stage, graph_pass
 from coil.fx_passes.ops import is_pointwise, is_random, overload_of
 from torch.fx import GraphModule, Node
+from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["fold_constants", "uniform_value"]
+__all__ = ["fold_constants", "rounded", "uniform_value"]
 
 aten = torch.ops.aten
 Number = bool | int | float
@@ -41,7 +42,16 @@ def uniform_value(node: object) -> Number | None:
     val = node.meta.get("val")
     if not isinstance(raw, (bool, int, float)) or not isinstance(val, torch.Tensor):
         return None
-    return torch.tensor(raw, dtype=val.dtype).item()  # type: ignore[no-any-return]
+    return rounded(raw, val.dtype)
+
+
+def rounded(value: Number, dtype: torch.dtype) -> Number:
+    """`value` stored in a tensor of `dtype` and read back (``0.1`` in float16 is
+    0.0999755859375), computed on a real CPU tensor whatever dispatch modes are active: the
+    joint-graph passes run inside AOTAutograd's fake mode, where one such round trip costs
+    about a hundred times as much."""
+    with _disable_current_modes():
+        return torch.tensor(value, dtype=dtype).item()  # type: ignore[no-any-return]
 
 
 def _static_shape(t: torch.Tensor) -> list[int] | None:
@@ -58,23 +68,25 @@ def _fold_all_uniform(gm: GraphModule, node: Node) -> bool:
     shape = _static_shape(val)
     if any(v is None for v in values) or shape is None or val.is_complex():
         return False
-    real = {
-        a: torch.tensor(v, dtype=a.meta["val"].dtype)
-        for a, v in zip(tensor_args, values, strict=True)
-    }
-    try:
-        result = node.target(  # type: ignore[operator]
-            *[real.get(a, a) if isinstance(a, Node) else a for a in node.args],
-            **{k: real.get(v, v) if isinstance(v, Node) else v for k, v in node.kwargs.items()},
-        )
-    except Exception:
-        return False
-    if not isinstance(result, torch.Tensor) or result.dtype != val.dtype:
-        return False
+    with _disable_current_modes():  # evaluated on real 0-d CPU tensors, not under the fake mode
+        real = {
+            a: torch.tensor(v, dtype=a.meta["val"].dtype)
+            for a, v in zip(tensor_args, values, strict=True)
+        }
+        try:
+            result = node.target(  # type: ignore[operator]
+                *[real.get(a, a) if isinstance(a, Node) else a for a in node.args],
+                **{k: real.get(v, v) if isinstance(v, Node) else v for k, v in node.kwargs.items()},
+            )
+        except Exception:
+            return False
+        if not isinstance(result, torch.Tensor) or result.dtype != val.dtype:
+            return False
+        value = result.item()
     with gm.graph.inserting_before(node):
         full = gm.graph.call_function(
             aten.full.default,
-            (shape, result.item()),
+            (shape, value),
             {"dtype": val.dtype, "device": val.device, "pin_memory": False},
         )
     fake_mode = fake_mode_of(gm)

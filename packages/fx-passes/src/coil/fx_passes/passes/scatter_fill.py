@@ -18,7 +18,7 @@ import torch
 from coil.fx_passes.fake_meta import compute_val, describe_mismatch, fake_mode_of, refresh_meta
 from coil.fx_passes.infra import PassResult, Stage, graph_pass
 from coil.fx_passes.ops import overload_of
-from coil.fx_passes.passes.constant_fold import uniform_value
+from coil.fx_passes.passes.constant_fold import rounded, uniform_value
 from torch.fx import GraphModule, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
@@ -65,7 +65,7 @@ def _rewritable(node: Node) -> tuple[int, int, Node | float | int | bool, float 
         return d, size, src, fill  # type: ignore[return-value]
     if not isinstance(src, bool | int | float):
         return None
-    value = torch.tensor(src, dtype=out.dtype).item()  # what scatter stores: value in out's dtype
+    value = rounded(src, out.dtype)  # what scatter stores: value in out's dtype
     return d, size, value, fill
 
 
