@@ -387,13 +387,3 @@ def test_a_worker_builds_the_kernels_launcher_and_a_launcher_failure_costs_nothi
     monkeypatch.setattr(driver, "_active", Fails())
     compile_worker.prebuild_launcher(compiled)  # swallowed: the first launch builds it instead
     assert len(built) == 1
-
-
-def test_only_the_first_job_of_each_launcher_signature_builds_the_launcher(specs: Any, sm90: Path) -> None:
-    kernels = _kernels(specs, (64, 256))  # two adds: one signature under two BLOCKs; a rowsum
-    jobs = compile_jobs.capture(kernels, CUDA0)
-    assert [j.launcher for j in jobs if j is not None] == [True, False, True]
-    keys = [compile_jobs.launcher_key(j.specialization, str(sm90)) for j in jobs if j is not None]
-    assert keys[0] == keys[1] != keys[2]
-    again = compile_jobs.capture([_load(specs.add(1024), CUDA0, False)], CUDA0)
-    assert [j.launcher for j in again if j is not None] == [False]  # built by an earlier job

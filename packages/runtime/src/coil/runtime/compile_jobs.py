@@ -34,12 +34,11 @@ does not re-check its globals at launches; coil's kernel modules never rebind th
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,9 +63,6 @@ class CompileJob:
         specialization: Triton's JSON description of the call (see the module docstring).
         target: `GPUTarget(backend, arch, warp_size)` fields of the device it is compiled for.
         env: this process's environment, with `TRITON_CACHE_DIR` resolved.
-        launcher: build the kernel's host launcher too (`compile_worker.prebuild_launcher`): set
-            by `capture` on the first job of each launcher signature in this process only, so
-            that one C module is compiled once, not by several workers at the same time.
     """
 
     path: str
@@ -74,40 +70,11 @@ class CompileJob:
     specialization: str
     target: tuple[str, int | str, int]
     env: dict[str, str]
-    launcher: bool = field(default=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The job as a JSON object (the worker protocol's request)."""
         return {"path": self.path, "name": self.name, "specialization": self.specialization,
-                "target": list(self.target), "env": self.env, "launcher": self.launcher}
-
-
-_launchers_lock = threading.Lock()
-_launchers: set[str] = set()
-
-
-def launcher_key(specialization: str, cache_dir: str) -> str | None:
-    """What a kernel's host launcher depends on, from Triton's serialised specialisation: the
-    parameter types (constexpr ones marked) and which parameters are constants, in `cache_dir`;
-    None when the description cannot be read. Two kernels with one key share one launcher; a
-    key too coarse only means a launcher is built at its first launch instead."""
-    try:
-        data = json.loads(specialization)
-        return json.dumps([cache_dir, data["signature"], data["constant_keys"]], sort_keys=True)
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _first_of_its_launcher(specialization: str, cache_dir: str) -> bool:
-    """True the first time this process sees the launcher of `specialization` (`launcher_key`)."""
-    key = launcher_key(specialization, cache_dir)
-    if key is None:
-        return False
-    with _launchers_lock:
-        if key in _launchers:
-            return False
-        _launchers.add(key)
-    return True
+                "target": list(self.target), "env": self.env}
 
 
 Target = tuple[str, int | str, int]
@@ -243,9 +210,7 @@ def capture(kernels: Sequence[Kernel], device: torch.device) -> list[CompileJob 
                         box.clear()  # the caller's own warmup raises it, with its kernel named
                     finally:
                         _local.box = None
-                    jobs.append(CompileJob(str(kernel.path), kernel.name, box[0], target, env,
-                                           _first_of_its_launcher(box[0], env["TRITON_CACHE_DIR"]))
-                                if box else None)
+                    jobs.append(CompileJob(str(kernel.path), kernel.name, box[0], target, env) if box else None)
         finally:
             triton.knobs.runtime.jit_cache_hook = _previous_hook[0]
             _previous_hook[0] = None

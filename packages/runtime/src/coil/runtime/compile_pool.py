@@ -150,14 +150,13 @@ class CompilePool:
     def run(self, jobs: Sequence[CompileJob]) -> Iterator[tuple[int, str | None]]:
         """Queue `jobs` for the workers (at once, before returning) and return an iterator of
         `(index, error or None)`, one per job as it finishes. A job equal to one queued or done
-        earlier (by any caller; whether it builds the launcher aside) is not compiled again: it
-        finishes when that one does. Nobody
+        earlier (by any caller) is not compiled again: it finishes when that one does. Nobody
         has to iterate: the workers compile regardless (`prefetch`)."""
         self.start()
         done: queue.SimpleQueue[tuple[int, str | None]] = queue.SimpleQueue()
         for i, job in enumerate(jobs):
             request = job.to_json()
-            key = json.dumps({k: v for k, v in request.items() if k != "launcher"}, sort_keys=True)
+            key = json.dumps(request, sort_keys=True)
             with self._lock:
                 slot = self._slots.get(key)
                 fresh = slot is None

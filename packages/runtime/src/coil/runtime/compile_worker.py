@@ -12,8 +12,7 @@ module is executed from its file like `loader` does, Triton's `ASTSource` is reb
 serialised signature, constexprs and attributes, options parsed by the target's backend, and
 `triton.compile` runs with the parent's environment in effect. It never touches a GPU.
 
-Then, when the job asks for it (the first job of each launcher signature), the worker builds
-the kernel's host launcher too (`launcher_cls(src, metadata)`, what the
+Then the worker builds the kernel's host launcher too (`launcher_cls(src, metadata)`, what the
 parent's first launch would build): on Triton 3.6 that is a C module generated per kernel
 signature and compiled with the system's C compiler into Triton's cache (about a third of a
 second each, cold), which the parent's first launch then only loads; on Triton 3.9 the launcher
@@ -79,8 +78,7 @@ def compile_job(job: dict[str, Any], modules: dict[str, ModuleType]) -> None:
     options = make_backend(target).parse_options({k: _tuples(v) for k, v in data["options"].items()})
     src = ASTSource(fn, signature, constants, attrs)
     compiled = triton.compile(src, target=target, options=options.__dict__)
-    if job.get("launcher"):
-        prebuild_launcher(compiled)
+    prebuild_launcher(compiled)
 
 
 def prebuild_launcher(compiled: Any) -> None:
