@@ -361,29 +361,3 @@ def test_a_job_is_plain_json(specs: Any, sm90: Path) -> None:
     assert request["env"]["TRITON_CACHE_DIR"] == str(sm90)
     spec = json.loads(request["specialization"])
     assert spec["constant_vals"] and spec["options"]["num_warps"] == 4
-
-
-def test_a_worker_builds_the_kernels_launcher_and_a_launcher_failure_costs_nothing(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from types import SimpleNamespace
-
-    from coil.runtime import compile_worker
-    from triton.runtime.driver import driver
-
-    built: list[tuple[object, object]] = []
-
-    class Builds:
-        def launcher_cls(self, src: object, metadata: object) -> None:
-            built.append((src, metadata))
-
-    class Fails:
-        def launcher_cls(self, src: object, metadata: object) -> None:
-            raise RuntimeError("no C compiler")
-
-    compiled = SimpleNamespace(src="the source", metadata="the metadata")
-    monkeypatch.setattr(driver, "_active", Builds())
-    compile_worker.prebuild_launcher(compiled)
-    assert built == [("the source", "the metadata")]
-    monkeypatch.setattr(driver, "_active", Fails())
-    compile_worker.prebuild_launcher(compiled)  # swallowed: the first launch builds it instead
-    assert len(built) == 1

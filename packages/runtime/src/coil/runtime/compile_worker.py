@@ -11,13 +11,6 @@ Each job is compiled as `JITFunction.warmup` would in the parent (see `compile_j
 module is executed from its file like `loader` does, Triton's `ASTSource` is rebuilt from the
 serialised signature, constexprs and attributes, options parsed by the target's backend, and
 `triton.compile` runs with the parent's environment in effect. It never touches a GPU.
-
-Then the worker builds the kernel's host launcher too (`launcher_cls(src, metadata)`, what the
-parent's first launch would build): on Triton 3.6 that is a C module generated per kernel
-signature and compiled with the system's C compiler into Triton's cache (about a third of a
-second each, cold), which the parent's first launch then only loads; on Triton 3.9 the launcher
-is generic and this costs nothing. A launcher that fails to build here is built at the first
-launch, as without workers.
 """
 
 from __future__ import annotations
@@ -77,19 +70,7 @@ def compile_job(job: dict[str, Any], modules: dict[str, ModuleType]) -> None:
     target = GPUTarget(backend_name, arch, warp_size)
     options = make_backend(target).parse_options({k: _tuples(v) for k, v in data["options"].items()})
     src = ASTSource(fn, signature, constants, attrs)
-    compiled = triton.compile(src, target=target, options=options.__dict__)
-    prebuild_launcher(compiled)
-
-
-def prebuild_launcher(compiled: Any) -> None:
-    """Build `compiled`'s host launcher as its first launch would, so that its C module (Triton
-    3.6) is in Triton's cache; never raises (the first launch builds it otherwise)."""
-    try:
-        from triton.runtime import driver
-
-        driver.active.launcher_cls(compiled.src, compiled.metadata)
-    except Exception:  # only a cache warmer: the parent's first launch decides
-        pass
+    triton.compile(src, target=target, options=options.__dict__)
 
 
 def serve(requests: IO[str], replies: IO[str]) -> None:
