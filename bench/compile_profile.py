@@ -25,6 +25,9 @@ bert_base_infer_bf16: CUDA, the bench's batch, dtype and step; coil.bench.models
   passes, lowering, scheduling (split into fusion and memory-planner ordering), triton
   codegen, wrapper codegen, runtime compile (kernel disk cache and Triton's compile; ~0 under
   the interpreter), load (exec of the wrapper module);
+- what autotuning bought: the problems tuned (timed now), grouped by the bytes a launch reads and
+  writes (sum over its buffers), with the wall time their tuning took (compiling excluded) and
+  the time per launch their choice saved over the default (`--json` keeps each problem);
 - with `--cprofile N`, the top N of coil's own functions by cumulative and by own time (under
   cProfile, which slows Python ~1.5-2x: take stage times from a run without it);
 - with `--cprofile-dump PATH`, the first call's whole profile (torch's functions too: what a
@@ -62,6 +65,54 @@ def _model(layers: int, device: torch.device) -> Any:
 
 
 _runs = 0  # runs made in this process (`run`)
+
+
+@contextmanager
+def _tuned_problems(records: list[dict[str, Any]]) -> Iterator[None]:
+    """Record each problem autotuning times (`coil.runtime.autotune._tune_one`): its kernel, bytes
+    a launch touches, candidates, tuning wall time (checks and timing; compiling is before),
+    each candidate's time and the choice."""
+    import coil.runtime.autotune as at
+    from coil.runtime.spec import TensorArg
+
+    saved = at._tune_one
+
+    def recorded(problem: Any, kernels: Any, device: Any) -> Any:
+        t0 = time.perf_counter()
+        result = saved(problem, kernels, device)
+        tensors = [a for a in problem.candidates[0].spec.args if isinstance(a, TensorArg)]
+        records.append({
+            "kernel": problem.name, "bytes": sum(n * a.dtype.itemsize for n, a in zip(problem.numels, tensors, strict=True)),
+            "candidates": len(problem.candidates), "tune_s": time.perf_counter() - t0,
+            "times_ms": list(result.times_ms), "choice": result.choice, "origin": result.origin,
+            "configs": [c.describe() for c in problem.candidates]})
+        return result
+
+    at._tune_one = recorded
+    try:
+        yield
+    finally:
+        at._tune_one = saved
+
+
+def _tuning_summary(records: list[dict[str, Any]]) -> list[str]:
+    """Lines: per bytes bucket, problems, switched from the default, tuning seconds, and the
+    milliseconds per launch saved (default's time less the chosen one's, summed)."""
+    bounds = [(0, 1 << 20, "< 1 MiB"), (1 << 20, 8 << 20, "1-8 MiB"), (8 << 20, 64 << 20, "8-64 MiB"),
+              (64 << 20, 1 << 62, ">= 64 MiB")]
+    lines = []
+    for low, high, label in bounds:
+        rows = [r for r in records if r["origin"] == "tuned" and low <= r["bytes"] < high]
+        if not rows:
+            continue
+        switched = sum(r["choice"] != 0 for r in rows)
+        tune = sum(r["tune_s"] for r in rows)
+        default_ms = sum(r["times_ms"][0] or 0.0 for r in rows)
+        saved = sum((r["times_ms"][0] or 0.0) - (r["times_ms"][r["choice"]] or 0.0) for r in rows)
+        cands = sum(r["candidates"] for r in rows)
+        lines.append(f"  {label:<10} {len(rows):4d} problems, {cands:5d} candidates, {switched:4d} switched, "
+                     f"tuning {tune:6.2f} s, default {default_ms:8.3f} ms, saved {saved:7.3f} ms a launch")
+    return lines
 
 
 @contextmanager
@@ -154,8 +205,9 @@ def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
         _sync(device)
 
     sched_times: dict[str, float] = {}
+    tuned: list[dict[str, Any]] = []
     prof = cProfile.Profile() if profile or dump else None
-    with _timed_parts(sched_times):
+    with _timed_parts(sched_times), _tuned_problems(tuned):
         # the clock starts before torch.compile, as `coil bench`'s does: Inductor imports its
         # compiler there
         t0, c0 = time.perf_counter(), time.process_time()
@@ -193,6 +245,7 @@ def run(mode: str, layers: int, seq: int, profile: int, case: str | None = None,
         "aot_cache": [getattr(c, "aot_cache", "n/a") for c in BACKEND_CALLS],
         "graphs": [{"name": s.name, "fx_nodes": s.fx_nodes, "kernels": s.kernels, "graph_cache": getattr(s, "graph_cache", "n/a"),
                     "aot_cache": getattr(s, "aot_cache", "n/a"), "stage_times": s.stage_times} for s in COMPILED],
+        "autotune_problems": tuned,
     }
     _print(res)
     if prof is not None and profile:
@@ -222,6 +275,10 @@ def _print(r: dict[str, Any]) -> None:
     for g in r["graphs"]:
         print(f"  graph {g['name']}: {g['fx_nodes']} FX nodes, {g['kernels']} kernels, graph cache {g['graph_cache']}, AOT cache {g['aot_cache']}, "
               f"{sum(g['stage_times'].values()):.2f} s")
+    if r["autotune_problems"]:
+        print("  autotuning, problems timed now, by bytes a launch touches:")
+        for line in _tuning_summary(r["autotune_problems"]):
+            print(line)
 
 
 def _print_profile(prof: cProfile.Profile, top: int) -> None:
