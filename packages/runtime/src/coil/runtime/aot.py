@@ -18,6 +18,9 @@ here compiles the kernel and raises its real error.
 Without workers (COIL_COMPILE_WORKERS=0, or fewer than two kernels), the first kernel compiles in
 the calling thread (so Triton's driver and torch's CUDA context are set up by one thread), the
 rest on a pool of `COIL_COMPILE_THREADS` threads, each with the target device made current.
+
+Either way, the kernels' host launchers are then built on `COIL_COMPILE_THREADS` threads, one per
+signature (`launchers.prebuild`), before the first launch would build them one by one.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from coil.runtime import compile_jobs, compile_pool
+from coil.runtime import compile_jobs, compile_pool, launchers
 from coil.runtime.errors import KernelCompileError
 from coil.runtime.kernel import Kernel
 
@@ -37,12 +40,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("coil.runtime")
 
 
-def _compile_one(kernel: Kernel, device: torch.device) -> None:
+def _compile_one(kernel: Kernel, device: torch.device) -> Any:
     import torch
 
     try:
         with torch.cuda.device(device):
-            compile_jobs.warmup(kernel)
+            return compile_jobs.warmup(kernel)
     except Exception as exc:
         raise KernelCompileError(kernel.spec.name, kernel.path, "compile", exc) from exc
 
@@ -76,10 +79,13 @@ def precompile_each(kernels: Sequence[Kernel], device: torch.device, threads: in
         for kernel in kernels:  # a warm start: no parse of each source for Triton's cache key
             compile_jobs.reuse_cache_key(kernel, target)
     workers = compile_pool.shared_pool() if len(kernels) > 1 else None
+    compiled: list[Any] = []
     if workers is not None and target is not None:
-        got = _in_workers(kernels, device, workers, target)
+        got = _in_workers(kernels, device, workers, target, compiled)
         if got is not None:
+            launchers.prebuild(compiled, threads)
             return got
+        compiled.clear()
     errors: list[KernelCompileError | None] = [None] * len(kernels)
     seen: set[int] = set()
     firsts: list[int] = []
@@ -88,15 +94,16 @@ def precompile_each(kernels: Sequence[Kernel], device: torch.device, threads: in
             seen.add(id(kernel.fn))
             firsts.append(i)
     rest = sorted(set(range(len(kernels))) - set(firsts))
-    errors[0] = _try_one(kernels[0], device)
+    errors[0] = _try_one(kernels[0], device, compiled)
     for batch in (firsts[1:], rest):
         if threads <= 1 or len(batch) <= 1:
             for i in batch:
-                errors[i] = _try_one(kernels[i], device)
+                errors[i] = _try_one(kernels[i], device, compiled)
             continue
         with ThreadPoolExecutor(max_workers=min(threads, len(batch)), thread_name_prefix="coil-aot") as pool:
-            for i, error in zip(batch, pool.map(lambda j: _try_one(kernels[j], device), batch), strict=True):
+            for i, error in zip(batch, pool.map(lambda j: _try_one(kernels[j], device, compiled), batch), strict=True):
                 errors[i] = error
+    launchers.prebuild(compiled, threads)
     if target is not None:
         _remember([k for k, e in zip(kernels, errors, strict=True) if e is None], target)
     return errors
@@ -123,18 +130,22 @@ def _remember(kernels: Sequence[Kernel], target: compile_jobs.Target) -> None:
             compile_jobs.remember_compiled(kernel, target)
 
 
-def _try_one(kernel: Kernel, device: torch.device) -> KernelCompileError | None:
+def _try_one(kernel: Kernel, device: torch.device, compiled: list[Any]) -> KernelCompileError | None:
+    """Compile `kernel`; its failure, or None with Triton's compiled kernel appended to `compiled`."""
     try:
-        _compile_one(kernel, device)
+        got = _compile_one(kernel, device)
     except KernelCompileError as exc:
         return exc
+    if got is not None:
+        compiled.append(got)
     return None
 
 
 def _in_workers(kernels: Sequence[Kernel], device: torch.device, pool: compile_pool.CompilePool,
-                target: compile_jobs.Target) -> list[KernelCompileError | None] | None:
-    """`precompile_each` through worker processes (see the module docstring); None when the
-    jobs could not be captured at all (the caller compiles on threads instead)."""
+                target: compile_jobs.Target, compiled: list[Any]) -> list[KernelCompileError | None] | None:
+    """`precompile_each` through worker processes (see the module docstring), Triton's compiled
+    kernels appended to `compiled`; None when the jobs could not be captured at all (the caller
+    compiles on threads instead)."""
     got = _new_jobs(kernels, device, "compiling on threads", target)
     if got is None:
         return None
@@ -144,10 +155,10 @@ def _in_workers(kernels: Sequence[Kernel], device: torch.device, pool: compile_p
     errors: list[KernelCompileError | None] = [None] * len(kernels)
     for i in range(len(kernels)):
         if i not in sent:  # compiled earlier, here or into Triton's disk cache: load it here
-            errors[i] = _try_one(kernels[i], device)
+            errors[i] = _try_one(kernels[i], device, compiled)
     for k, _ in results:
         i = todo[k][0]
-        errors[i] = _try_one(kernels[i], device)
+        errors[i] = _try_one(kernels[i], device, compiled)
     _remember([k for k, e in zip(kernels, errors, strict=True) if e is None], target)
     return errors
 

@@ -164,11 +164,12 @@ def warmup_args(kernel: Kernel) -> list[object]:
     return [a.dtype if isinstance(a, TensorArg) else a for a in kernel.spec.args]
 
 
-def warmup(kernel: Kernel) -> None:
+def warmup(kernel: Kernel) -> Any:
     """`JITFunction.warmup` of `kernel` with its spec's arguments, constexprs and options (on the
-    current device): compiles it, or finds it in Triton's caches."""
+    current device): compiles it, or finds it in Triton's caches. Returns what Triton returns:
+    the compiled kernel (None when a `jit_cache_hook` skipped the compile)."""
     spec = kernel.spec
-    kernel.fn.warmup(*warmup_args(kernel), grid=(1,), **spec.constexprs, **launch_options(spec))
+    return kernel.fn.warmup(*warmup_args(kernel), grid=(1,), **spec.constexprs, **launch_options(spec))
 
 
 def _hook(**kwargs: Any) -> bool | None:

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 WARMUP = 3          # launches before timing (the first may bind the fast launcher)
 MIN_REPS = 10       # timed launches: at least this many,
-MAX_REPS = 100      # at most this many,
-TARGET_MS = 10.0    # aiming at about this much kernel time per candidate
+MAX_REPS = 50       # at most this many,
+TARGET_MS = 5.0     # aiming at about this much kernel time per candidate
 INTERPRETED_REPS = 3
 MIN_FLUSH_BYTES = 64 << 20
 
