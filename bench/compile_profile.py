@@ -26,8 +26,9 @@ bert_base_infer_bf16: CUDA, the bench's batch, dtype and step; coil.bench.models
   codegen, wrapper codegen, runtime compile (kernel disk cache and Triton's compile; ~0 under
   the interpreter), load (exec of the wrapper module);
 - what autotuning bought: the problems tuned (timed now), grouped by the bytes a launch reads and
-  writes (sum over its buffers), with the wall time their tuning took (compiling excluded) and
-  the time per launch their choice saved over the default (`--json` keeps each problem);
+  writes (sum over its buffers), with the kernels each serves (a kernel repeated in every layer
+  is one problem), the wall time their tuning took (compiling excluded) and the time a step
+  their choices save over the defaults (`--json` keeps each problem);
 - with `--cprofile N`, the top N of coil's own functions by cumulative and by own time (under
   cProfile, which slows Python ~1.5-2x: take stage times from a run without it);
 - with `--cprofile-dump PATH`, the first call's whole profile (torch's functions too: what a
@@ -71,33 +72,48 @@ _runs = 0  # runs made in this process (`run`)
 def _tuned_problems(records: list[dict[str, Any]]) -> Iterator[None]:
     """Record each problem autotuning times (`coil.runtime.autotune._tune_one`): its kernel, bytes
     a launch touches, candidates, tuning wall time (checks and timing; compiling is before),
-    each candidate's time and the choice."""
+    each candidate's time and the choice; and `kernels`, how many of the compiled graphs'
+    kernels took that result (`_tune_all`: the same code under other names, e.g. one per layer,
+    is tuned once and taken from the memo by the others)."""
     import coil.runtime.autotune as at
     from coil.runtime.spec import TensorArg
 
-    saved = at._tune_one
+    tune_one, tune_all = at._tune_one, at._tune_all
+    by_key: dict[str, dict[str, Any]] = {}
 
-    def recorded(problem: Any, kernels: Any, device: Any) -> Any:
+    def one(problem: Any, kernels: Any, device: Any) -> Any:
         t0 = time.perf_counter()
-        result = saved(problem, kernels, device)
+        result = tune_one(problem, kernels, device)
         tensors = [a for a in problem.candidates[0].spec.args if isinstance(a, TensorArg)]
-        records.append({
+        record = {
             "kernel": problem.name, "bytes": sum(n * a.dtype.itemsize for n, a in zip(problem.numels, tensors, strict=True)),
             "candidates": len(problem.candidates), "tune_s": time.perf_counter() - t0,
             "times_ms": list(result.times_ms), "choice": result.choice, "origin": result.origin,
-            "configs": [c.describe() for c in problem.candidates]})
+            "configs": [c.describe() for c in problem.candidates], "kernels": 1}
+        records.append(record)
+        by_key[at.problem_key(problem, device)] = record
         return result
 
-    at._tune_one = recorded
+    def all_(problems: Any, device: Any) -> Any:
+        results = tune_all(problems, device)
+        for problem, result in zip(problems, results, strict=True):
+            if result.origin == "memo":
+                record = by_key.get(at.problem_key(problem, device))
+                if record is not None:
+                    record["kernels"] += 1
+        return results
+
+    at._tune_one, at._tune_all = one, all_
     try:
         yield
     finally:
-        at._tune_one = saved
+        at._tune_one, at._tune_all = tune_one, tune_all
 
 
 def _tuning_summary(records: list[dict[str, Any]]) -> list[str]:
-    """Lines: per bytes bucket, problems, switched from the default, tuning seconds, and the
-    milliseconds per launch saved (default's time less the chosen one's, summed)."""
+    """Lines: per bytes bucket, problems, the kernels they serve, switched from the default,
+    tuning seconds, and the milliseconds a step saves (default's time less the chosen one's,
+    times the kernels served, summed: each kernel launched once a step)."""
     bounds = [(0, 1 << 20, "< 1 MiB"), (1 << 20, 8 << 20, "1-8 MiB"), (8 << 20, 64 << 20, "8-64 MiB"),
               (64 << 20, 1 << 62, ">= 64 MiB")]
     lines = []
@@ -107,11 +123,13 @@ def _tuning_summary(records: list[dict[str, Any]]) -> list[str]:
             continue
         switched = sum(r["choice"] != 0 for r in rows)
         tune = sum(r["tune_s"] for r in rows)
-        default_ms = sum(r["times_ms"][0] or 0.0 for r in rows)
-        saved = sum((r["times_ms"][0] or 0.0) - (r["times_ms"][r["choice"]] or 0.0) for r in rows)
+        default_ms = sum((r["times_ms"][0] or 0.0) * r["kernels"] for r in rows)
+        saved = sum(((r["times_ms"][0] or 0.0) - (r["times_ms"][r["choice"]] or 0.0)) * r["kernels"] for r in rows)
         cands = sum(r["candidates"] for r in rows)
-        lines.append(f"  {label:<10} {len(rows):4d} problems, {cands:5d} candidates, {switched:4d} switched, "
-                     f"tuning {tune:6.2f} s, default {default_ms:8.3f} ms, saved {saved:7.3f} ms a launch")
+        kernels = sum(r["kernels"] for r in rows)
+        lines.append(f"  {label:<10} {len(rows):4d} problems ({kernels} kernels), {cands:5d} candidates, "
+                     f"{switched:4d} switched, tuning {tune:6.2f} s, default {default_ms:8.3f} ms, "
+                     f"saved {saved:7.3f} ms a step")
     return lines
 
 
