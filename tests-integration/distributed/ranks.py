@@ -40,6 +40,8 @@ LR = 0.05
 # gloo's own timeout: a rank whose peer died raises instead of waiting (launch.py also kills it)
 PG_TIMEOUT = datetime.timedelta(seconds=120)
 COLLECTIVE = re.compile(r"torch\.ops\.(_c10d_functional\.\w+)\.\w+\(")
+# the steps a wrapper runs, in order: collectives, matrix products and generated kernels
+STEP = re.compile(r"torch\.ops\.(_c10d_functional\.\w+)\.\w+\(|(torch\.mm)\(|\b(k_\w+)\(\(")
 
 
 class MLP(nn.Module):
@@ -226,7 +228,8 @@ SCENARIOS: dict[str, Callable[[int], tuple[Values, Values]]] = {
 def graphs() -> list[dict[str, Any]]:
     """What coil compiled on this rank (module docstring: "graphs")."""
     return [{"name": s.name, "eager_fallback": s.eager_fallback, "fallbacks": list(s.fallbacks),
-             "collectives": COLLECTIVE.findall(s.wrapper_source)} for s in COMPILED]
+             "collectives": COLLECTIVE.findall(s.wrapper_source),
+             "steps": ["".join(m) for m in STEP.findall(s.wrapper_source)]} for s in COMPILED]
 
 
 def main(scenario: str, rank: int, world: int, store: str, out: str, seconds: float) -> None:

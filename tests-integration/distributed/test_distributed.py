@@ -112,7 +112,8 @@ def test_functional_collectives_match_eager_in_the_same_order_on_every_rank(tmp_
     pointwise work and reductions between them, and the all-reduced value read again after
     other buffers of its size were made) compiled as one graph: its outputs equal eager's on
     every rank, and every rank's compiled wrapper calls the same collectives, each followed by
-    its wait, in program order."""
+    its wait, in program order, with the matmul that does not need the all-reduced value
+    between the all-reduce and its wait."""
     results = launch.run("functional", tmp_path)
     _check(results)
     expected = [f"_c10d_functional.{c}" for c in ("all_reduce", "wait_tensor", "all_gather_into_tensor",
@@ -120,3 +121,7 @@ def test_functional_collectives_match_eager_in_the_same_order_on_every_rank(tmp_
     for rank in range(launch.WORLD):
         assert _names(results, rank) == ["inference_0"]
         assert _collectives(results, rank) == expected, f"rank {rank}: {_collectives(results, rank)}"
+        # overlap: the matmul, which does not need the all-reduced value, runs while it is in flight
+        steps = results[rank]["graphs"][0]["steps"]
+        launch_at, mm_at = steps.index("_c10d_functional.all_reduce"), steps.index("torch.mm")
+        assert launch_at < mm_at < steps.index("_c10d_functional.wait_tensor"), steps

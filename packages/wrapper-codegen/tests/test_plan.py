@@ -415,3 +415,30 @@ def test_opaque_object_input_is_returned_as_given(wr):
     torch.testing.assert_close(got[0], t * 2)
     gm = WC.emit_fx(prog.lines, kernels, prog.constants)
     assert gm(t, obj)[1] is obj
+
+
+def test_a_collectives_inputs_keep_their_storage_until_its_wait(wr):
+    """all_reduce(a) reads a until its wait returns (NCCL reads it on its own stream), so b, made
+    between the launch and the wait with a's size, must not take a's storage; after the wait a
+    new buffer may."""
+    cpu, one, p = torch.device("cpu"), sympy.Integer(1), sympy.Symbol("p0", integer=True, nonnegative=True)
+    layout = L.Layout(cpu, torch.float32, (sympy.Integer(64),), (one,))
+
+    def scaled(name, src, by):
+        body = L.Op("mul", (L.Load(src, p, torch.float32), L.Constant(by, torch.float32)), torch.float32)
+        return L.Pointwise(f"op_{name}", (), L.ComputedBuffer(f"buf_{name}", layout), layout.size, body, p)
+
+    x, y = L.InputBuffer("arg0", layout, 0), L.InputBuffer("arg1", layout, 1)
+    a, b = scaled("a", "arg0", 2.0), scaled("b", "arg1", 3.0)
+    launched, waited = L.ComputedBuffer("buf_r", layout), L.ComputedBuffer("buf_w", layout)
+    c10d = torch.ops._c10d_functional
+    launch = L.ExternKernel("op_r", (), c10d.all_reduce.default, (a.output, "sum", "0"), {}, launched, False)
+    wait = L.ExternKernel("op_w", (), c10d.wait_tensor.default, (launched,), {}, waited, False)
+    body = L.Op("add", (L.Load("buf_w", p, torch.float32), L.Load("buf_b", p, torch.float32)), torch.float32)
+    c = L.Pointwise("op_c", (), L.ComputedBuffer("buf_c", layout), layout.size, body, p)
+    s = schedule(L.LoweredGraph("g", [x, y], [], [a, launch, b, wait, c], [c.output]), fusion=False)
+    assert [getattr(st, "name", None) for st in s.steps][1::2] == ["op_r", "op_w"]  # b runs in between
+    prog = wr.program(s)
+    reuses = {ln.name: ln.donor for ln in prog.lines if isinstance(ln, Reuse)}
+    assert reuses.get("buf_b") != "buf_a", prog.lines
+    assert reuses.get("buf_c") in (None, "buf_a"), prog.lines  # after the wait a's storage is free

@@ -5,10 +5,12 @@ Public API (see README.md): `schedule`, `Schedule`, `KernelGroup`, `Member`, `Fu
 (a Scatter step's two kernel groups); matrix products as kernel groups with their pointwise
 epilogue (`matmul.py`): `MATMUL_OPS`, `MatmulProduct`, `MatmulCandidate`, `matmul_candidates`,
 `apply_matmul_candidates`, `with_matmul_templates`, `is_matmul_group`, `matmul_product`,
-`matmul_operands`.
+`matmul_operands`; functional collectives (`collectives.py`, `overlap.py`): `is_launch`, `is_wait`,
+`launch_steps`, `in_flight_reads`, `overlap_order`.
 """
 
 from coil.scheduler.canonical import LoopNest, canonicalize
+from coil.scheduler.collectives import in_flight_reads, is_launch, is_wait, launch_steps
 from coil.scheduler.fusion import FusionLog, fuse
 from coil.scheduler.group import FusionIllegal, KernelGroup, Member, plan
 from coil.scheduler.matmul import (
@@ -24,6 +26,7 @@ from coil.scheduler.matmul import (
     with_matmul_templates,
 )
 from coil.scheduler.ordering import OrderReport, order_steps, planner_graph
+from coil.scheduler.overlap import overlap_order
 from coil.scheduler.scatter import scatter_groups
 from coil.scheduler.schedule import Schedule, Step, output_buffers, schedule
 
@@ -43,12 +46,17 @@ __all__ = [
     "apply_matmul_candidates",
     "canonicalize",
     "fuse",
+    "in_flight_reads",
+    "is_launch",
     "is_matmul_group",
+    "is_wait",
+    "launch_steps",
     "matmul_candidates",
     "matmul_operands",
     "matmul_product",
     "order_steps",
     "output_buffers",
+    "overlap_order",
     "plan",
     "planner_graph",
     "scatter_groups",

@@ -20,6 +20,7 @@ from coil.memory_planner import Buffer as PBuffer
 from coil.memory_planner import Graph as PGraph
 from coil.memory_planner import Node as PNode
 from coil.memory_planner import best_order, live_bytes_per_step
+from coil.scheduler.collectives import in_flight_reads, launch_steps
 from coil.scheduler.group import KernelGroup
 
 StepT = KernelGroup | ExternKernel | Scatter
@@ -86,7 +87,11 @@ def planner_graph(steps: Sequence[StepT], graph: LoweredGraph, outputs: Set[str]
         buffer (an ExternKernel's `mutates`), each earlier reader `j` of that buffer writes a
         zero-byte buffer `__order_{j}_{i}` that the mutating step `i` reads, so every order of
         the planner graph is a legal order of the steps. Likewise the extern step `j` defining
-        an unbacked symbol (a data-dependent size) that step `i` uses writes `__order_{j}_{i}`.
+        an unbacked symbol (a data-dependent size) that step `i` uses writes `__order_{j}_{i}`,
+        and each collective launch `j` writes `__order_{j}_{i}` for the next launch `i`, so that
+        every order launches the collectives in program order, on every rank alike (a search
+        bounded by time may find other orders on other ranks). A collective's wait reads what
+        its launch reads (`collectives.in_flight_reads`): those buffers are live until it.
     """
     sizes: dict[str, int] = {}
     for name, b in graph.buffers().items():
@@ -101,9 +106,16 @@ def planner_graph(steps: Sequence[StepT], graph: LoweredGraph, outputs: Set[str]
     deps: list[str] = []
     seen_readers: dict[str, list[int]] = {}
     definer = {sym: j for j, st in enumerate(steps) if isinstance(st, ExternKernel) for sym in st.defined_symbols()}
+    flight = in_flight_reads(steps)
+    launches = launch_steps(steps)
+    previous_launch = dict(zip(launches[1:], launches, strict=False))
     for i, st in enumerate(steps):
-        own = [r for r in step_reads(st) if r in sizes]
+        own = list(dict.fromkeys([r for r in step_reads(st) + flight.get(i, []) if r in sizes]))
         extra: list[str] = []
+        if i in previous_launch:
+            dep = f"__order_{previous_launch[i]}_{i}"
+            extra.append(dep)
+            writes[previous_launch[i]].append(dep)
         for sym in sorted(used_symbols(st) & definer.keys(), key=str) if definer else ():
             j = definer[sym]
             dep = f"__order_{j}_{i}"

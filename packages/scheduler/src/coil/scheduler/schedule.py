@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from coil.lowering_ir import Buffer, ExternKernel, LoweredGraph, ReinterpretView, Scatter
 from coil.scheduler.fusion import FusionLog, fuse
 from coil.scheduler.group import KernelGroup
-from coil.scheduler.ordering import OrderReport, order_steps
+from coil.scheduler.ordering import OrderReport, order_steps, planner_graph, profile
+from coil.scheduler.overlap import overlap_order
 from coil.scheduler.scatter import scatter_groups
 
 Step = KernelGroup | ExternKernel | Scatter
@@ -60,10 +62,20 @@ def schedule(graph: LoweredGraph, *, fusion: bool = True, visit_order: bool = Tr
     `visit_order` as in `fuse`.
 
     With `order_time_limit` > 0 the fused steps are reordered by the memory planner's search
-    (that many seconds at most) when that lowers the peak of live bytes.
+    (that many seconds at most) when that lowers the peak of live bytes. Then collectives'
+    launches are raised and their waits sunk (`overlap.overlap_order`, within its memory bound);
+    the report then describes the order that runs.
     """
     log = FusionLog()
     outs = output_buffers(graph.outputs)
     steps = fuse(graph.operations, outs, enabled=fusion, log=log, visit_order=visit_order)
     steps, report = order_steps(steps, graph, outs, order_time_limit)
+    moved = overlap_order(steps, graph, outs)
+    if moved is not None:
+        steps = [steps[i] for i in moved]
+        pg = planner_graph(steps, graph, outs)
+        if report is not None and pg is not None:
+            step_bytes, input_last = profile(pg, range(len(steps)))
+            report = dataclasses.replace(report, peak=report.inputs + max(step_bytes, default=0),
+                                         step_bytes=step_bytes, input_last=input_last)
     return Schedule(graph, steps, log, report)

@@ -19,7 +19,7 @@ from coil.lowering_ir import (
     SymbolInput,
 )
 from coil.memory_planner import Block, BufferLifetime, ReusePlan, live_lower_bound, plan_reuse
-from coil.scheduler import KernelGroup, Schedule
+from coil.scheduler import KernelGroup, Schedule, in_flight_reads
 from coil.scheduler.capture import capture_blockers
 from coil.scheduler.ordering import step_reads, step_writes
 from coil.wrapper_codegen.arena import ArenaBuffer, ArenaPlan, plan_arenas
@@ -209,6 +209,11 @@ class _Lifetimes:
                 last[r] = i
             for w in step_writes(st):
                 first.setdefault(w, i)
+        # a collective reads its inputs until its wait returns: they live (and keep their
+        # storage from reuse) until the wait step
+        for wait, in_flight in in_flight_reads(steps).items():
+            for r in in_flight:
+                last[r] = max(last.get(r, wait), wait)
         for i, st in enumerate(steps):
             for w in step_writes(st):
                 last.setdefault(w, i)
