@@ -110,6 +110,15 @@ def test_higher_order_ops_are_not_capturable() -> None:
     assert why is not None and "higher-order" in why
 
 
+def test_functional_collectives_are_not_capturable() -> None:
+    c10d = torch.ops._c10d_functional
+    a, r = _buf("a", (64,)), _buf("r", (64,))
+    launch = capture_blocker(_extern(c10d.all_reduce.default, (a, "sum", "0"), r), CUDA)
+    wait = capture_blocker(_extern(c10d.wait_tensor.default, (r,), _buf("w", (64,))), CUDA)
+    assert launch is not None and "all_reduce" in launch and "functional collective" in launch
+    assert wait is not None and "wait_tensor" in wait
+
+
 def test_graph_level_rule() -> None:
     s0 = sympy.Symbol("s0", integer=True, positive=True)
     inp = L.InputBuffer("arg0", L.Layout(CUDA, torch.float32, (s0,), (sympy.Integer(1),)), 0)

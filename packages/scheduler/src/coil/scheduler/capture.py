@@ -27,6 +27,10 @@ capture or is frozen into the graph with the values it saw then. The rule, per s
      `aten.randint`). A user generator would have to be registered with the graph by hand.
   5. *a higher-order op* (`torch.ops.higher_order.*`, e.g. `with_effects`): it runs Python that
      the rule cannot see into.
+  6. *a functional collective* (its launch or its `wait_tensor`, `coil.scheduler.collectives`):
+     c10d keeps host-side state per call (the work handle the wait looks up), which a replay
+     does not run, and coil has not yet checked NCCL calls inside its captures on GPUs; the
+     collectives run between captured segments.
 - **The whole graph** (`graph_blocker`) cannot be captured when its shapes are dynamic (a
   symbolic size: every replay would need the sizes of the capture) or when it has no CUDA tensor.
 
@@ -42,6 +46,7 @@ from typing import Any
 import sympy
 import torch
 from coil.lowering_ir import Buffer, ExternKernel, LoweredGraph, ReinterpretView, SymbolInput
+from coil.scheduler.collectives import is_launch, is_wait
 from coil.scheduler.schedule import Schedule, Step
 
 # ops that read device data on the host although no tag says so: Python values computed from
@@ -102,6 +107,8 @@ def capture_blocker(step: Step, device: torch.device) -> str | None:
     name = str(op)
     if isinstance(op, torch._ops.HigherOrderOperator):
         return f"{name}: a higher-order op runs Python the capture cannot see"
+    if is_launch(step) or is_wait(step):
+        return f"{name}: a functional collective (NCCL calls in a CUDA graph are not verified yet)"
     tags = set(getattr(op, "tags", ()))
     sized = name in STATIC_WHEN_SIZED and all(_static(b.layout.size) for b in step.outputs)
     if torch.Tag.dynamic_output_shape in tags and not sized:
