@@ -61,11 +61,17 @@ def _kill(ranks: list[Rank]) -> None:
         r.proc.wait()
 
 
+def environment(folder: Path) -> dict[str, str]:
+    """A rank's environment: the interpreter, WORLD ranks on this machine, coil's and torch's
+    caches under `folder` (made)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return knobs.environ(triton_interpret=True, local_world_size=WORLD, cache_dir=str(folder / "coil-cache"),
+                         inductor_cache_dir=str(folder / "inductor-cache"))
+
+
 def _start(scenario: str, tmp: Path, rank: int, deadline_s: float) -> Rank:
     folder = tmp / f"rank{rank}"
-    folder.mkdir(parents=True, exist_ok=True)
-    env = knobs.environ(triton_interpret=True, local_world_size=WORLD, cache_dir=str(folder / "coil-cache"),
-                        inductor_cache_dir=str(folder / "inductor-cache"))
+    env = environment(folder)
     log, out = folder / "log.txt", folder / "result.pt"
     cmd = [sys.executable, str(HERE / "ranks.py"), scenario, str(rank), str(WORLD), str(tmp / "store"), str(out),
            str(max(deadline_s - DUMP_BEFORE_S, 1.0))]

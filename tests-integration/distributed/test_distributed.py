@@ -125,3 +125,27 @@ def test_functional_collectives_match_eager_in_the_same_order_on_every_rank(tmp_
         steps = results[rank]["graphs"][0]["steps"]
         launch_at, mm_at = steps.index("_c10d_functional.all_reduce"), steps.index("torch.mm")
         assert launch_at < mm_at < steps.index("_c10d_functional.wait_tensor"), steps
+
+
+def test_the_distributed_bench_rows_match_eager_and_report_the_rule(tmp_path: Path) -> None:
+    """`coil.bench.distributed` (what bench/gpu_distributed.sh runs with torchrun on GPUs), on two
+    gloo ranks with the tiny Llama-style model under FSDP2: the eager, fp64 and coil rows have
+    no error, three losses each, and the report passes coil's losses by the bench's rule."""
+    import json
+    import subprocess
+    import sys
+
+    from coil.bench.distributed import report
+
+    out = tmp_path / "rows"
+    for mode in ("eager", "fp64", "coil"):
+        env = {**launch.environment(tmp_path / mode), "PYTHONUNBUFFERED": "1"}
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+                        "coil.bench.distributed", "--recipe", "fsdp2", "--model", "llama_style", "--mode", mode,
+                        "--tiny", "--batch", "2", "--seq", "16", "--steps", "3", "--out", str(out)],
+                       env=env, check=True, timeout=launch.DEADLINE_S, capture_output=True)
+    rows = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    assert len(rows) == 6 and all("error" not in r and len(r["losses"]) == 3 for r in rows), rows
+    table = report(out)
+    coil_row = next(line for line in table.splitlines() if line.startswith("| coil |"))
+    assert "(pass)" in coil_row, table

@@ -29,7 +29,8 @@ def _images(batch: int = 32) -> tuple[Any, ...]:
     return (torch.randn(batch, 3, 224, 224, device=_spec.DEVICE, generator=g),)
 
 
-def _no_dropout(model: Any) -> None:
+def no_dropout(model: Any) -> None:
+    """Dropout and stochastic depth off in `model` (every mode then computes one function)."""
     import torch
 
     for mod in model.modules():
@@ -41,7 +42,7 @@ def _no_dropout(model: Any) -> None:
 
 def _built(model: Any) -> Any:
     m = model.to(_spec.DEVICE)
-    _no_dropout(m)
+    no_dropout(m)
     return m
 
 

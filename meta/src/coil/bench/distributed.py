@@ -1,0 +1,288 @@
+"""Distributed training rows of `coil bench`: one recipe, one model, one mode per `torchrun`.
+
+    torchrun --nproc-per-node N -m coil.bench.distributed --recipe ddp|fsdp2|fsdp2_tp \\
+        --model gpt2|llama_style --mode eager|fp64|inductor|coil [--steps 10] [--batch 8] \\
+        [--seq 1024] [--tiny] --out DIR
+    python -m coil.bench.distributed --report DIR
+
+Every rank builds the model from one seed, dropout off (HF GPT-2, or the Llama-style 8-layer
+model of `coil.bench.classic`; `--tiny`: 2 layers, width 64, vocab 128, for CPU tests), wraps it by the
+recipe, and trains `--steps` steps of AdamW (not compiled; `zero_grad()` each step) on its own
+fixed random tokens (seeded by rank, the same in every mode), under bf16 autocast on CUDA:
+
+- `ddp`: `DistributedDataParallel` (DDPOptimizer splits the compiled graph at bucket bounds);
+- `fsdp2`: `fully_shard` on every transformer block, then on the root, over all ranks;
+- `fsdp2_tp`: a 2-D mesh (N/2 data-parallel x 2 tensor-parallel; Llama-style only): attention's
+  q/k/v and the MLP's gate/up column-parallel, o and down row-parallel (`parallelize_module`),
+  then `fully_shard` over the data-parallel dimension.
+
+Modes: `eager`, `fp64` (eager in float64 without autocast: the accuracy reference), `inductor`
+(`torch.compile(model)`), `coil` (`torch.compile(model, backend="coil")`). Each rank writes
+`<out>/<recipe>-<model>-<mode>-rank<r>.json`: the losses, the first step's seconds (compile
+included), the median and the mean of the later steps' wall time (synchronised), peak reserved
+and allocated memory (MiB), the device, the versions, or the error that stopped it (a row, never
+a stopped sweep).
+
+`--report DIR` prints one table per recipe and model: per mode, the slowest rank's median step,
+the largest rank's reserved peak, first-step seconds, and the accuracy rule of `coil.bench.steps`
+on the losses: RMSE(mode, fp64) <= MULTIPLIER * RMSE(eager, fp64) + TOL / 10 (needs the fp64 and
+eager rows). Not measured here: the fraction of collective time hidden behind compute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from coil.bench.classic import no_dropout
+
+__all__ = ["MODELS", "MODES", "RECIPES", "blocks", "build_model", "compiled", "main", "report", "run", "train",
+           "wrap"]
+
+RECIPES = ("ddp", "fsdp2", "fsdp2_tp")
+MODELS = ("gpt2", "llama_style")
+MODES = ("eager", "fp64", "inductor", "coil")
+
+
+def build_model(name: str, tiny: bool) -> Any:
+    """The model, fp32, on the CPU, from the current seed, dropout off (`classic.no_dropout`)."""
+    model = _model(name, tiny)
+    no_dropout(model)
+    return model
+
+
+def _model(name: str, tiny: bool) -> Any:
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    if name == "gpt2":
+        small: dict[str, Any] = {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 128, "n_positions": 64,
+                                 "bos_token_id": 0, "eos_token_id": 0}
+        return GPT2LMHeadModel(GPT2Config(**(small if tiny else {})))
+    if name == "llama_style":
+        size: dict[str, Any] = (
+            {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
+            if tiny else
+            {"vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8,
+             "num_attention_heads": 16, "num_key_value_heads": 8, "max_position_embeddings": 1024})
+        return LlamaForCausalLM(LlamaConfig(**size))
+    raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")
+
+
+def blocks(model: Any) -> list[Any]:
+    """The transformer blocks of a GPT-2 or Llama model."""
+    inner = getattr(model, "transformer", None) or model.model
+    return list(inner.h if hasattr(inner, "h") else inner.layers)
+
+
+def wrap(model: Any, recipe: str, model_name: str, device: Any, world: int) -> Any:
+    """`model` (on `device`) wrapped by `recipe` over the `world` ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    kind = device.type
+    if recipe == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[device.index] if kind == "cuda" else None)
+    if recipe == "fsdp2":
+        mesh = init_device_mesh(kind, (world,))
+        for block in blocks(model):
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model
+    if recipe == "fsdp2_tp":
+        if model_name != "llama_style" or world % 2:
+            raise ValueError("fsdp2_tp: the Llama-style model on an even number of ranks")
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            parallelize_module,
+        )
+
+        mesh = init_device_mesh(kind, (world // 2, 2), mesh_dim_names=("dp", "tp"))
+        plan = {"self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+                "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
+                "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+                "mlp.down_proj": RowwiseParallel()}
+        for block in blocks(model):
+            parallelize_module(block, mesh["tp"], plan)
+        for block in blocks(model):
+            fully_shard(block, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
+        return model
+    raise ValueError(f"unknown recipe {recipe!r}; expected one of {RECIPES}")
+
+
+def compiled(model: Any, mode: str) -> Any:
+    """`model` as `mode` runs it."""
+    import torch
+
+    if mode == "inductor":
+        return torch.compile(model)
+    if mode == "coil":
+        import coil.backend  # noqa: F401  (registers backend="coil")
+
+        return torch.compile(model, backend="coil")
+    return model
+
+
+def train(args: argparse.Namespace, rank: int, world: int, device: Any) -> dict[str, Any]:
+    """One mode's run on this rank (see the module docstring); the figures."""
+    import torch
+
+    torch.manual_seed(0)
+    model = build_model(args.model, args.tiny)
+    dtype = torch.float64 if args.mode == "fp64" else torch.float32
+    model = model.to(device=device, dtype=dtype)
+    model = wrap(model, args.recipe, args.model, device, world)
+    step_model = compiled(model, args.mode)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    vocab = 128 if args.tiny else (50257 if args.model == "gpt2" else 32000)
+    gen = torch.Generator().manual_seed(1000 + rank)
+    ids = torch.randint(0, vocab, (args.batch, args.seq), generator=gen).to(device)
+    autocast = device.type == "cuda" and args.mode != "fp64"
+
+    def step() -> float:
+        opt.zero_grad()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = step_model(ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    losses: list[float] = []
+    times: list[float] = []
+    for i in range(args.steps):
+        sync()
+        t0 = time.perf_counter()
+        losses.append(step())
+        sync()
+        times.append(time.perf_counter() - t0)
+        if i == 0 and device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+    later = times[1:] or times
+    out: dict[str, Any] = {"losses": losses, "first_s": times[0], "median_ms": 1e3 * statistics.median(later),
+                           "mean_ms": 1e3 * statistics.fmean(later)}
+    if device.type == "cuda":
+        out["reserved_mib"] = torch.cuda.max_memory_reserved(device) / 2**20
+        out["allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """This rank's part of a `torchrun` launch: train, write its JSON (an error is a row)."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available() and not args.cpu
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    row: dict[str, Any] = {"recipe": args.recipe, "model": args.model, "mode": args.mode, "rank": rank,
+                           "world": world, "batch": args.batch, "seq": args.seq, "tiny": args.tiny,
+                           "device": torch.cuda.get_device_name(device) if cuda else platform.processor() or "cpu",
+                           "torch": torch.__version__}
+    try:
+        import triton
+
+        row["triton"] = triton.__version__
+    except ImportError:
+        pass
+    try:
+        row.update(train(args, rank, world, device))
+    except Exception as exc:  # a row with its error, never a stopped sweep
+        row["error"] = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+    finally:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{args.recipe}-{args.model}-{args.mode}-rank{rank}.json").write_text(json.dumps(row, indent=1))
+        dist.destroy_process_group()
+    return 0
+
+
+def _rmse(a: list[float], b: list[float]) -> float:
+    return float(statistics.fmean((x - y) ** 2 for x, y in zip(a, b, strict=True)) ** 0.5)
+
+
+def report(folder: Path) -> str:
+    """The tables of `--report` (see the module docstring) as markdown."""
+    from coil.bench.steps import MULTIPLIER, TOL
+
+    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*-rank*.json"))]
+    groups: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+    for r in rows:
+        groups.setdefault((r["recipe"], r["model"]), {}).setdefault(r["mode"], []).append(r)
+    lines: list[str] = []
+    for (recipe, model), modes in groups.items():
+        first = next(iter(modes.values()))[0]
+        lines += [f"### {recipe}, {model}: {first['world']} ranks, batch {first['batch']} x {first['seq']} a rank, "
+                  f"{first['device']}, torch {first['torch']}, Triton {first.get('triton', '-')}", "",
+                  "| mode | median step ms (slowest rank) | reserved MiB (largest rank) | first step s | loss RMSE / allowed |",
+                  "|---|---|---|---|---|"]
+        ref = modes.get("fp64", [{}])[0].get("losses")
+        eager = modes.get("eager", [{}])[0].get("losses")
+        for mode in MODES:
+            ranks = modes.get(mode)
+            if not ranks:
+                continue
+            errors = [r["error"] for r in ranks if "error" in r]
+            if errors:
+                lines.append(f"| {mode} | error: {errors[0][:120]} | | | |")
+                continue
+            median = max(r["median_ms"] for r in ranks)
+            reserved = max(r.get("reserved_mib", 0.0) for r in ranks)
+            first_s = max(r["first_s"] for r in ranks)
+            rule = "-"
+            if ref is not None and eager is not None and mode != "fp64":
+                allowed = MULTIPLIER * _rmse(eager, ref) + TOL / 10
+                got = _rmse(ranks[0]["losses"], ref)
+                rule = f"{got:.2e} / {allowed:.2e} ({'pass' if got <= allowed else 'FAIL'})"
+            lines.append(f"| {mode} | {median:.2f} | {reserved:.0f} | {first_s:.1f} | {rule} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (see the module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m coil.bench.distributed", description=__doc__.split("\n")[0])
+    ap.add_argument("--recipe", choices=RECIPES)
+    ap.add_argument("--model", choices=MODELS)
+    ap.add_argument("--mode", choices=MODES)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--tiny", action="store_true", help="2-layer, 64-wide models (CPU tests)")
+    ap.add_argument("--cpu", action="store_true", help="gloo on the CPU even where CUDA is present")
+    ap.add_argument("--out", default="bench-out/distributed")
+    ap.add_argument("--report", type=Path, default=None, metavar="DIR", help="print the tables of DIR's rows")
+    args = ap.parse_args(argv)
+    if args.report is not None:
+        print(report(args.report))
+        return 0
+    if not (args.recipe and args.model and args.mode):
+        ap.error("--recipe, --model and --mode are required (or --report DIR)")
+    if args.steps < 2:
+        ap.error("--steps: at least 2 (the first step compiles)")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
