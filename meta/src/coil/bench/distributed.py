@@ -20,13 +20,16 @@ Modes: `eager`, `fp64` (eager in float64 without autocast: the accuracy referenc
 (`torch.compile(model)`), `coil` (`torch.compile(model, backend="coil")`). Each rank writes
 `<out>/<recipe>-<model>-<mode>-rank<r>.json`: the losses, the first step's seconds (compile
 included), the median and the mean of the later steps' wall time (synchronised), peak reserved
-and allocated memory (MiB), the device, the versions, or the error that stopped it (a row, never
-a stopped sweep).
+and allocated memory (MiB), on CUDA the collective kernels' time a step and the share of it
+hidden behind compute kernels over `--profile-steps` more steps under torch's profiler
+(`coil.bench.comm_overlap`), the device, the versions, or the error that stopped it (a row,
+never a stopped sweep).
 
 `--report DIR` prints one table per recipe and model: per mode, the slowest rank's median step,
 the largest rank's reserved peak, first-step seconds, and the accuracy rule of `coil.bench.steps`
 on the losses: RMSE(mode, fp64) <= MULTIPLIER * RMSE(eager, fp64) + TOL / 10 (needs the fp64 and
-eager rows). Not measured here: the fraction of collective time hidden behind compute.
+eager rows; HF computes the loss in float32 even for a float64 model). The collectives' columns
+are rank 0's.
 """
 
 from __future__ import annotations
@@ -179,7 +182,24 @@ def train(args: argparse.Namespace, rank: int, world: int, device: Any) -> dict[
     if device.type == "cuda":
         out["reserved_mib"] = torch.cuda.max_memory_reserved(device) / 2**20
         out["allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+        if args.profile_steps > 0:
+            out.update(_profiled(step, sync, args.profile_steps))
     return out
+
+
+def _profiled(step: Any, sync: Any, steps: int) -> dict[str, Any]:
+    """Collective kernel time a step and the share of it hidden behind compute
+    (`coil.bench.comm_overlap`), over `steps` more steps under torch's profiler."""
+    from coil.bench.comm_overlap import hidden_fraction, kernel_intervals, length, union
+    from torch.profiler import ProfilerActivity, profile
+
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+    comm, compute = kernel_intervals(prof.events())
+    return {"collective_ms": length(union(comm)) / 1e3 / steps, "hidden": hidden_fraction(comm, compute)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -234,8 +254,9 @@ def report(folder: Path) -> str:
         first = next(iter(modes.values()))[0]
         lines += [f"### {recipe}, {model}: {first['world']} ranks, batch {first['batch']} x {first['seq']} a rank, "
                   f"{first['device']}, torch {first['torch']}, Triton {first.get('triton', '-')}", "",
-                  "| mode | median step ms (slowest rank) | reserved MiB (largest rank) | first step s | loss RMSE / allowed |",
-                  "|---|---|---|---|---|"]
+                  "| mode | median step ms (slowest rank) | reserved MiB (largest rank) | first step s | "
+                  "collectives ms a step, hidden (rank 0) | loss RMSE / allowed |",
+                  "|---|---|---|---|---|---|"]
         ref = modes.get("fp64", [{}])[0].get("losses")
         eager = modes.get("eager", [{}])[0].get("losses")
         for mode in MODES:
@@ -244,7 +265,7 @@ def report(folder: Path) -> str:
                 continue
             errors = [r["error"] for r in ranks if "error" in r]
             if errors:
-                lines.append(f"| {mode} | error: {errors[0][:120]} | | | |")
+                lines.append(f"| {mode} | error: {errors[0][:120]} | | | | |")
                 continue
             median = max(r["median_ms"] for r in ranks)
             reserved = max(r.get("reserved_mib", 0.0) for r in ranks)
@@ -254,7 +275,11 @@ def report(folder: Path) -> str:
                 allowed = MULTIPLIER * _rmse(eager, ref) + TOL / 10
                 got = _rmse(ranks[0]["losses"], ref)
                 rule = f"{got:.2e} / {allowed:.2e} ({'pass' if got <= allowed else 'FAIL'})"
-            lines.append(f"| {mode} | {median:.2f} | {reserved:.0f} | {first_s:.1f} | {rule} |")
+            r0 = ranks[0]
+            hidden = r0.get("hidden")
+            comm = (f"{r0['collective_ms']:.2f}, {100 * hidden:.0f} %" if hidden is not None
+                    else "-" if "collective_ms" not in r0 else f"{r0['collective_ms']:.2f}, -")
+            lines.append(f"| {mode} | {median:.2f} | {reserved:.0f} | {first_s:.1f} | {comm} | {rule} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -269,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--tiny", action="store_true", help="2-layer, 64-wide models (CPU tests)")
+    ap.add_argument("--profile-steps", type=int, default=3, metavar="N",
+                    help="CUDA: profile N more steps for the collectives' time and the share hidden (0: none)")
     ap.add_argument("--cpu", action="store_true", help="gloo on the CPU even where CUDA is present")
     ap.add_argument("--out", default="bench-out/distributed")
     ap.add_argument("--report", type=Path, default=None, metavar="DIR", help="print the tables of DIR's rows")
