@@ -87,14 +87,33 @@ def test_the_default_stays_unless_clearly_beaten(fresh: None, monkeypatch: pytes
 
 def test_a_wrong_candidate_is_discarded_with_a_warning(fresh: None, monkeypatch: pytest.MonkeyPatch,
                                                        caplog: pytest.LogCaptureFixture) -> None:
-    timer = FakeTimer({4: 1.0, 2: 0.1, 8: 0.5})  # the wrong one would win
+    """The wrong one is the fastest: checked first, discarded, and the next fastest is kept."""
+    timer = FakeTimer({4: 1.0, 2: 0.1, 8: 0.5})
     monkeypatch.setattr(timing, "measure", timer)
     with caplog.at_level(logging.WARNING, logger="coil.runtime"):
         (result,) = tune([_problem(wrong=1)], CPU)
     assert result.choice == 2 and set(result.rejected) == {1} and "wrong output" in result.rejected[1]
-    assert result.times_ms[1] is None and 2 not in timer.calls
+    assert result.times_ms == (1.0, 0.1, 0.5)
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "rowsum_xr" in warning.getMessage() and "RBLOCK=128 XBLOCK=2 warps=4" in warning.getMessage()
+
+
+@pytest.mark.parametrize("wrong_time", [2.0, 0.8])
+def test_only_a_candidate_that_would_be_kept_is_checked(fresh: None, monkeypatch: pytest.MonkeyPatch,
+                                                        wrong_time: float) -> None:
+    """A wrong candidate slower than the default, or slower than a right one, is never run
+    against the reference (checking costs a run, a copy of every buffer and a comparison)."""
+    monkeypatch.setattr(timing, "measure", FakeTimer({4: 1.0, 2: wrong_time, 8: 0.5}))
+    checked: list[int] = []
+    check = autotune._check
+
+    def counting(problem: Any, i: int, *args: Any) -> Any:
+        checked.append(i)
+        return check(problem, i, *args)
+
+    monkeypatch.setattr(autotune, "_check", counting)
+    (result,) = tune([_problem(wrong=1)], CPU)
+    assert result.choice == 2 and not result.rejected and checked == [2]
 
 
 def test_a_candidate_that_fails_to_run_is_discarded(fresh: None, monkeypatch: pytest.MonkeyPatch) -> None:

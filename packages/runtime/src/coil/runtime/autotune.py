@@ -17,19 +17,22 @@ pointer arguments has, which of them it writes, and its reduction length. For ea
 2. **Compile.** Every candidate of every missed problem is loaded and, on a GPU, compiled ahead of
    time in one parallel batch (`compile.compile_variants`). A candidate that fails to compile is
    dropped (INFO log).
-3. **Check (the miscompile guard).** Synthetic arguments are made once (seeded, so every
-   candidate sees the same values; a private generator, the global RNG is untouched): floating
-   buffers standard normal, integer buffers zeros (zero is a valid index for every gather and
-   scatter), bool buffers False, ints the spec's values. Before each candidate runs, every buffer
-   is restored from those values (written buffers too: an element a candidate fails to write
-   then differs). The default runs first; each other candidate's written buffers must match the
-   default's (`matches`: floating ones within `tolerance(dtype, reduction_length, rounding)`,
-   `rounding` the coarsest floating type among the kernel's buffers, NaN equal to NaN; others
-   exactly). One that differs is discarded and logged at WARNING with the kernel's
-   name and configuration; one that raises is discarded at INFO.
-4. **Time.** Each surviving candidate is timed by `timing.measure` (CUDA events, median; a
-   module attribute tests replace); the fastest is kept if it beats the default by more than
-   SWITCH_MARGIN, otherwise the default.
+3. **Time.** Synthetic arguments are made once (seeded, so every candidate sees the same
+   values; a private generator, the global RNG is untouched): floating buffers standard normal,
+   integer buffers zeros (zero is a valid index for every gather and scatter), bool buffers
+   False, ints the spec's values. The default runs once on them (its written buffers are the
+   reference), then every compiled candidate is timed by `timing.measure` (CUDA events, median;
+   a module attribute tests replace); one whose timing raises is discarded (INFO).
+4. **Check (the miscompile guard), the fastest first.** The candidates faster than the default
+   by more than SWITCH_MARGIN are checked from the fastest on, and the first that passes is
+   kept (the default when none does): before it runs, every buffer is restored from the
+   synthetic values (written buffers too: an element a candidate fails to write then differs),
+   and its written buffers must match the default's (`matches`: floating ones within
+   `tolerance(dtype, reduction_length, rounding)`, `rounding` the coarsest floating type among
+   the kernel's buffers, NaN equal to NaN; others exactly). One that differs is discarded and
+   logged at WARNING with the kernel's name and configuration; one that raises is discarded at
+   INFO. A candidate that would not be kept is never checked (checking costs a run, a copy of
+   every buffer and a comparison each).
 5. **Store** the result in the memo and on disk.
 
 If the default itself fails to compile or run on the synthetic arguments, the problem is left
@@ -307,13 +310,10 @@ def _tune_one(problem: TuningProblem, kernels: Sequence[Kernel | KernelCompileEr
         log.info("coil: autotuning %s: the default configuration failed on synthetic inputs (%s)", problem.name, exc)
         return TuningResult(0, untimed, {0: f"launch: {exc}"}, "untuned")
     rejected: dict[int, str] = {}
-    for i in range(1, n):
-        why = _check(problem, i, kernels[i], work, base_buffers, reference)
-        if why is not None:
-            rejected[i] = why
     times: list[float | None] = [None] * n
     for i, kernel in enumerate(kernels):
-        if i in rejected or not isinstance(kernel, Kernel):
+        if not isinstance(kernel, Kernel):
+            rejected[i] = _not_compiled(problem, i, kernel)
             continue
         try:
             times[i] = float(timing.measure(kernel, problem.candidates[i].grid, work))
@@ -323,21 +323,31 @@ def _tune_one(problem: TuningProblem, kernels: Sequence[Kernel | KernelCompileEr
     t0 = times[0]
     if t0 is None:
         return TuningResult(0, untimed, rejected, "untuned")
-    best_time, best = min((t, i) for i, t in enumerate(times) if t is not None)
-    choice = best if best_time < (1 - SWITCH_MARGIN) * t0 else 0
-    return TuningResult(choice, tuple(times), rejected, "tuned")
+    # the fastest first, each checked only when it would be kept: most candidates never need the
+    # check, and one that fails it gives way to the next fastest
+    faster = sorted((t, i) for i, t in enumerate(times) if i and t is not None and t < (1 - SWITCH_MARGIN) * t0)
+    for _, i in faster:
+        why = _check(problem, i, kernels[i], work, base_buffers, reference)
+        if why is None:
+            return TuningResult(i, tuple(times), rejected, "tuned")
+        rejected[i] = why
+    return TuningResult(0, tuple(times), rejected, "tuned")
+
+
+def _not_compiled(problem: TuningProblem, i: int, error: KernelCompileError) -> str:
+    """Why candidate `i`, which did not compile, is discarded (logged at INFO)."""
+    why = f"compile: {error.__cause__ or error}"
+    log.info("coil: autotuning %s: %s did not compile: %s", problem.name, problem.candidates[i].describe(), why)
+    return why
 
 
 def _check(problem: TuningProblem, i: int, kernel: Kernel | KernelCompileError, work: list[object],
            base: list[torch.Tensor], reference: list[torch.Tensor]) -> str | None:
-    """Why candidate `i` must be discarded (it did not compile, raised, or computes other values
-    than the default: `reference`), or None. Runs it on `work` (the arguments) with every buffer
+    """Why candidate `i` must be discarded (it raised, or computes other values than the
+    default: `reference`), or None. Runs it on `work` (the arguments) with every buffer
     restored from `base` first."""
     cand = problem.candidates[i]
-    if isinstance(kernel, KernelCompileError):
-        why = f"compile: {kernel.__cause__ or kernel}"
-        log.info("coil: autotuning %s: %s did not compile: %s", problem.name, cand.describe(), why)
-        return why
+    assert isinstance(kernel, Kernel)
     buffers = _tensors(work)
     try:
         for b, v in zip(buffers, base, strict=True):
