@@ -7,7 +7,8 @@
 #   e.g. bash bench/gpu_distributed.sh 2 ddp gpt2
 #        bash bench/gpu_distributed.sh 4 fsdp2_tp llama_style -- --steps 10
 #
-# Runs `torchrun --nproc-per-node NPROC -m coil.bench.distributed` once per mode (MODES, default
+# Runs `python3 -m torch.distributed.run --nproc-per-node NPROC -m coil.bench.distributed` (torchrun)
+# once per mode (MODES, default
 # "fp64 eager inductor coil": each mode in processes of its own, caches empty), rows in
 # $OUT/distributed, then prints `python3 -m coil.bench.distributed --report` (also written to
 # $OUT/distributed.md). MODE_S bounds each mode in seconds (default 540).
@@ -20,7 +21,8 @@ for mode in ${MODES:-fp64 eager inductor coil}; do
   echo "== $recipe $model $mode on $nproc GPUs"
   root=$(mktemp -d)
   COIL_CACHE_DIR=$root/coil TRITON_CACHE_DIR=$root/triton TORCHINDUCTOR_CACHE_DIR=$root/inductor \
-    timeout "${MODE_S:-540}" torchrun --nproc-per-node "$nproc" -m coil.bench.distributed --recipe "$recipe" \
+    timeout "${MODE_S:-540}" python3 -m torch.distributed.run --nproc-per-node "$nproc" -m coil.bench.distributed \
+    --recipe "$recipe" \
     --model "$model" --mode "$mode" --out "$OUT/distributed" "$@" > "$OUT/distributed-$recipe-$model-$mode.log" 2>&1 \
     || { echo "   exit $? (log: $OUT/distributed-$recipe-$model-$mode.log)"; tail -5 "$OUT/distributed-$recipe-$model-$mode.log"; }
 done
