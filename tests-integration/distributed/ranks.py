@@ -3,8 +3,9 @@
     python ranks.py <scenario> <rank> <world> <store file> <result file> <seconds>
 
 It joins the gloo process group through the FileStore, runs the scenario twice on the same seed
-and data, eagerly and compiled with backend="coil" (COIL_FALLBACK_ON_ERROR on, as users get it),
-and saves, with torch.save, a dict of plain values and tensors:
+and data, eagerly and compiled with backend="coil" (the model and, in training, the optimizer's
+step; COIL_FALLBACK_ON_ERROR on, as users get it), and saves, with torch.save, a dict of plain
+values and tensors:
 
 - "eager", "compiled": the scenario's values of each run by name (parameters after the steps,
   losses, outputs), compared by the test;
@@ -104,15 +105,18 @@ def batches(seed: int, d_in: int, d_out: int) -> Batches:
     return [(torch.randn(8, d_in, generator=g), torch.randn(8, d_out, generator=g)) for _ in range(STEPS)]
 
 
-def train(model: Callable[[torch.Tensor], torch.Tensor], params: Iterator[nn.Parameter], data: Batches) -> torch.Tensor:
-    """STEPS steps of SGD with momentum (not compiled) on the MSE loss; the losses."""
+def train(model: Callable[[torch.Tensor], torch.Tensor], params: Iterator[nn.Parameter], data: Batches,
+          compiled: bool = False) -> torch.Tensor:
+    """STEPS steps of SGD with momentum on the MSE loss, the optimizer step compiled with
+    backend="coil" when `compiled`; the losses."""
     opt = torch.optim.SGD(list(params), lr=LR, momentum=0.9)
+    step = torch.compile(opt.step, backend="coil") if compiled else opt.step
     losses = []
     for x, y in data:
         opt.zero_grad(set_to_none=True)
         loss = F.mse_loss(model(x), y)
         loss.backward()
-        opt.step()
+        step()
         losses.append(loss.detach())
     return torch.stack(losses)
 
@@ -146,7 +150,7 @@ def ddp(rank: int) -> tuple[Values, Values]:
     for compiled in (False, True):
         model = DDP(copy.deepcopy(base), bucket_cap_mb=1)
         call = torch.compile(model, backend="coil") if compiled else model
-        losses = train(call, model.parameters(), data)
+        losses = train(call, model.parameters(), data, compiled)
         runs.append({"loss": losses, **full(model.module)})
     return runs[0], runs[1]
 
@@ -166,7 +170,7 @@ def fsdp2(rank: int) -> tuple[Values, Values]:
             fully_shard(layer)
         fully_shard(model)
         call = torch.compile(model, backend="coil") if compiled else model
-        losses = train(call, model.parameters(), data)
+        losses = train(call, model.parameters(), data, compiled)
         runs.append({"loss": losses, **full(model)})
     return runs[0], runs[1]
 
@@ -189,7 +193,7 @@ def tensor_parallel(rank: int) -> tuple[Values, Values]:
     for compiled in (False, True):
         model = parallelize_module(copy.deepcopy(base), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
         call = torch.compile(model, backend="coil") if compiled else model
-        losses = train(call, model.parameters(), data)
+        losses = train(call, model.parameters(), data, compiled)
         runs.append({"loss": losses, **full(model)})
     return runs[0], runs[1]
 
@@ -225,11 +229,19 @@ SCENARIOS: dict[str, Callable[[int], tuple[Values, Values]]] = {
 }
 
 
+def whole_program(source: str) -> str:
+    """The wrapper's `call` function, the whole graph in one program (the source also holds one
+    function per CUDA-graph segment when some step cannot be captured: the same calls again)."""
+    start = source.find("    def call(")
+    end = source.find("\n    def ", start + 1)
+    return source[start:end if end >= 0 else len(source)]
+
+
 def graphs() -> list[dict[str, Any]]:
     """What coil compiled on this rank (module docstring: "graphs")."""
     return [{"name": s.name, "eager_fallback": s.eager_fallback, "fallbacks": list(s.fallbacks),
-             "collectives": COLLECTIVE.findall(s.wrapper_source),
-             "steps": ["".join(m) for m in STEP.findall(s.wrapper_source)]} for s in COMPILED]
+             "collectives": COLLECTIVE.findall(whole_program(s.wrapper_source)),
+             "steps": ["".join(m) for m in STEP.findall(whole_program(s.wrapper_source))]} for s in COMPILED]
 
 
 def main(scenario: str, rank: int, world: int, store: str, out: str, seconds: float) -> None:
