@@ -1,5 +1,5 @@
 """Collectives overlapped with compute: each launch as early and each wait as late as the data
-dependences allow, when that does not raise the planned peak (`overlap_order`).
+dependences allow, within a bound on the planned peak (`overlap_order`).
 
 Between a collective's launch and its wait the GPU computes whatever else is ready while the
 collective runs on its own stream; an order that waits right after launching (the traced
