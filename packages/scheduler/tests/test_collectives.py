@@ -122,3 +122,32 @@ def test_a_graph_without_collectives_is_left_alone() -> None:
     g = L.LoweredGraph("g", [x], [], [a], [a.output])
     steps = schedule(g, fusion=False).steps
     assert overlap_order(steps, g, output_buffers(g.outputs)) is None
+
+
+def test_with_symbolic_sizes_the_bound_is_taken_at_the_size_hints() -> None:
+    """The graph of the first test with x's length a symbol s0 (hint 64): the wait still moves
+    after the independent work; without a hint nothing moves."""
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+
+    def graph(hints: dict[sympy.Symbol, int]) -> L.LoweredGraph:
+        def lay(n: Any) -> L.Layout:
+            return L.Layout(CPU, torch.float32, (n,), (sympy.Integer(1),))
+
+        x, y = L.InputBuffer("arg0", lay(s0), 0), _input("arg1", 1, 1)
+        a = L.Pointwise("op_a", (), L.ComputedBuffer("buf_a", lay(s0)), (s0,),
+                        L.Op("mul", (L.Load("arg0", P0, torch.float32), L.Constant(2.0, torch.float32)),
+                             torch.float32), P0)
+        launched, waited = L.ComputedBuffer("buf_r", lay(s0)), L.ComputedBuffer("buf_r_waited", lay(s0))
+        launch = L.ExternKernel("op_r", (), c10d.all_reduce.default, (a.output, "sum", "0"), {}, launched, False)
+        wait = L.ExternKernel("op_r_wait", (), c10d.wait_tensor.default, (launched,), {}, waited, False)
+        b = _scaled("b", "arg1", 1, 3.0)
+        b0 = _scaled("b0", "buf_b", 1, 1.0, index=sympy.Integer(0))
+        body = L.Op("add", (L.Load("buf_r_waited", P0, torch.float32), L.Load("buf_b0", sympy.Integer(0), torch.float32)),
+                    torch.float32)
+        c = L.Pointwise("op_c", (), L.ComputedBuffer("buf_c", lay(s0)), (s0,), body, P0)
+        return L.LoweredGraph("g", [x, y], [], [a, launch, wait, b, b0, c], [c.output], symbol_hints=hints)
+
+    assert _names(schedule(graph({s0: 64}), fusion=False).steps) == [
+        "op_a", "op_r", "op_b", "op_b0", "op_r_wait", "op_c"]
+    assert _names(schedule(graph({}), fusion=False).steps) == [
+        "op_a", "op_r", "op_r_wait", "op_b", "op_b0", "op_c"]

@@ -10,7 +10,7 @@ sizes the fused order is kept).
 
 from __future__ import annotations
 
-from collections.abc import Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 import sympy
@@ -72,13 +72,16 @@ def step_writes(st: StepT) -> list[str]:
     return [b.name for b in st.outputs]
 
 
-def planner_graph(steps: Sequence[StepT], graph: LoweredGraph, outputs: Set[str]) -> PGraph | None:
-    """The memory planner's graph of `steps`, or None when a buffer size is symbolic.
+def planner_graph(steps: Sequence[StepT], graph: LoweredGraph, outputs: Set[str],
+                  hints: Mapping[sympy.Symbol, int] | None = None) -> PGraph | None:
+    """The memory planner's graph of `steps`, or None when a buffer size is symbolic (and
+    `hints` do not fix it).
 
     Args:
         steps: the schedule's steps in their current order (the planner graph's baseline order).
         graph: the lowered graph the steps come from (buffer layouts give the sizes).
         outputs: storage buffers the graph returns (`output_buffers(graph.outputs)`).
+        hints: values for size symbols (`graph.symbol_hints`): a symbolic size is taken at them.
 
     Returns:
         A `coil.memory_planner.Graph` with one node `s{i}` per step `i` (in step order); one
@@ -96,6 +99,8 @@ def planner_graph(steps: Sequence[StepT], graph: LoweredGraph, outputs: Set[str]
     sizes: dict[str, int] = {}
     for name, b in graph.buffers().items():
         ext = sympy.sympify(b.layout.storage_extent())
+        if hints and not isinstance(ext, sympy.Integer):
+            ext = sympy.sympify(ext.xreplace(dict(hints)))
         if not isinstance(ext, sympy.Integer):
             return None
         sizes[name] = int(ext) * b.layout.dtype.itemsize

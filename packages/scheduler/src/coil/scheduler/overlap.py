@@ -20,7 +20,9 @@ Memory bound: overlapping costs memory (a collective's inputs and result stay li
 runs), so the moved order is kept only when its peak of live bytes in the memory planner's model
 (`ordering.planner_graph`, where the wait keeps its collective's inputs live) is at most
 PEAK_GROWTH above the peak of the order it came from; otherwise the waits alone are moved, under
-the same bound, or nothing. With symbolic sizes (no planner graph) nothing moves.
+the same bound, or nothing. Symbolic sizes are taken at the graph's size hints (which may differ
+between ranks: then so may the waits' places, never the launches' order); a size with no hint
+(a data-dependent one) keeps the order.
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ def overlap_order(steps: Sequence[StepT], graph: LoweredGraph, outputs: Set[str]
     if not any(is_launch(st) for st in steps):
         return None
     pg = planner_graph(steps, graph, outputs)
+    if pg is None:
+        pg = planner_graph(steps, graph, outputs, graph.symbol_hints)
     if pg is None:
         return None
     base = _peak(pg, range(len(steps)))
