@@ -5,7 +5,8 @@
         [--seq 1024] [--tiny] --out DIR
     python -m coil.bench.distributed --report DIR
 
-Every rank builds the model from one seed, dropout off (HF GPT-2, or the Llama-style 8-layer
+One host: rank r runs on GPU r modulo the host's GPU count (NCCL), or on the CPU (gloo). Every
+rank builds the model from one seed, dropout off (HF GPT-2, or the Llama-style 8-layer
 model of `coil.bench.classic`; `--tiny`: 2 layers, width 64, vocab 128, for CPU tests), wraps it by the
 recipe, and trains `--steps` steps of AdamW (not compiled; `zero_grad()` each step) on its own
 fixed random tokens (seeded by rank, the same in every mode), under bf16 autocast on CUDA:
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import sys
@@ -207,13 +207,12 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available() and not args.cpu
-    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo")  # torchrun's environment says who is who
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo")
     row: dict[str, Any] = {"recipe": args.recipe, "model": args.model, "mode": args.mode, "rank": rank,
                            "world": world, "batch": args.batch, "seq": args.seq, "tiny": args.tiny,
                            "device": torch.cuda.get_device_name(device) if cuda else platform.processor() or "cpu",
