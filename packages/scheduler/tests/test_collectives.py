@@ -151,3 +151,24 @@ def test_with_symbolic_sizes_the_bound_is_taken_at_the_size_hints() -> None:
         "op_a", "op_r", "op_b", "op_b0", "op_r_wait", "op_c"]
     assert _names(schedule(graph({}), fusion=False).steps) == [
         "op_a", "op_r", "op_r_wait", "op_b", "op_b0", "op_c"]
+
+
+def test_a_coalesced_collective_reads_all_its_inputs_until_its_list_wait() -> None:
+    """all_reduce_coalesced([a, b]) and wait_tensors([ra, rb]): one launch, one wait, both
+    inputs in flight until the wait; independent work moves between them."""
+    x, y = _input("arg0", 64, 0), _input("arg1", 1, 1)
+    a, b = _scaled("a", "arg0", 64, 2.0), _scaled("b", "arg0", 64, 3.0)
+    ra, rb = L.ComputedBuffer("buf_ra", _layout(64)), L.ComputedBuffer("buf_rb", _layout(64))
+    wa, wb = L.ComputedBuffer("buf_wa", _layout(64)), L.ComputedBuffer("buf_wb", _layout(64))
+    launch = L.ExternKernel("op_r", (), c10d.all_reduce_coalesced.default, ([a.output, b.output], "sum", "0"), {},
+                            [ra, rb], False)
+    wait = L.ExternKernel("op_r_wait", (), c10d.wait_tensors.default, ([ra, rb],), {}, [wa, wb], False)
+    y1 = _scaled("y1", "arg1", 1, 3.0)
+    c = _added("c", "buf_wa", "buf_wb", 64)
+    d = _added("d", "buf_c", "buf_y1", 64, b_index=sympy.Integer(0))
+    g = L.LoweredGraph("g", [x, y], [], [a, b, launch, wait, y1, c, d], [d.output])
+    steps = schedule(g, fusion=False).steps
+    assert is_launch(launch) and is_wait(wait)
+    at = {st.name if isinstance(st, L.ExternKernel) else st.members[0].op.name: i for i, st in enumerate(steps)}
+    assert in_flight_reads(steps) == {at["op_r_wait"]: ["buf_a", "buf_b"]}
+    assert at["op_r"] < at["op_y1"] < at["op_r_wait"] < at["op_c"]

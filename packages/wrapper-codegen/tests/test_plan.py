@@ -396,6 +396,28 @@ def test_wait_tensor_result_keeps_its_argument_storage(wr):
     wr.check(_waited, x, y, fusion=False)
 
 
+def _waited_both(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor]:
+    a, b = torch.ops._c10d_functional.wait_tensors([x @ x, y @ y])
+    return (a + torch.sin(y) @ x + b,)
+
+
+@pytest.mark.skipif(not hasattr(torch.ops._c10d_functional, "wait_tensors"), reason="torch without wait_tensors")
+def test_wait_tensors_results_keep_their_arguments_storage(wr):
+    """`wait_tensors` (a coalesced collective's wait) returns the tensors of its list themselves:
+    neither product's storage may go to `sin(y)` or its product, made before the waited values'
+    last reads."""
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    s = wr.schedule(_waited_both, x, y, fusion=False)
+    prog = wr.program(s)
+    lines = prog.lines
+    wait = next(ln for ln in lines if isinstance(ln, ExternCall) and "wait_tensors" in ln.op)
+    for arg, result in zip(wait.args[0], wait.results, strict=True):  # each result is its argument
+        last_read = max(i for i, ln in enumerate(lines) if f"'{result.name}'" in repr(ln) and ln is not wait)
+        taken = [i for i, ln in enumerate(lines) if isinstance(ln, Reuse) and ln.donor == arg.name]
+        assert all(i > last_read for i in taken), lines
+    wr.check(_waited_both, x, y, fusion=False)
+
+
 def test_opaque_object_input_is_returned_as_given(wr):
     """An opaque graph input (a DTensor's DeviceMesh, saved for the backward) is bound from the
     call's arguments and returned as that very object, by both emitters."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from coil.lowering_ir import Buffer, ExternKernel, ReinterpretView
 
-WAIT = "_c10d_functional::wait_tensor"
+WAITS = frozenset({"_c10d_functional::wait_tensor", "_c10d_functional::wait_tensors"})  # one tensor; a list
 LAUNCHES = frozenset({
     "_c10d_functional::all_reduce", "_c10d_functional::all_reduce_coalesced",
     "_c10d_functional::all_gather_into_tensor", "_c10d_functional::all_gather_into_tensor_coalesced",
@@ -45,8 +45,9 @@ def is_launch(step: Any) -> bool:
 
 
 def is_wait(step: Any) -> bool:
-    """Whether `step` waits for a functional collective (`wait_tensor`)."""
-    return op_name(step) == WAIT
+    """Whether `step` waits for a functional collective (`wait_tensor`, or `wait_tensors` for a
+    coalesced one's results)."""
+    return op_name(step) in WAITS
 
 
 def launch_steps(steps: Sequence[Any]) -> list[int]:
@@ -60,16 +61,18 @@ def _storage(x: Any) -> str | None:
     return x.name if isinstance(x, Buffer) else None
 
 
-def waited_launch(steps: Sequence[Any]) -> dict[int, int]:
-    """Each wait step's index -> the index of the launch whose result it waits for (a wait whose
-    argument no launch among `steps` wrote is left out)."""
+def waited_launches(steps: Sequence[Any]) -> dict[int, list[int]]:
+    """Each wait step's index -> the indices of the launches whose results it waits for (its
+    argument, or each tensor of its list); a wait no launch among `steps` wrote for is left out."""
     writer: dict[str, int] = {}
-    out: dict[int, int] = {}
+    out: dict[int, list[int]] = {}
     for i, st in enumerate(steps):
         if is_wait(st) and st.args:
-            arg = _storage(st.args[0])
-            if arg is not None and arg in writer:
-                out[i] = writer[arg]
+            args = st.args[0] if isinstance(st.args[0], list | tuple) else (st.args[0],)
+            names = [_storage(a) for a in args]
+            launches = sorted({writer[n] for n in names if n is not None and n in writer})
+            if launches:
+                out[i] = launches
         if is_launch(st):
             for b in st.outputs:
                 writer[b.name] = i
@@ -77,5 +80,6 @@ def waited_launch(steps: Sequence[Any]) -> dict[int, int]:
 
 
 def in_flight_reads(steps: Sequence[Any]) -> dict[int, list[str]]:
-    """Each wait step's index -> the buffers its collective reads: they are read until the wait."""
-    return {w: list(steps[launch].reads()) for w, launch in waited_launch(steps).items()}
+    """Each wait step's index -> the buffers its collectives read: they are read until the wait."""
+    return {w: list(dict.fromkeys(r for launch in launches for r in steps[launch].reads()))
+            for w, launches in waited_launches(steps).items()}

@@ -33,7 +33,7 @@ from coil.lowering_ir import ExternKernel, LoweredGraph
 from coil.lowering_ir.nodes import used_symbols
 from coil.memory_planner import Graph as PGraph
 from coil.memory_planner import live_bytes_per_step
-from coil.scheduler.collectives import in_flight_reads, is_launch, is_wait, waited_launch
+from coil.scheduler.collectives import in_flight_reads, is_launch, is_wait, waited_launches
 from coil.scheduler.ordering import StepT, planner_graph, step_reads, step_writes
 
 Access = tuple[frozenset[str], frozenset[str]]
@@ -47,15 +47,15 @@ def accesses(steps: Sequence[StepT]) -> list[Access]:
     """(reads, writes) of each step, as the module docstring counts them; size symbols as
     `sym:<name>`."""
     flight = in_flight_reads(steps)
-    waited = waited_launch(steps)
+    waited = waited_launches(steps)
     out: list[Access] = []
     for i, st in enumerate(steps):
         reads = set(step_reads(st)) | set(flight.get(i, ())) | {f"sym:{s}" for s in used_symbols(st)}
         writes = set(step_writes(st))
         if isinstance(st, ExternKernel):
             writes |= set(st.mutates) | {f"sym:{s}" for s in st.defined_symbols()}
-        if i in waited:
-            writes |= set(step_writes(steps[waited[i]]))
+        for launch in waited.get(i, ()):
+            writes |= set(step_writes(steps[launch]))
         out.append((frozenset(reads - writes), frozenset(writes)))
     return out
 

@@ -159,6 +159,9 @@ def _input_lines(g: LoweredGraph, check_inputs: bool) -> list[Line]:
 # no alias (their FakeTensor has a storage of its own): a functional collective's wait returns the
 # tensor the collective fills
 RETURNS_FIRST_ARGUMENT = frozenset({"_c10d_functional::wait_tensor"})
+# ops whose j-th result is, at run time, the j-th tensor of their first (list) argument: the wait
+# for a coalesced collective's results
+RETURNS_ITS_ARGUMENTS = frozenset({"_c10d_functional::wait_tensors"})
 
 
 def _aliased_argument(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -177,11 +180,17 @@ def _aliased_argument(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: 
 def _aliasing_results(steps: Sequence[Any]) -> dict[str, str | None]:
     """Results of ATen calls that alias an argument, each with that argument's storage buffer
     (None where it is no buffer of the graph): a view op run through ATen, e.g. a slice at a
-    data-dependent start, or `wait_tensor`. Their storage is the argument's."""
+    data-dependent start, `wait_tensor`, or each result of `wait_tensors` (the tensor of its
+    list at that position). Their storage is the argument's."""
     out: dict[str, str | None] = {}
     for st in steps:
         op = getattr(st, "kernel", None)
         if isinstance(st, KernelGroup | Scatter) or not isinstance(op, torch._ops.OpOverload):
+            continue
+        if op._schema.name in RETURNS_ITS_ARGUMENTS:
+            bases = st.args[0] if st.args and isinstance(st.args[0], list | tuple) else ()
+            for b, base in zip(st.outputs, bases, strict=False):
+                out[b.name] = base.storage.name if isinstance(base, Buffer | ReinterpretView) else None
             continue
         aliasing = any(r.alias_info is not None for r in op._schema.returns)
         if aliasing or op._schema.name in RETURNS_FIRST_ARGUMENT:
