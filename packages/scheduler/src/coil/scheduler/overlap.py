@@ -33,7 +33,7 @@ from coil.lowering_ir import ExternKernel, LoweredGraph
 from coil.lowering_ir.nodes import used_symbols
 from coil.memory_planner import Graph as PGraph
 from coil.memory_planner import live_bytes_per_step
-from coil.scheduler.collectives import in_flight_reads, is_launch, is_wait, waited_launches
+from coil.scheduler.collectives import is_launch, is_wait, waited_launches
 from coil.scheduler.ordering import StepT, planner_graph, step_reads, step_writes
 
 Access = tuple[frozenset[str], frozenset[str]]
@@ -46,15 +46,15 @@ PEAK_GROWTH = 1 / 8
 def accesses(steps: Sequence[StepT]) -> list[Access]:
     """(reads, writes) of each step, as the module docstring counts them; size symbols as
     `sym:<name>`."""
-    flight = in_flight_reads(steps)
     waited = waited_launches(steps)
     out: list[Access] = []
     for i, st in enumerate(steps):
-        reads = set(step_reads(st)) | set(flight.get(i, ())) | {f"sym:{s}" for s in used_symbols(st)}
+        reads = set(step_reads(st)) | {f"sym:{s}" for s in used_symbols(st)}
         writes = set(step_writes(st))
         if isinstance(st, ExternKernel):
             writes |= set(st.mutates) | {f"sym:{s}" for s in st.defined_symbols()}
-        for launch in waited.get(i, ()):
+        for launch in waited.get(i, ()):  # what `in_flight_reads` gives this wait, and the results
+            reads |= set(step_reads(steps[launch]))
             writes |= set(step_writes(steps[launch]))
         out.append((frozenset(reads - writes), frozenset(writes)))
     return out
@@ -64,15 +64,16 @@ def _depends(a: Access, b: Access) -> bool:
     return bool(a[1] & (b[0] | b[1]) or a[0] & b[1])
 
 
-def moved(steps: Sequence[StepT], launches: bool = True) -> list[int]:
-    """The order (indices into `steps`) with launches raised (when `launches`) and waits sunk."""
-    acc = accesses(steps)
+def _moved(steps: Sequence[StepT], acc: Sequence[Access], launches: bool) -> list[int]:
+    """The order (indices into `steps`) with launches raised (when `launches`) and waits sunk;
+    `acc` is `accesses(steps)`."""
+    launch = [is_launch(st) for st in steps]
     order = list(range(len(steps)))
     if launches:
-        for i in [i for i in order if is_launch(steps[i])]:
+        for i in [i for i in order if launch[i]]:
             p = order.index(i)
             q = p
-            while q > 0 and not is_launch(steps[order[q - 1]]) and not _depends(acc[order[q - 1]], acc[i]):
+            while q > 0 and not launch[order[q - 1]] and not _depends(acc[order[q - 1]], acc[i]):
                 q -= 1
             order.insert(q, order.pop(p))
     for i in reversed([i for i in order if is_wait(steps[i])]):
@@ -95,15 +96,14 @@ def overlap_order(steps: Sequence[StepT], graph: LoweredGraph, outputs: Set[str]
     """The overlapped order of `steps` (indices), or None to keep it (see the module docstring)."""
     if not any(is_launch(st) for st in steps):
         return None
-    pg = planner_graph(steps, graph, outputs)
-    if pg is None:
-        pg = planner_graph(steps, graph, outputs, graph.symbol_hints)
+    pg = planner_graph(steps, graph, outputs, graph.symbol_hints)
     if pg is None:
         return None
     base = _peak(pg, range(len(steps)))
     assert base is not None
+    acc = accesses(steps)
     for launches in (True, False):
-        order = moved(steps, launches)
+        order = _moved(steps, acc, launches)
         if order == list(range(len(steps))):
             continue
         peak = _peak(pg, order)

@@ -73,7 +73,7 @@ def schedule(graph: LoweredGraph, *, fusion: bool = True, visit_order: bool = Tr
     moved = overlap_order(steps, graph, outs)
     if moved is not None:
         steps = [steps[i] for i in moved]
-        pg = planner_graph(steps, graph, outs)
+        pg = planner_graph(steps, graph, outs) if report is not None else None  # only a report needs it
         if report is not None and pg is not None:
             step_bytes, input_last = profile(pg, range(len(steps)))
             report = dataclasses.replace(report, peak=report.inputs + max(step_bytes, default=0),
