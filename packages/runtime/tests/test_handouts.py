@@ -170,3 +170,54 @@ def test_without_storage_swaps_accumulated_gradients_are_held_and_copied_by_auto
             assert p.grad.data_ptr() not in inside  # a copy, not the graph's memory
     assert g.uncaptured == 3  # step 1's last three micro-steps, while its .grad was the graph's
     assert g.handouts.held == {0} and not g.handouts.cloned
+
+
+def test_dead_outputs_stay_dead_until_the_next_hand_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`live` counts storage uses only until it finds every output dead: nothing can reference
+    them again before `replayed` hands out new tensors, so a pool's other members' checks cost
+    nothing then. A new hand-out is counted again; `in_use` agrees with `live` throughout."""
+    g = FakeGraph()
+    kept = g.call(1.0)
+    del kept
+    out = g.call(2.0)  # a replay: tensors over the slots
+    assert g.handouts.live() and g.handouts.in_use()
+    del out
+    counted: list[int] = []
+    real = handouts.use_count
+
+    def counting(cdata: int) -> int:
+        counted.append(cdata)
+        return real(cdata)
+
+    monkeypatch.setattr(handouts, "use_count", counting)
+    assert g.handouts.live() == [] and not g.handouts.in_use()
+    n = len(counted)
+    assert n > 0
+    for _ in range(3):
+        assert g.handouts.live() == [] and not g.handouts.in_use()
+    assert len(counted) == n, "dead outputs were counted again"
+    out = g.call(3.0)
+    assert g.handouts.live() and g.handouts.in_use() and len(counted) > n
+    assert torch.equal(out[1], torch.full((5,), 3.0))
+
+
+def test_a_pool_closes_to_captures_while_a_replayed_members_outputs_are_in_use() -> None:
+    """A capture may reuse pool memory the caching allocator counts as free. A replay's outputs
+    lie in such memory (the first call's tensors were freed), so while one is referenced no
+    graph that hands its outputs out may capture into that pool; first-call outputs are the
+    allocator's own and do not close it."""
+    from coil.runtime import graph_pools
+
+    g = FakeGraph()
+    pool = ("test pool", id(g))
+    graph_pools.join_pool(g, pool)  # type: ignore[arg-type]
+    try:
+        kept = g.call(1.0)  # the first call's tensors
+        assert graph_pools.open_to_captures(pool)
+        del kept
+        out = g.call(2.0)  # a replay's tensors over the slots, still referenced
+        assert not graph_pools.open_to_captures(pool)
+        del out
+        assert graph_pools.open_to_captures(pool)
+    finally:
+        graph_pools.POOL_MEMBERS.pop(pool, None)

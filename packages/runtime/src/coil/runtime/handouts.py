@@ -99,6 +99,10 @@ class Handouts:
         self.cloned: set[int] = set()  # outputs handed out as clones: kept although held
         self._holding: list[torch.Tensor] = []  # the held outputs' last hand-out
         self._handed_held: set[int] = set()  # outputs whose last hand-out was held
+        # no output referenced since the last check: none can be again before the next hand-out
+        # (only `replayed` makes tensors over the slots), so `live` need not count again; a pool's
+        # every replay checks its other members, and most are dead
+        self._dead = False
 
     def release(self) -> str | None:
         """Move every holder of a live output onto a copy of its memory (module docstring,
@@ -152,9 +156,23 @@ class Handouts:
         """Indices of outputs whose memory a caller still references (the runner first lets go
         of the outputs it held since its last call)."""
         self._holding = []
+        if self._dead:
+            return []
         if self._weak is not None:
-            return [k for k, w in self._weak.items() if not w.expired() and self._first_cdata[k] not in self._released]
-        return [k for k, c in self._cdata.items() if use_count(c) > self._baseline[c]]
+            live = [k for k, w in self._weak.items() if not w.expired() and self._first_cdata[k] not in self._released]
+        else:
+            live = [k for k, c in self._cdata.items() if use_count(c) > self._baseline[c]]
+        self._dead = not live
+        return live
+
+    def in_use(self) -> bool:
+        """Whether a caller may still reference an output's memory; unlike `live`, the outputs the
+        runner holds since its last call count (it keeps them), so the answer errs toward True."""
+        if self._dead:
+            return False
+        if self._weak is not None:
+            return any(not w.expired() and self._first_cdata[k] not in self._released for k, w in self._weak.items())
+        return any(use_count(c) > self._baseline[c] for c in self._cdata.values())
 
     def extra_refs(self, k: int) -> int | None:
         """References to output `k`'s storage beyond the runner's own (None before replays; the
@@ -171,6 +189,7 @@ class Handouts:
         if self._weak is not None:
             self._weak = None
             self._over_slots()
+        self._dead = False
         out = {k: b.clone() if k in self.cloned else b.detach() for k, b in self._bases.items()}
         self._handed_held = self.held - self.cloned
         self._holding = [out[k] for k in self._handed_held]
