@@ -37,8 +37,8 @@ EXPECTED_SIGNATURES = {
     ),
     "CudaGraphRunner.__call__": "(self, inputs: 'list[Any]') -> 'tuple[Any, ...]'",
     "cudagraphify": (
-        "(call: 'BoxedCall', spec: 'CaptureSpec | None' = None, policy: 'ReplayPolicy | None' = None) "
-        "-> 'Callable[[list[Any]], tuple[Any, ...]]'"
+        "(call: 'BoxedCall', spec: 'CaptureSpec | None' = None, policy: 'ReplayPolicy | None' = None, "
+        "max_sites: 'int' = 256, by_shape: 'bool' = False) -> 'Callable[[list[Any]], tuple[Any, ...]]'"
     ),
     "SegmentedRunner.__init__": (
         "(self, plan: 'Mapping[str, Any]', *, capture: 'bool', "

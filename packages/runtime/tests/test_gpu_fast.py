@@ -241,7 +241,9 @@ def _backward(args: list[Any]) -> tuple[Any, ...]:
 
 def _fw_bw_pair() -> tuple[Any, Any, torch.Tensor]:
     w = torch.nn.Parameter(torch.randn(1024, 1024, device="cuda") / 32)
-    return (cudagraphify(_forward, policy=ReplayPolicy(hold_outputs=False)),
+    """A forward and its backward under coil.backend's training policy: both capture at their
+    second call, the backward reading the forward's first-call outputs in place."""
+    return (cudagraphify(_forward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False)),
             cudagraphify(_backward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False)), w)
 
 
@@ -316,13 +318,13 @@ def test_backward_capture_reuses_the_consumed_input(cache_dir: Path) -> None:
     for hold in (True, False):
         w = torch.nn.Parameter(torch.randn(1024, 1024, device="cuda") / 32)
         if hold:
-            fw = cudagraphify(_forward, policy=ReplayPolicy(static_outputs=(0,)))
+            fw = cudagraphify(_forward, policy=ReplayPolicy(borrow_inputs=True, static_outputs=(0,)))
             bw = cudagraphify(_backward, policy=ReplayPolicy(borrow_inputs=True, static_outputs="fresh"))
         else:
             fw, bw, w = _fw_bw_pair()
         with _recording() as made:
             x, g = _step_inputs(0)
-            for _ in range(2):  # capture, then replay
+            for _ in range(3):  # the backward runs uncaptured, is captured, replays
                 y, out, _ = _step(fw, bw, x, w, g)
                 torch.testing.assert_close(out, _expected(x, w, g)[1], rtol=1e-3, atol=1e-3)
                 del y, out
@@ -336,14 +338,15 @@ def test_backward_capture_reuses_the_consumed_input(cache_dir: Path) -> None:
 
 
 def test_an_output_kept_past_the_backward_is_not_overwritten(cache_dir: Path) -> None:
-    """Step 0 drops `a` inside the backward (so the backward's capture put `c` in its memory);
-    later steps keep another reference to `a`: the backward must then run uncaptured (its replay
-    would overwrite `a`), and `a` must keep the forward's value."""
+    """Steps 0 and 1 drop `a` inside the backward (so the backward's capture, in step 1, put `c`
+    in its memory); later steps keep another reference to `a`: the backward must then run
+    uncaptured (its replay would overwrite `a`), and `a` must keep the forward's value."""
     fw, bw, w = _fw_bw_pair()
     with _recording() as made:
-        x, g = _step_inputs(0)
-        _step(fw, bw, x, w, g)
-        for step in (1, 2):
+        for step in (0, 1):
+            x, g = _step_inputs(step)
+            _step(fw, bw, x, w, g)
+        for step in (2, 3):
             x, g = _step_inputs(step)
             y, out, kept = _step(fw, bw, x, w, g, keep=True)  # another tensor over a's memory
             want = torch.tanh(x @ w)
@@ -355,7 +358,7 @@ def test_an_output_kept_past_the_backward_is_not_overwritten(cache_dir: Path) ->
     assert 0 in b.consumed
     assert b.uncaptured_calls == 2
     # nothing kept: the pair replays again
-    x, g = _step_inputs(3)
+    x, g = _step_inputs(4)
     _, out, _ = _step(fw, bw, x, w, g)
     torch.testing.assert_close(out, _expected(x, w, g)[1], rtol=1e-3, atol=1e-3)
     assert b.uncaptured_calls == 2 and f.uncaptured_calls == 0
@@ -378,11 +381,13 @@ def test_outputs_held_by_a_reference_cycle_do_not_stop_replays(cache_dir: Path, 
     try:
         with _recording() as made:
             x, g = _step_inputs(0)
+            _step(fw, bw, x, w, g)  # uncaptured: the pair captures at its second call
+            x, g = _step_inputs(1)
             y, _, _ = _step(fw, bw, x, w, g)
             cycle: list[Any] = [y]
             cycle.append(cycle)
             del cycle, y
-            x, g = _step_inputs(1)
+            x, g = _step_inputs(2)
             y, out, _ = _step(fw, bw, x, w, g)
             torch.testing.assert_close(y, _expected(x, w, g)[0], rtol=1e-4, atol=1e-4)
             torch.testing.assert_close(out, _expected(x, w, g)[1], rtol=1e-3, atol=1e-3)
@@ -390,12 +395,12 @@ def test_outputs_held_by_a_reference_cycle_do_not_stop_replays(cache_dir: Path, 
             assert f.uncaptured_calls == 0 and b.uncaptured_calls == 0 and len(collections) == 1
             kept, want_kept = y, _expected(x, w, g)[0]  # really in use: no replay may overwrite it
             del y, out  # (the backward's outputs are not in use)
-            for step in (2, 3):
+            for step in (3, 4):
                 x, g = _step_inputs(step)
                 y, out, _ = _step(fw, bw, x, w, g)
                 torch.testing.assert_close(out, _expected(x, w, g)[1], rtol=1e-3, atol=1e-3)
                 del y, out
-            # the kept output moved once, before step 2's replay; collected once. A torch that
+            # the kept output moved once, before step 3's replay; collected once. A torch that
             # cannot move a replay's outputs runs both steps uncaptured while `kept` lives (and
             # holds that output when it hands it out from then on)
             assert f.handouts is not None and len(collections) == 1

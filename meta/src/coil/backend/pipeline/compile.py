@@ -347,16 +347,18 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
                  static_shapes: bool) -> Callable[[list[Any]], Any]:
     """`call` replayed as CUDA graphs where that applies (docs/architecture.md, "CUDA graphs").
 
-    COIL_CUDA_GRAPHS, a CUDA device and static shapes are needed; forward and backward graphs
-    also need COIL_CUDA_GRAPHS_TRAINING. A wrapper with steps a graph cannot capture carries a
-    segment plan (`call.segments`): its capturable segments replay, the rest runs eagerly
+    COIL_CUDA_GRAPHS and a CUDA device are needed; forward and backward graphs also need
+    COIL_CUDA_GRAPHS_TRAINING. A wrapper with steps a graph cannot capture carries a segment plan
+    (`call.segments`): with static shapes its capturable segments replay, the rest runs eagerly
     (coil.runtime.segments; `stats.cuda_graph_segments` says what each segment became). Otherwise
     the whole graph is one CUDA graph; training graphs hand their outputs out uncloned and hold
     none (the forward's saved activations, the backward's gradients) under the liveness rule, and
     a graph reads what an earlier one handed out (a backward its saved activations, a loss graph
     after a graph break its logits) in place, in that graph's pool, reusing the memory once read
     (coil.runtime.cudagraph, "Handed-out outputs"). Parameters and `stats.static_inputs` (module
-    buffers) are used in place.
+    buffers) are used in place. A graph is captured once per call site (its parameters' addresses:
+    a layer's graph called for every layer) and, with symbolic sizes, once per size met
+    (`cudagraphify`'s sites).
     The knob cuda_graph_segments_uncaptured runs the segment plan without capture on any device.
     """
     plan = getattr(call, "segments", None)
@@ -365,11 +367,12 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
 
         return SegmentedRunner(plan, capture=False, report=stats.cuda_graph_segments)
     training = kind in ("forward", "backward")
-    if not (knobs.cuda_graphs and device.type == "cuda" and static_shapes) or (
-            training and not knobs.cuda_graphs_training):
+    if not (knobs.cuda_graphs and device.type == "cuda") or (training and not knobs.cuda_graphs_training):
         return call
     launches = stats.kernels + stats.externs
     if plan is not None:
+        if not static_shapes:  # segments are captured at one size
+            return call
         from coil.runtime.segments import SegmentedRunner
 
         return SegmentedRunner(plan, capture=True, also_static=stats.static_inputs,
@@ -383,10 +386,10 @@ def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats,
         # a backward's tangents read through the wrapper's pointer table are read where they are
         spec = CaptureSpec(also_static=stats.static_inputs, indirect=getattr(call, "indirect", None), device=device,
                            launches=launches)
-        return cudagraphify(call, spec, ReplayPolicy(borrow_inputs=True, hold_outputs=False))
+        return cudagraphify(call, spec, ReplayPolicy(borrow_inputs=True, hold_outputs=False), by_shape=not static_shapes)
     # inference: outputs handed out uncloned, copied away before the next replay only if still held
     spec = CaptureSpec(also_static=stats.static_inputs, device=device, launches=launches)
-    return cudagraphify(call, spec, ReplayPolicy(lazy_clones=knobs.cuda_graph_lazy_clones))
+    return cudagraphify(call, spec, ReplayPolicy(lazy_clones=knobs.cuda_graph_lazy_clones), by_shape=not static_shapes)
 
 
 def _from_cache(name: str, stats: GraphStats, cached: graph_cache.CachedGraph,

@@ -82,7 +82,8 @@ class ReplayPolicy:
             `static_outputs` is then `FRESH` and `clone_outputs` is ignored.
         lazy_clones: with `clone_outputs` and `hold_outputs`, hand the outputs out uncloned and
             copy away before a replay only those the caller still holds (`coil.runtime.lazy_outputs`).
-        pool: a memory pool handle (`torch.cuda.graph_pool_handle()`) to share with other graphs.
+        pool: a memory pool handle (`torch.cuda.graph_pool_handle()`) to share with other graphs;
+            a runner that borrows from a lender captures into the lender's pool instead.
         borrow_inputs: borrow copied inputs that are another runner's live static outputs.
         input_buffers: input index -> the tensor to use as that input's static buffer (borrowed
             memory); not with `hold_outputs=False`.

@@ -8,6 +8,11 @@ activations) reads them in place and captures into the lender's memory pool ("Sh
   which `borrowed_inputs` searches for a copied input's memory;
 * `POOL_MEMBERS`: the runners of each memory pool in capture order, which the liveness checks
   walk (a replay must not overwrite what a runner captured later in the pool handed out).
+
+`open_to_captures(pool)` says whether a runner that does not hold its outputs may capture into a
+pool now: not while a member that has replayed still has outputs in use, since those lie in
+memory the caching allocator counts as free. Such a runner then takes a new pool and borrows
+nothing from that pool's runners.
 """
 
 from __future__ import annotations
@@ -23,6 +28,19 @@ if TYPE_CHECKING:
 
 OWNERS: weakref.WeakSet[CudaGraphRunner] = weakref.WeakSet()
 POOL_MEMBERS: dict[Any, list[weakref.ref[CudaGraphRunner]]] = {}
+
+
+def open_to_captures(pool: Any) -> bool:
+    """Whether a runner that does not hold its outputs may capture into `pool` now: no member
+    that has replayed has outputs still in use. A replay's outputs lie in memory the caching
+    allocator counts as free (the first call's tensors were freed once consumed), so a capture
+    could place its buffers over them."""
+    for ref in POOL_MEMBERS.get(pool, ()):
+        other = ref()
+        if other is not None and other.handouts is not None and other.handouts.replaying \
+                and other.handouts.in_use():
+            return False
+    return True
 
 
 def join_pool(runner: CudaGraphRunner, pool: Any) -> None:
@@ -82,6 +100,8 @@ def borrowed_inputs(inputs: Sequence[Any], roles: InputRoles, given: Mapping[int
     lender: CudaGraphRunner | None = None
     for i in roles.copy_candidates(borrowed):
         found = owned_static_output(inputs[i], hold_outputs)
+        if found is not None and not (hold_outputs or open_to_captures(found[0]._pool)):
+            found = None  # closed to captures (open_to_captures): this runner takes a new pool
         if found is not None and (lender is None or found[0]._pool == lender._pool):
             lender = lender or found[0]
             borrowed[i] = found[1] if found[1] is not None else inputs[i]

@@ -1,0 +1,178 @@
+"""GPU tests of `cudagraphify`'s call sites: one compiled graph called with several sets of static
+inputs (a layer's graph called once per layer) captures one graph per set, in one memory pool,
+and every replay returns what the plain call returns (run on a GPU: `pytest -m gpu`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from coil.runtime import CudaGraphRunner, ReplayPolicy, cudagraphify
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none found)"),
+]
+
+D = 512
+ROWS = 2048
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[list[CudaGraphRunner]]:
+    """Every CudaGraphRunner built inside the block, in order."""
+    made: list[CudaGraphRunner] = []
+    real = CudaGraphRunner.__init__
+
+    def record(self: CudaGraphRunner, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        made.append(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CudaGraphRunner, "__init__", record)
+        yield made
+
+
+def _layer_forward(args: list[Any]) -> tuple[Any, ...]:
+    """One layer: `a` is saved for the backward, `y` feeds the next layer."""
+    x, w = args
+    args.clear()
+    a = torch.tanh(x @ w)
+    return (a, a * 2)
+
+
+def _layer_backward(args: list[Any]) -> tuple[Any, ...]:
+    """The layer's backward in coil's boxed style (inputs freed after their last read): the
+    gradient of its input from the saved `a`, the incoming gradient `g` and the weight."""
+    a, g, w = args
+    args.clear()
+    t = g * 2 * (1 - a * a)
+    del a, g
+    return (t @ w.t(),)
+
+
+def _weights(n: int) -> list[torch.nn.Parameter]:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    return [torch.nn.Parameter(torch.randn(D, D, device="cuda", generator=gen) / D ** 0.5) for _ in range(n)]
+
+
+def _expected(x: torch.Tensor, ws: list[torch.nn.Parameter]) -> tuple[torch.Tensor, torch.Tensor]:
+    with torch.no_grad():
+        saved, y = [], x
+        for w in ws:
+            a = torch.tanh(y @ w)
+            saved.append(a)
+            y = a * 2
+        g = torch.ones_like(y)
+        for a, w in zip(reversed(saved), reversed(ws), strict=True):
+            g = (g * 2 * (1 - a * a)) @ w.t()
+        return y, g
+
+
+@pytest.mark.parametrize("forward_borrows", [True, False], ids=["training_policy", "forward_captured_first"])
+def test_a_layer_graph_called_per_layer_captures_once_per_layer(cache_dir: Any, forward_borrows: bool) -> None:
+    """Training mode (outputs handed out, backward borrowing its forward's): three layers through
+    one forward and one backward graph. Under coil.backend's policy (the forward borrows too)
+    every graph captures in the second step, in one pool, each backward reading its layer's
+    saved activation in place. With a forward whose first site captures at its first call, the
+    first layer's forward has replayed before the others capture: they must not capture into
+    its pool (its handed-out outputs lie in memory the allocator counts as free), and the
+    results must stay right."""
+    ws = _weights(3)
+    fw = cudagraphify(_layer_forward, policy=ReplayPolicy(borrow_inputs=forward_borrows, hold_outputs=False))
+    bw = cudagraphify(_layer_backward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
+    with _recording() as made:
+        for step in range(4):
+            x = torch.randn(ROWS, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(step))
+            saved, y = [], x
+            for w in ws:
+                a, y = fw([y, w])
+                saved.append(a)
+                del a
+            g = torch.ones_like(y)
+            for w in reversed(ws):
+                args = [saved.pop(), g, w]
+                del g
+                (g,) = bw(args)
+            want_y, want_g = _expected(x, ws)
+            torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(g, want_g, rtol=1e-3, atol=1e-3)
+            del y, g
+    assert len(made) == 6, "one forward and one backward graph per layer"
+    assert all(r.graph is not None and r.capture_error is None for r in made)
+    if forward_borrows:
+        assert sum(r.uncaptured_calls for r in made) == 0
+        assert len({r._pool for r in made}) == 1, "every site's graph in the first site's pool"
+        assert all(r.borrowed for r in made[3:]), "each backward reads its layer's saved activation in place"
+    else:
+        assert made[1]._pool != made[0]._pool, "no capture into a pool where a handing-out graph replayed"
+
+
+def _scratch_then_output(args: list[Any]) -> tuple[Any, ...]:
+    """An inference graph whose output takes the memory of a buffer freed before it: a later
+    site's output then lies in an earlier site's scratch memory."""
+    x, w = args
+    args.clear()
+    t = x @ w
+    u = t * 2
+    del t
+    out = u + 1
+    del u
+    return (out,)
+
+
+def test_a_later_sites_kept_output_survives_an_earlier_sites_replay(cache_dir: Any) -> None:
+    """Inference with lazy clones: an output of site 2 kept while site 1 replays is copied away
+    first, and keeps its values."""
+    w1, w2 = _weights(2)
+    run = cudagraphify(_scratch_then_output, policy=ReplayPolicy(lazy_clones=True))
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    with _recording() as made:
+        for _ in range(3):  # site 2 runs uncaptured, is captured, replays
+            x1, x2 = (torch.randn(ROWS, D, device="cuda", generator=gen) for _ in range(2))
+            (o1,) = run([x1, w1])
+            del o1
+            (o2,) = run([x2, w2])  # kept
+            (o1,) = run([x1, w1])
+            torch.testing.assert_close(o2, x2 @ w2 * 2 + 1, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(o1, x1 @ w1 * 2 + 1, rtol=1e-4, atol=1e-4)
+            del o1, o2
+    site1, site2 = made
+    assert site1.graph is not None and site2.graph is not None and site1._pool == site2._pool
+    assert site1.uncaptured_calls == 0 and site2.uncaptured_calls == 0
+    assert site2._lazy is not None and site2._lazy.evacuated >= 1, "site 1's replay copied site 2's kept output"
+
+
+def test_calls_past_the_site_limit_run_uncaptured(cache_dir: Any) -> None:
+    w1, w2 = _weights(2)
+    run = cudagraphify(_scratch_then_output, max_sites=1)
+    with _recording() as made:
+        for _ in range(3):
+            for w in (w1, w2):
+                x = torch.randn(ROWS, D, device="cuda")
+                (o,) = run([x, w])
+                torch.testing.assert_close(o, x @ w * 2 + 1, rtol=1e-4, atol=1e-4)
+    assert len(made) == 1 and made[0].graph is not None and made[0].uncaptured_calls == 0
+
+
+def test_by_shape_captures_once_per_size(cache_dir: Any) -> None:
+    """A graph with symbolic sizes: its size (a tensor's shape and the int passed beside it) is
+    part of the site, so each size met replays its own capture."""
+    (w,) = _weights(1)
+
+    def call(args: list[Any]) -> tuple[Any, ...]:
+        x, w_, n = args
+        args.clear()
+        return (torch.tanh(x[:n] @ w_) + n,)
+
+    run = cudagraphify(call, by_shape=True)
+    with _recording() as made:
+        for _ in range(3):
+            for rows in (64, 128):
+                x = torch.randn(rows, D, device="cuda")
+                (o,) = run([x, w, rows // 2])
+                torch.testing.assert_close(o, torch.tanh(x[: rows // 2] @ w) + rows // 2, rtol=1e-4, atol=1e-4)
+    assert len(made) == 2 and all(r.graph is not None and r.uncaptured_calls == 0 for r in made)
