@@ -1,6 +1,7 @@
 """Where the GPU time goes: Inductor vs coil on one model, kernel by kernel (torch.profiler).
 
     python bench/profile_model.py OUT_DIR CASE [--top N] [--only MODE[,MODE...]] [--cprofile N] [--host N]
+                                  [--runners]
         (CASE: a `coil bench` model case, e.g. gpt2_infer_bf16, bert_base_train_amp;
          MODE: a `coil bench` mode other than eager; default inductor,coil)
 
@@ -10,7 +11,10 @@ number of kernel launches and their summed GPU time, and the top kernels by GPU 
 own time (host overhead between launches: where a launch-bound step spends its CPU time); with
 --host N, the top N ATen operators by host (CPU) time per iteration, their own and with what they
 call (torch.profiler's CPU activity: what an extern call does on the host). With
---debug-dir the coil runs also write their debug folders (COIL_DEBUG_DIR) under OUT_DIR.
+--debug-dir the coil runs also write their debug folders (COIL_DEBUG_DIR) under OUT_DIR. With
+--runners, coil's runtime logs at INFO (why a call ran without its CUDA graph, copies made before
+a replay), and after the iterations each live CUDA-graph runner prints one line: captured or not,
+its uncaptured calls, the outputs it copied away before a replay, and its memory pool.
 """
 
 from __future__ import annotations
@@ -90,6 +94,21 @@ def cprofile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
     stats.dump_stats(str(out / f"{name}.pstats"))
 
 
+def runners_report(name: str) -> None:
+    """One line per live CUDA-graph runner (coil.runtime.CudaGraphRunner), grouped by pool."""
+    import gc
+
+    from coil.runtime import CudaGraphRunner
+
+    live = [o for o in gc.get_objects() if isinstance(o, CudaGraphRunner)]
+    print(f"\n=== {name}: {len(live)} CUDA-graph runners")
+    for r in sorted(live, key=lambda r: str(r._pool)):
+        copied = (r.handouts.evacuated if r.handouts is not None else 0) + (r._lazy.evacuated if r._lazy else 0)
+        state = "captured" if r.graph is not None else f"not captured ({r.capture_error})"
+        print(f"  pool {r._pool}: {state}; static inputs {len(r.static_indices)}, borrowed {len(r.borrowed)}, "
+              f"uncaptured calls {r.uncaptured_calls}, outputs copied away {copied}")
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     kind = sys.argv[2] if len(sys.argv) > 2 else "gpt2_infer_bf16"
@@ -99,6 +118,11 @@ def main() -> None:
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else "inductor,coil"
     cprof = int(sys.argv[sys.argv.index("--cprofile") + 1]) if "--cprofile" in sys.argv else 0
     host = int(sys.argv[sys.argv.index("--host") + 1]) if "--host" in sys.argv else 0
+    if "--runners" in sys.argv:
+        import logging
+
+        logging.basicConfig(format="%(name)s %(levelname)s: %(message)s")
+        logging.getLogger("coil.runtime").setLevel(logging.INFO)
     for comp in only.split(","):
         torch._dynamo.reset()
         debug = str(out / f"{kind}-{comp}-debug") if is_coil(comp) and "--debug-dir" in sys.argv else ""
@@ -113,6 +137,8 @@ def main() -> None:
             cprofile_one(f"{kind}-{comp}", step, cm, out, cprof)
         if host:
             host_one(f"{kind}-{comp}", step, cm, host)
+        if "--runners" in sys.argv and is_coil(comp):
+            runners_report(f"{kind}-{comp}")
 
 
 if __name__ == "__main__":
