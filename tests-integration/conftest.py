@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -39,6 +40,25 @@ def _fresh() -> None:
 
     torch._dynamo.reset()
     coil.backend.reset()
+
+
+@pytest.fixture
+def runners(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every CUDA-graph runner built during the test, in order (coil.runtime.cudagraph and
+    coil.runtime.segments build them through a subclass that records its instances)."""
+    import coil.runtime.segments as segments
+    from coil.runtime import cudagraph
+
+    made: list[Any] = []
+
+    class Recording(cudagraph.CudaGraphRunner):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(cudagraph, "CudaGraphRunner", Recording)
+    monkeypatch.setattr(segments, "CudaGraphRunner", Recording)
+    return made
 
 
 @pytest.fixture(autouse=True)

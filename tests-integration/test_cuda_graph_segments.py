@@ -110,23 +110,14 @@ def test_segments_uncaptured_training_matches_eager(device: torch.device) -> Non
 
 
 class Recording(cudagraph.CudaGraphRunner):
-    """CudaGraphRunner that remembers its instances (to count captures and uncaptured calls)."""
+    """CudaGraphRunner that remembers its instances, for the measuring process below (tests use
+    the `runners` fixture of conftest.py)."""
 
     made: ClassVar[list[cudagraph.CudaGraphRunner]] = []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         Recording.made.append(self)
-
-
-@pytest.fixture
-def runners(monkeypatch: pytest.MonkeyPatch) -> list[cudagraph.CudaGraphRunner]:
-    Recording.made = []
-    monkeypatch.setattr(cudagraph, "CudaGraphRunner", Recording)
-    import coil.runtime.segments as segments
-
-    monkeypatch.setattr(segments, "CudaGraphRunner", Recording)
-    return Recording.made
 
 
 @pytest.mark.gpu

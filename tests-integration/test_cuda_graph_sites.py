@@ -16,12 +16,11 @@ with the outputs of earlier calls kept while later ones replay. A graph with sym
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import torch
 from coil.backend.stats import COMPILED
-from coil.runtime import cudagraph
 from torch import nn
 
 pytestmark = [
@@ -55,21 +54,6 @@ class Stack(nn.Module):
             torch._dynamo.graph_break()
             x = block(x)
         return x
-
-
-class Recording(cudagraph.CudaGraphRunner):
-    made: ClassVar[list[cudagraph.CudaGraphRunner]] = []
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        Recording.made.append(self)
-
-
-@pytest.fixture
-def runners(monkeypatch: pytest.MonkeyPatch) -> list[cudagraph.CudaGraphRunner]:
-    Recording.made = []
-    monkeypatch.setattr(cudagraph, "CudaGraphRunner", Recording)
-    return Recording.made
 
 
 def _x(step: int) -> torch.Tensor:

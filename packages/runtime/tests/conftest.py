@@ -1,16 +1,17 @@
 """Shared fixtures: kernel sources, an isolated cache directory, a clean in-process memo, a watch
-on Triton's code generator."""
+on Triton's code generator, a record of the CUDA-graph runners a test builds."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from coil.knobs import knobs
-from coil.runtime import KernelSpec, TensorArg
+from coil.runtime import CudaGraphRunner, KernelSpec, TensorArg
 from coil.runtime.compile import clear_memo
 from coil.runtime.disk_cache import reset_cache_stats
 
@@ -152,3 +153,23 @@ def generated(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(ASTSource, "make_ir", make_ir)
     return calls
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[list[CudaGraphRunner]]:
+    made: list[CudaGraphRunner] = []
+    real = CudaGraphRunner.__init__
+
+    def record(self: CudaGraphRunner, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        made.append(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CudaGraphRunner, "__init__", record)
+        yield made
+
+
+@pytest.fixture
+def recording() -> Callable[[], contextlib.AbstractContextManager[list[CudaGraphRunner]]]:
+    """`with recording() as made:` -- every CudaGraphRunner built inside the block, in order."""
+    return _recording

@@ -4,13 +4,11 @@ and every replay returns what the plain call returns (run on a GPU: `pytest -m g
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
-from coil.runtime import CudaGraphRunner, ReplayPolicy, cudagraphify
+from coil.runtime import ReplayPolicy, cudagraphify
 
 pytestmark = [
     pytest.mark.gpu,
@@ -19,21 +17,6 @@ pytestmark = [
 
 D = 512
 ROWS = 2048
-
-
-@contextlib.contextmanager
-def _recording() -> Iterator[list[CudaGraphRunner]]:
-    """Every CudaGraphRunner built inside the block, in order."""
-    made: list[CudaGraphRunner] = []
-    real = CudaGraphRunner.__init__
-
-    def record(self: CudaGraphRunner, *args: Any, **kwargs: Any) -> None:
-        real(self, *args, **kwargs)
-        made.append(self)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(CudaGraphRunner, "__init__", record)
-        yield made
 
 
 def _layer_forward(args: list[Any]) -> tuple[Any, ...]:
@@ -73,7 +56,8 @@ def _expected(x: torch.Tensor, ws: list[torch.nn.Parameter]) -> tuple[torch.Tens
 
 
 @pytest.mark.parametrize("forward_borrows", [True, False], ids=["training_policy", "forward_captured_first"])
-def test_a_layer_graph_called_per_layer_captures_once_per_layer(cache_dir: Any, forward_borrows: bool) -> None:
+def test_a_layer_graph_called_per_layer_captures_once_per_layer(recording: Any, cache_dir: Any,
+                                                                 forward_borrows: bool) -> None:
     """Training mode (outputs handed out, backward borrowing its forward's): three layers through
     one forward and one backward graph. Under coil.backend's policy (the forward borrows too)
     every graph captures in the second step, in one pool, each backward reading its layer's
@@ -84,7 +68,7 @@ def test_a_layer_graph_called_per_layer_captures_once_per_layer(cache_dir: Any, 
     ws = _weights(3)
     fw = cudagraphify(_layer_forward, policy=ReplayPolicy(borrow_inputs=forward_borrows, hold_outputs=False))
     bw = cudagraphify(_layer_backward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
-    with _recording() as made:
+    with recording() as made:
         for step in range(4):
             x = torch.randn(ROWS, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(step))
             saved, y = [], x
@@ -124,13 +108,13 @@ def _scratch_then_output(args: list[Any]) -> tuple[Any, ...]:
     return (out,)
 
 
-def test_a_later_sites_kept_output_survives_an_earlier_sites_replay(cache_dir: Any) -> None:
+def test_a_later_sites_kept_output_survives_an_earlier_sites_replay(recording: Any, cache_dir: Any) -> None:
     """Inference with lazy clones: an output of site 2 kept while site 1 replays is copied away
     first, and keeps its values."""
     w1, w2 = _weights(2)
     run = cudagraphify(_scratch_then_output, policy=ReplayPolicy(lazy_clones=True))
     gen = torch.Generator(device="cuda").manual_seed(1)
-    with _recording() as made:
+    with recording() as made:
         for _ in range(3):  # site 2 runs uncaptured, is captured, replays
             x1, x2 = (torch.randn(ROWS, D, device="cuda", generator=gen) for _ in range(2))
             (o1,) = run([x1, w1])
@@ -146,10 +130,10 @@ def test_a_later_sites_kept_output_survives_an_earlier_sites_replay(cache_dir: A
     assert site2._lazy is not None and site2._lazy.evacuated >= 1, "site 1's replay copied site 2's kept output"
 
 
-def test_calls_past_the_site_limit_run_uncaptured(cache_dir: Any) -> None:
+def test_calls_past_the_site_limit_run_uncaptured(recording: Any, cache_dir: Any) -> None:
     w1, w2 = _weights(2)
     run = cudagraphify(_scratch_then_output, max_sites=1)
-    with _recording() as made:
+    with recording() as made:
         for _ in range(3):
             for w in (w1, w2):
                 x = torch.randn(ROWS, D, device="cuda")
@@ -158,7 +142,7 @@ def test_calls_past_the_site_limit_run_uncaptured(cache_dir: Any) -> None:
     assert len(made) == 1 and made[0].graph is not None and made[0].uncaptured_calls == 0
 
 
-def test_by_shape_captures_once_per_size(cache_dir: Any) -> None:
+def test_by_shape_captures_once_per_size(recording: Any, cache_dir: Any) -> None:
     """A graph with symbolic sizes: its size (a tensor's shape and the int passed beside it) is
     part of the site, so each size met replays its own capture."""
     (w,) = _weights(1)
@@ -169,7 +153,7 @@ def test_by_shape_captures_once_per_size(cache_dir: Any) -> None:
         return (torch.tanh(x[:n] @ w_) + n,)
 
     run = cudagraphify(call, by_shape=True)
-    with _recording() as made:
+    with recording() as made:
         for _ in range(3):
             for rows in (64, 128):
                 x = torch.randn(rows, D, device="cuda")

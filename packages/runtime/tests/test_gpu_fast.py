@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -273,24 +271,9 @@ def _expected(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor) -> tuple[torch.
         return a.sum(1), (torch.sin(a * g[:, None]) + 1).sum(0)
 
 
-@contextlib.contextmanager
-def _recording() -> Iterator[list[CudaGraphRunner]]:
-    """Every CudaGraphRunner built inside the block, in order."""
-    made: list[CudaGraphRunner] = []
-    real = CudaGraphRunner.__init__
-
-    def record(self: CudaGraphRunner, *args: Any, **kwargs: Any) -> None:
-        real(self, *args, **kwargs)
-        made.append(self)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(CudaGraphRunner, "__init__", record)
-        yield made
-
-
-def test_handed_out_outputs_are_consumed_by_the_backward_and_replay_right(cache_dir: Path) -> None:
+def test_handed_out_outputs_are_consumed_by_the_backward_and_replay_right(recording: Any, cache_dir: Path) -> None:
     fw, bw, w = _fw_bw_pair()
-    with _recording() as made:
+    with recording() as made:
         for step in range(4):
             x, g = _step_inputs(step)
             y, out, _ = _step(fw, bw, x, w, g)
@@ -310,7 +293,7 @@ def _pool_bytes(pool: Any) -> int:
                if tuple(seg.get("segment_pool_id", (0, 0))) == tuple(pool))
 
 
-def test_backward_capture_reuses_the_consumed_input(cache_dir: Path) -> None:
+def test_backward_capture_reuses_the_consumed_input(recording: Any, cache_dir: Path) -> None:
     """The same pair captured with held outputs (the forward keeps `a`) and handed-out ones (the
     backward consumes `a`): with `a` consumed, the backward's last 16 MiB buffer `c` takes `a`'s
     memory, so the shared pool holds one 16 MiB block less."""
@@ -322,7 +305,7 @@ def test_backward_capture_reuses_the_consumed_input(cache_dir: Path) -> None:
             bw = cudagraphify(_backward, policy=ReplayPolicy(borrow_inputs=True, static_outputs="fresh"))
         else:
             fw, bw, w = _fw_bw_pair()
-        with _recording() as made:
+        with recording() as made:
             x, g = _step_inputs(0)
             for _ in range(3):  # the backward runs uncaptured, is captured, replays
                 y, out, _ = _step(fw, bw, x, w, g)
@@ -337,12 +320,12 @@ def test_backward_capture_reuses_the_consumed_input(cache_dir: Path) -> None:
     assert reserved[False] + 12 * MiB <= reserved[True], {k: v / MiB for k, v in reserved.items()}
 
 
-def test_an_output_kept_past_the_backward_is_not_overwritten(cache_dir: Path) -> None:
+def test_an_output_kept_past_the_backward_is_not_overwritten(recording: Any, cache_dir: Path) -> None:
     """Steps 0 and 1 drop `a` inside the backward (so the backward's capture, in step 1, put `c`
     in its memory); later steps keep another reference to `a`: the backward must then run
     uncaptured (its replay would overwrite `a`), and `a` must keep the forward's value."""
     fw, bw, w = _fw_bw_pair()
-    with _recording() as made:
+    with recording() as made:
         for step in (0, 1):
             x, g = _step_inputs(step)
             _step(fw, bw, x, w, g)
@@ -364,8 +347,8 @@ def test_an_output_kept_past_the_backward_is_not_overwritten(cache_dir: Path) ->
     assert b.uncaptured_calls == 2 and f.uncaptured_calls == 0
 
 
-def test_outputs_held_by_a_reference_cycle_do_not_stop_replays(cache_dir: Path, monkeypatch: pytest.MonkeyPatch
-                                                                ) -> None:
+def test_outputs_held_by_a_reference_cycle_do_not_stop_replays(recording: Any, cache_dir: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A first-call output that only a reference cycle holds (automatic collection off, as when
     full collections are rare) is freed by the runner's one `gc.collect()`, and the pair replays;
     an output the caller really keeps is copied out of the graph's memory once (keeping its
@@ -379,7 +362,7 @@ def test_outputs_held_by_a_reference_cycle_do_not_stop_replays(cache_dir: Path, 
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        with _recording() as made:
+        with recording() as made:
             x, g = _step_inputs(0)
             _step(fw, bw, x, w, g)  # uncaptured: the pair captures at its second call
             x, g = _step_inputs(1)
@@ -424,14 +407,14 @@ def _with_loss(args: list[Any]) -> tuple[Any, ...]:
         return (a, a.square().mean())
 
 
-def test_a_kept_one_element_output_does_not_stop_the_replay(cache_dir: Path) -> None:
+def test_a_kept_one_element_output_does_not_stop_the_replay(recording: Any, cache_dir: Path) -> None:
     """Training loops keep each step's loss (`losses.append(loss.detach())`): a one-element output
     is cloned per call, not handed out, so keeping it neither stops the next replay nor sees its
     value overwritten; the big output is still handed out."""
     w = torch.nn.Parameter(torch.randn(1024, 1024, device="cuda") / 32)
     fw = cudagraphify(_with_loss, policy=ReplayPolicy(hold_outputs=False))
     losses, wanted = [], []
-    with _recording() as made:
+    with recording() as made:
         for step in range(4):
             x, _ = _step_inputs(step)
             a, loss = fw([x, w])
