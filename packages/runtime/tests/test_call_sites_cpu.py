@@ -1,0 +1,124 @@
+"""`cudagraphify`'s call sites on the CPU: which call builds a runner, and which calls run
+directly, with CudaGraphRunner replaced by a stand-in that runs the call (no CUDA graph). The
+oracle is the rule itself: a site is the static inputs' addresses (and, with `by_shape`, the
+sizes); the first site builds at its first call (at its second under `borrow_inputs`), any other
+when it comes back with the same storages; `max_sites` bounds them. The GPU twin with real
+captures is test_gpu_call_sites.py."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pytest
+import torch
+from coil.runtime import ReplayPolicy, cudagraph, cudagraphify
+from coil.runtime.graph_inputs import InputRoles
+
+
+class StandIn:
+    """Runs the call; counts its replays; remembers its example inputs' static addresses."""
+
+    made: ClassVar[list[StandIn]] = []
+
+    def __init__(self, call: Any, args: list[Any], spec: Any, policy: ReplayPolicy) -> None:
+        self.call = call
+        self.sites = tuple(a.data_ptr() for a in args if isinstance(a, torch.nn.Parameter))
+        self.first_outputs = tuple(call(list(args)))
+        self._pool = policy.pool if policy.pool is not None else ("pool", len(StandIn.made))
+        self.capture_error: Exception | None = None
+        self.replays = 0
+        StandIn.made.append(self)
+
+    def __call__(self, args: list[Any]) -> tuple[Any, ...]:
+        self.replays += 1
+        return tuple(self.call(args))
+
+
+def _roles(inputs: list[Any], spec: Any, buffers: Any) -> InputRoles:
+    tensors = tuple(i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor))
+    static = tuple(i for i in tensors if isinstance(inputs[i], torch.nn.Parameter))
+    return InputRoles(torch.device("cpu"), tensors, static, (), {})
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[StandIn]:
+    StandIn.made = []
+    monkeypatch.setattr(cudagraph, "CudaGraphRunner", StandIn)
+    monkeypatch.setattr(cudagraph, "input_roles", _roles)
+    return StandIn.made
+
+
+def _layer(args: list[Any]) -> tuple[Any, ...]:
+    x, w = args[0], args[1]
+    args.clear()
+    return (x @ w,)
+
+
+def _params(n: int) -> list[torch.nn.Parameter]:
+    return [torch.nn.Parameter(torch.randn(4, 4)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("borrow", [False, True], ids=["inference", "training"])
+def test_one_runner_per_layer_built_when_the_layer_comes_back(made: list[StandIn], borrow: bool) -> None:
+    ws = _params(3)
+    run = cudagraphify(_layer, policy=ReplayPolicy(borrow_inputs=borrow))
+    for step in range(3):
+        for w in ws:
+            x = torch.randn(2, 4)
+            (y,) = run([x, w])
+            torch.testing.assert_close(y, x @ w)
+        built = len(made)
+        # the first layer builds at once (inference) or at step 1 (training); the others at step 1
+        assert built == (0 if borrow else 1) if step == 0 else built == 3, (step, built)
+    assert [m.sites for m in made] == [(w.data_ptr(),) for w in ws]
+    assert [m.replays for m in made] == ([1, 1, 1] if borrow else [2, 1, 1])
+    assert len({m._pool for m in made}) == 1, "later sites are given the first site's pool"
+
+
+def test_a_static_input_made_anew_every_call_is_never_captured(made: list[StandIn]) -> None:
+    w = _params(1)[0]
+    run = cudagraphify(_layer, policy=ReplayPolicy(borrow_inputs=True))
+    for _ in range(4):
+        fresh = torch.nn.Parameter(w.detach().clone())  # new storage each call
+        x = torch.randn(2, 4)
+        (y,) = run([x, fresh])
+        torch.testing.assert_close(y, x @ fresh)
+        del fresh
+    assert made == []
+
+
+def test_by_shape_sites_are_sizes_too(made: list[StandIn]) -> None:
+    (w,) = _params(1)
+
+    def call(args: list[Any]) -> tuple[Any, ...]:
+        x, w_, n = args
+        args.clear()
+        return (x[:n] @ w_,)
+
+    run = cudagraphify(call, by_shape=True)
+    for _ in range(3):
+        for rows in (4, 8):
+            x = torch.randn(rows, 4)
+            (y,) = run([x, w, rows // 2])
+            torch.testing.assert_close(y, x[: rows // 2] @ w)
+    assert len(made) == 2 and [m.replays for m in made] == [2, 1]
+
+
+def test_no_site_past_the_limit_and_none_after_a_failed_first(made: list[StandIn]) -> None:
+    ws = _params(3)
+    run = cudagraphify(_layer, max_sites=2)
+    for _ in range(3):
+        for w in ws:
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(run([x, w])[0], x @ w)
+    assert len(made) == 2
+    StandIn.made.clear()
+    run = cudagraphify(_layer)
+    x = torch.randn(2, 4)
+    run([x, ws[0]])
+    made[0].capture_error = RuntimeError("capture failed")
+    for _ in range(2):
+        for w in ws:
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(run([x, w])[0], x @ w)
+    assert len(made) == 1 and made[0].replays == 6, "every later call goes to the failed first runner"
