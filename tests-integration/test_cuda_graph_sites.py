@@ -2,9 +2,9 @@
 
 Dynamo compiles one graph for a block that a model calls in a loop when the loop cannot be traced
 whole (a graph break between layers, as HF's BART and OPT have in training): that graph then runs
-once per layer with each layer's parameters. coil's CUDA-graph runner captures one graph per call
-site (set of static-input addresses), so every layer replays; before, the second layer's
-parameters stopped the replays for good and every later call ran its kernels one by one.
+once per layer with each layer's parameters. coil captures one CUDA graph per call site (set of
+static-input addresses), so every layer replays; one runner for all layers would see its static
+inputs move at the second layer and run every later call's kernels one by one.
 
 Checks, over 3 optimizer steps of a 4-block model against an identical eager copy (fp32):
 losses, gradients and parameters equal; and, from the second step on, no compiled graph ran
