@@ -657,6 +657,11 @@ class CudaGraphRunner:
 
     def __call__(self, inputs: list[Any]) -> tuple[Any, ...]:
         """Replay on `inputs` (same count, shapes and dtypes as the example); clears `inputs`."""
+        return self._run(inputs, statics_checked=False)
+
+    def _run(self, inputs: list[Any], statics_checked: bool) -> tuple[Any, ...]:
+        """`__call__`; `statics_checked`: the caller found every static input at its captured
+        address (`cudagraphify`'s site key), so that check is not made again."""
         if len(inputs) != self._n:
             raise ValueError(f"CudaGraphRunner: expected {self._n} inputs, got {len(inputs)}")
         if self.capture_error is not None:
@@ -665,7 +670,8 @@ class CudaGraphRunner:
         if why is not None:
             return self._uncaptured(inputs, why)
         after_last_replay(self.device)  # before this call writes memory an earlier replay reads
-        moved = [i for i in self.static_indices if inputs[i].data_ptr() != self._static_ptrs[i]]
+        moved = [] if statics_checked else [i for i in self.static_indices
+                                             if inputs[i].data_ptr() != self._static_ptrs[i]]
         self._copy_inputs_in(inputs)
         if moved:
             # a parameter was replaced (model.to(), a new tensor): the graph reads the old address,
@@ -754,7 +760,7 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
 
     def site_of(args: list[Any]) -> tuple[Any, ...]:
         assert keyed is not None
-        ptrs = tuple(args[i].data_ptr() for i in keyed)
+        ptrs = tuple([args[i].data_ptr() for i in keyed])
         if not by_shape:
             return ptrs
         import torch
@@ -778,7 +784,7 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
         site = site_of(args)
         runner = sites.get(site)
         if runner is not None:
-            return runner(args)
+            return runner._run(args, statics_checked=runner.static_indices == keyed)
         if first is not None and first.capture_error is not None:
             return first(args)
         if len(sites) >= max_sites:
