@@ -44,10 +44,10 @@ def _fresh() -> None:
 
 @pytest.fixture
 def runners(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every CUDA-graph runner built during the test, in order (coil.runtime.cudagraph and
+    """Every CUDA-graph runner built during the test, in order (coil.runtime.call_sites and
     coil.runtime.segments build them through a subclass that records its instances)."""
     import coil.runtime.segments as segments
-    from coil.runtime import cudagraph
+    from coil.runtime import call_sites, cudagraph
 
     made: list[Any] = []
 
@@ -56,7 +56,7 @@ def runners(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    monkeypatch.setattr(cudagraph, "CudaGraphRunner", Recording)
+    monkeypatch.setattr(call_sites, "CudaGraphRunner", Recording)
     monkeypatch.setattr(segments, "CudaGraphRunner", Recording)
     return made
 

@@ -329,11 +329,12 @@ def _deep_peaks() -> dict[str, Any]:
     in a process of its own: warm reserved peaks (MiB above what was allocated before the model was
     built) without and with training graphs, memory by pool, what the runners did, and whether
     both settings computed the same loss and gradients."""
+    import coil.runtime.call_sites as call_sites
     import coil.runtime.segments as segments
 
     Recording.made = []
     # as the `runners` fixture does, for good: this process measures and ends
-    pytest.MonkeyPatch().setattr(cudagraph, "CudaGraphRunner", Recording)
+    pytest.MonkeyPatch().setattr(call_sites, "CudaGraphRunner", Recording)
     pytest.MonkeyPatch().setattr(segments, "CudaGraphRunner", Recording)
     device = torch.device("cuda")
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
-from coil.runtime import ReplayPolicy, cudagraph, cudagraphify
+from coil.runtime import ReplayPolicy, call_sites, cudagraphify
 from coil.runtime.graph_inputs import InputRoles
 
 
@@ -48,8 +48,8 @@ def _roles(inputs: list[Any], spec: Any, buffers: Any) -> InputRoles:
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch) -> list[StandIn]:
     StandIn.made = []
-    monkeypatch.setattr(cudagraph, "CudaGraphRunner", StandIn)
-    monkeypatch.setattr(cudagraph, "input_roles", _roles)
+    monkeypatch.setattr(call_sites, "CudaGraphRunner", StandIn)
+    monkeypatch.setattr(call_sites, "input_roles", _roles)
     return StandIn.made
 
 

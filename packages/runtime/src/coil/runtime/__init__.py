@@ -14,9 +14,10 @@ them eagerly.
 Importing this package imports neither torch nor triton: both are imported on first use.
 """
 
+from coil.runtime.call_sites import cudagraphify
 from coil.runtime.compile import compile_kernels, prefetch_kernels
 from coil.runtime.compile_pool import prestart_compile_workers
-from coil.runtime.cudagraph import CudaGraphRunner, cudagraphify
+from coil.runtime.cudagraph import CudaGraphRunner
 from coil.runtime.cudagraph_options import CaptureSpec, ReplayPolicy
 from coil.runtime.errors import KernelCompileError
 from coil.runtime.interpreter import interpreter_enabled

@@ -33,8 +33,8 @@ Checks per replay: the number of inputs; each copied input's shape and dtype (a 
 (`ValueError` when it differs); each static input's `data_ptr()`: when a static input moved (a
 new parameter tensor), the runner stops replaying (one warning; `capture_error` says why) and
 every later call runs `call` directly. (A runner does not re-capture in place for the new
-address; `cudagraphify` gives each call site, each set of static-input addresses, a runner of its
-own.)
+address; `call_sites.cudagraphify` gives each call site, each set of static-input addresses, a
+runner of its own.)
 
 **Aliasing rule (outputs).** With `clone_outputs=True` (the default) every tensor output is a fresh
 clone of the graph's static output (`Tensor.clone()`, strides preserved for dense tensors): what a
@@ -126,14 +126,12 @@ The boxed calling convention is kept: `runner(inputs)` clears the `inputs` list 
 copied them in (like coil's compiled callables, which free inputs early), and `call` receives a
 new list each time.
 
-`cudagraphify(call, spec, policy)` wraps this into a boxed callable with a runner per call site
-(the addresses of the static inputs; with `by_shape`, also the sizes): a graph compiled once and
-called per layer with each layer's parameters (Dynamo breaking the graph between layers, a block
-compiled on its own) captures one graph per layer, normally in the first site's pool. The pool
-rules above hold between sites as between a forward and its backward; a later site's outputs
-handed out lazily (`lazy_clones`) are copied away before an earlier site's replay would
-overwrite them while still held. When each site captures, and when it takes a pool of its own:
-`cudagraphify`'s docstring.
+`coil.runtime.call_sites.cudagraphify(call, spec, policy)` wraps this into a boxed callable with
+a runner per call site (the addresses of the static inputs; with `by_shape`, also the sizes): a
+graph compiled once and called per layer with each layer's parameters captures one graph per
+layer, normally in the first site's pool. The pool rules above hold between sites as between a
+forward and its backward; a later site's outputs handed out lazily (`lazy_clones`) are copied
+away before an earlier site's replay would overwrite them while still held.
 
 **Inputs read through a pointer table** (`spec.indirect`, a wrapper's `call.indirect`): inputs that
 the graph's kernels read at an address they load from a device-side table when they run
@@ -190,14 +188,9 @@ if TYPE_CHECKING:
     import torch
     from coil.runtime.graph_inputs import InputRoles
 
-__all__ = ["COPY_BYTES_PER_S", "FRESH", "LAUNCH_S", "BoxedCall", "CaptureSpec", "CudaGraphRunner", "ReplayPolicy",
-           "cudagraphify"]
+__all__ = ["COPY_BYTES_PER_S", "FRESH", "LAUNCH_S", "BoxedCall", "CaptureSpec", "CudaGraphRunner", "ReplayPolicy"]
 
 log = logging.getLogger("coil.runtime")
-
-# call sites (sets of static-input addresses) one compiled graph captures before it runs new
-# ones uncaptured: a graph per layer of the deepest models people run, with room to spare
-MAX_SITES = 256
 
 BoxedCall = Callable[[list[Any]], Sequence[Any]]
 
@@ -698,109 +691,3 @@ class CudaGraphRunner:
         for i, dst in zip(self._copy_back, keep, strict=True):
             dst.copy_(self._static_inputs[i])
         return self._replayed_outputs()
-
-
-def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: ReplayPolicy | None = None,
-                 max_sites: int = MAX_SITES, by_shape: bool = False) -> Callable[[list[Any]], tuple[Any, ...]]:
-    """A boxed callable running `call` through `CudaGraphRunner`s, one per call site.
-
-    A site is the addresses of the static inputs (parameters, module buffers, a backward's saved
-    parameters): one compiled graph is often called with several sets of them, e.g. a transformer
-    layer's graph once per layer when Dynamo breaks the graph between layers, or a block compiled
-    on its own. With `by_shape` (a graph with symbolic sizes) a site is also the shapes of the
-    tensor inputs and the values of the others (the sizes themselves): a capture per size met.
-
-    The first site captures at its first call: it warms up on its inputs and returns that (eager)
-    result, then captures; later calls replay. Any other site runs `call` directly at its first
-    call and captures when it comes back with the very same static tensors (the same storages,
-    not new tensors the allocator put at the same addresses), so a static input made anew each
-    call is never captured. With `policy.borrow_inputs` (training graphs) the first site waits
-    for its second call too: a step's graphs are then captured together in the second step, and
-    each backward reads its forward's captured outputs in place (captured while its forward ran
-    uncaptured, it would copy them in every replay).
-
-    A new site captures into the first site's memory pool (a borrowing runner into its lender's),
-    so the sites' scratch memory is held once, not once per site, and the pool rules of this
-    module keep one site's replay from overwriting what another handed out; but not into a pool
-    where a graph that hands its outputs out has replayed and still has outputs in use
-    (`graph_pools.open_to_captures`): those lie in memory the caching allocator counts as free,
-    so the site takes a new pool and borrows nothing from there. Past `max_sites` sites, a call
-    at a new site runs `call` directly (logged once). When the first site cannot be captured (the
-    capture failed, or it is not worth it), no other site is tried.
-
-    `spec` and `policy` as for `CudaGraphRunner`. A graph whose tensor inputs are not all on one
-    CUDA device (a CPU scalar tensor beside CUDA ones) runs uncaptured, said once in the log: a
-    replay would not read host memory again.
-    """
-    import dataclasses
-
-    policy = ReplayPolicy() if policy is None else policy
-    sites: dict[tuple[Any, ...], CudaGraphRunner] = {}
-    keyed: tuple[int, ...] | None = None  # the static inputs' indices, known at the first call
-    first: CudaGraphRunner | None = None
-    uncaptured = False
-    logged_full = False
-    seen: dict[tuple[Any, ...], tuple[int, ...]] = {}  # sites met once -> their static inputs' storages
-
-    def build(args: list[Any], site: tuple[Any, ...]) -> tuple[Any, ...]:
-        nonlocal first
-        pool = policy if first is None else dataclasses.replace(policy, pool=first._pool)
-        runner = CudaGraphRunner(call, args, spec, pool)
-        sites[site] = runner
-        if first is None:
-            first = runner
-        elif len(sites) == 2 or log.isEnabledFor(logging.DEBUG):
-            log.info("CudaGraphRunner: captured again for another call site (static inputs at new addresses%s); "
-                     "%d sites", " or new sizes" if by_shape else "", len(sites))
-        out = runner.first_outputs
-        runner.first_outputs = None
-        args.clear()
-        assert out is not None
-        return out
-
-    def site_of(args: list[Any]) -> tuple[Any, ...]:
-        assert keyed is not None
-        ptrs = tuple([args[i].data_ptr() for i in keyed])
-        if not by_shape:
-            return ptrs
-        import torch
-
-        return ptrs + tuple(tuple(a.shape) if isinstance(a, torch.Tensor)
-                            else a if isinstance(a, (int, float, bool, type(None))) else id(a) for a in args)
-
-    def run(args: list[Any]) -> tuple[Any, ...]:
-        nonlocal keyed, uncaptured, logged_full
-        if uncaptured:
-            return tuple(call(args))
-        if keyed is None:
-            import torch
-
-            devices = sorted({str(a.device) for a in args if isinstance(a, torch.Tensor)})
-            if len(devices) > 1:
-                log.info("not captured as a CUDA graph: its tensor inputs are on %s", ", ".join(devices))
-                uncaptured = True
-                return tuple(call(args))
-            keyed = input_roles(args, spec or CaptureSpec(), policy.input_buffers).static
-        site = site_of(args)
-        runner = sites.get(site)
-        if runner is not None:
-            return runner._run(args, statics_checked=runner.static_indices == keyed)
-        if first is not None and first.capture_error is not None:
-            return first(args)
-        if len(sites) >= max_sites:
-            if not logged_full:
-                logged_full = True
-                log.warning("CudaGraphRunner: %d call sites captured already; a call at a new site runs "
-                            "without a CUDA graph (logged once)", max_sites)
-            return tuple(call(args))
-        if first is not None or policy.borrow_inputs:  # captured when the same tensors come back
-            storages = tuple(int(args[i].untyped_storage()._cdata) for i in keyed)
-            if seen.get(site) != storages:
-                if len(seen) >= max_sites:
-                    seen.clear()
-                seen[site] = storages
-                return tuple(call(args))
-            del seen[site]
-        return build(args, site)
-
-    return run
