@@ -1,6 +1,7 @@
 """GPU tests of `cudagraphify`'s call sites: one compiled graph called with several sets of static
-inputs (a layer's graph called once per layer) captures one graph per set, in one memory pool,
-and every replay returns what the plain call returns (run on a GPU: `pytest -m gpu`)."""
+inputs (a layer's graph called once per layer) captures one graph per set, in one memory pool
+unless that would be unsafe, and every replay returns what the plain call returns (run on a GPU:
+`pytest -m gpu`)."""
 
 from __future__ import annotations
 
