@@ -158,21 +158,20 @@ class Handouts:
         self._holding = []
         if self._dead:
             return []
-        if self._weak is not None:
-            live = [k for k, w in self._weak.items() if not w.expired() and self._first_cdata[k] not in self._released]
-        else:
-            live = [k for k, c in self._cdata.items() if use_count(c) > self._baseline[c]]
+        live = self._referenced()
         self._dead = not live
         return live
 
     def in_use(self) -> bool:
         """Whether a caller may still reference an output's memory; unlike `live`, the outputs the
         runner holds since its last call count (it keeps them), so the answer errs toward True."""
-        if self._dead:
-            return False
+        return not self._dead and bool(self._referenced())
+
+    def _referenced(self) -> list[int]:
+        """Indices of outputs whose memory something beyond the runner references now."""
         if self._weak is not None:
-            return any(not w.expired() and self._first_cdata[k] not in self._released for k, w in self._weak.items())
-        return any(use_count(c) > self._baseline[c] for c in self._cdata.values())
+            return [k for k, w in self._weak.items() if not w.expired() and self._first_cdata[k] not in self._released]
+        return [k for k, c in self._cdata.items() if use_count(c) > self._baseline[c]]
 
     def extra_refs(self, k: int) -> int | None:
         """References to output `k`'s storage beyond the runner's own (None before replays; the
