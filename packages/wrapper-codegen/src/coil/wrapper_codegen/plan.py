@@ -177,6 +177,11 @@ def _aliased_argument(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: 
     return None
 
 
+def _storage_name(x: Any) -> str | None:
+    """The storage buffer's name of an argument that is a graph buffer or a view of one, else None."""
+    return x.storage.name if isinstance(x, Buffer | ReinterpretView) else None
+
+
 def _aliasing_results(steps: Sequence[Any]) -> dict[str, str | None]:
     """Results of ATen calls that alias an argument, each with that argument's storage buffer
     (None where it is no buffer of the graph): a view op run through ATen, e.g. a slice at a
@@ -190,12 +195,11 @@ def _aliasing_results(steps: Sequence[Any]) -> dict[str, str | None]:
         if op._schema.name in RETURNS_ITS_ARGUMENTS:
             bases = st.args[0] if st.args and isinstance(st.args[0], list | tuple) else ()
             for b, base in zip(st.outputs, bases, strict=False):
-                out[b.name] = base.storage.name if isinstance(base, Buffer | ReinterpretView) else None
+                out[b.name] = _storage_name(base)
             continue
         aliasing = any(r.alias_info is not None for r in op._schema.returns)
         if aliasing or op._schema.name in RETURNS_FIRST_ARGUMENT:
-            base = _aliased_argument(op, st.args, st.kwargs)
-            storage = base.storage.name if isinstance(base, Buffer | ReinterpretView) else None
+            storage = _storage_name(_aliased_argument(op, st.args, st.kwargs))
             out.update((b.name, storage) for b in st.outputs)
     return out
 
