@@ -69,8 +69,8 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
 
     def build(args: list[Any], site: tuple[Any, ...]) -> tuple[Any, ...]:
         nonlocal first
-        pool = policy if first is None else dataclasses.replace(policy, pool=first._pool)
-        runner = CudaGraphRunner(call, args, spec, pool)
+        site_policy = policy if first is None else dataclasses.replace(policy, pool=first._pool)
+        runner = CudaGraphRunner(call, args, spec, site_policy)
         sites[site] = runner
         if first is None:
             first = runner
