@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,43 @@ def test_cuda_graph_runner_takes_conjugate_view_outputs(cache_dir: Path) -> None
         got, want = runner([x]), call([x])
         for g, w in zip(got, want, strict=True):
             torch.testing.assert_close(g.resolve_conj(), w.resolve_conj())
+
+
+def _broadcasting(args: list[Any]) -> tuple[Any, ...]:
+    """Takes a broadcast input (stride 0) and returns broadcast views of its own results, as the
+    subgraphs DDP's graph splitting makes pass masks and positions from one to the next."""
+    x, row = args
+    y = x * row
+    return (y.sum(1, keepdim=True).expand(-1, 8), y, (y[:, :1] + 1).expand(-1, 8).t())
+
+
+@pytest.mark.parametrize("policy", ["held", "handed_out"])
+def test_broadcast_inputs_and_outputs_replay(cache_dir: Path, policy: str) -> None:
+    """A broadcast input is copied into its static buffer, and a broadcast output takes the first
+    call's result, element by distinct element (a plain copy into such a view raises)."""
+    rp = ReplayPolicy() if policy == "held" else ReplayPolicy(hold_outputs=False)
+    runner = CudaGraphRunner(_broadcasting, [torch.randn(16, 8, device="cuda"),
+                                             torch.randn(1, 8, device="cuda").expand(16, 8)], policy=rp)
+    kept = []
+    for step in range(4):
+        g = torch.Generator(device="cuda").manual_seed(step)
+        x = torch.randn(16, 8, device="cuda", generator=g)
+        row = torch.randn(1, 8, device="cuda", generator=g).expand(16, 8)
+        got, want = runner([x, row]), _broadcasting([x, row])
+        _assert_all_close(got, want)
+        if policy == "held":
+            kept.append((got, want))
+        del got  # a handed-out output still held would stop the next replay (the liveness rule)
+    assert runner.graph is not None and runner.uncaptured_calls == 0
+    if policy == "handed_out":
+        assert 0 in runner._alias_idx and 2 in runner._alias_idx, "the broadcast outputs are handed out"
+    for got, want in kept:  # held outputs were cloned: earlier calls' results keep their values
+        _assert_all_close(got, want)
+
+
+def _assert_all_close(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> None:
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
 
 
 def test_a_graph_of_factory_ops_only_takes_its_device(cache_dir: Path) -> None:

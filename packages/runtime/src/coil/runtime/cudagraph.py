@@ -15,10 +15,11 @@ outputs are handed out and memory is shared (`coil.runtime.cudagraph_options`).
 2. **Static inputs.** Each tensor input is either *static* (its storage is used by the graph in
    place: parameters and buffers) or *copied* (a static buffer with the same size, stride and dtype
    is allocated; every replay copies the caller's tensor into it, unless the caller passes that
-   very buffer). Static inputs are `spec.static_input_indices`, or, when None, every input that
-   is an `nn.Parameter`; `spec.also_static` adds more (a module's buffers, which Dynamo marks static:
-   batch norm's running statistics are then updated in place instead of being copied in and
-   back out each replay). Non-tensor inputs (ints, floats, None) are baked into the graph.
+   very buffer; a broadcast input, stride 0, is copied one element per distinct address). Static
+   inputs are `spec.static_input_indices`, or, when None, every input that is an `nn.Parameter`;
+   `spec.also_static` adds more (a module's buffers, which Dynamo marks static: batch norm's
+   running statistics are then updated in place instead of being copied in and back out each
+   replay). Non-tensor inputs (ints, floats, None) are baked into the graph.
 3. **Capture.** If no static input was mutated by the warm-up, `call` runs once more on the static
    buffers (so kernels specialise on their alignment before capture); then it is captured into a
    `torch.cuda.CUDAGraph` (on the side stream, in a private memory pool or `policy.pool`).
@@ -170,7 +171,15 @@ from coil.runtime.cudagraph_options import (
     ReplayPolicy,
     copies_outweigh_launches,
 )
-from coil.runtime.graph_inputs import input_roles, nbytes, storage_ids, view_text, where
+from coil.runtime.graph_inputs import (
+    copy_into,
+    distinct_elements,
+    input_roles,
+    nbytes,
+    storage_ids,
+    view_text,
+    where,
+)
 from coil.runtime.graph_pools import (
     OWNERS,
     PoolGuard,
@@ -366,10 +375,10 @@ class CudaGraphRunner:
                                          f"{buf.stride()}, the input is {tuple(x.shape)} {x.dtype} stride "
                                          f"{x.stride()}")
                     if buf.data_ptr() != x.data_ptr():
-                        buf.copy_(x)
+                        copy_into(buf, x)
                 else:
                     buf = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
-                    buf.copy_(x)
+                    copy_into(buf, x)
                 temporary[i] = buf
                 self._static_inputs[i] = None if i in in_capture or i in self._lent else buf
                 if i in in_capture:
@@ -471,7 +480,10 @@ class CudaGraphRunner:
             taken = storage_ids(self._static_inputs)
             chosen = [k for k, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.numel() > 1
                       and int(o.untyped_storage()._cdata) not in taken]
-        return tuple(k for k in sorted(set(chosen)) if isinstance(outs[k], torch.Tensor))
+        # the warm-up result is copied into a handed-out output: one whose elements overlap
+        # beyond broadcasting cannot take it, and is cloned instead
+        return tuple(k for k in sorted(set(chosen))
+                     if isinstance(outs[k], torch.Tensor) and distinct_elements(outs[k]) is not None)
 
     def _hand_out_static_outputs(self, params: set[int]) -> None:
         """Stable addresses from the first call on: the warm-up result goes into the graph's memory
@@ -485,7 +497,7 @@ class CudaGraphRunner:
             for k in self._alias_idx:
                 out = self._static_outputs[k]
                 if int(out.untyped_storage()._cdata) not in params and out.data_ptr() != first[k].data_ptr():
-                    out.copy_(first[k])
+                    copy_into(out, first[k])
                 del out
         self.first_outputs = tuple(self._static_outputs[k].detach() if k in self._alias_idx else o
                                    for k, o in enumerate(first))
@@ -608,7 +620,7 @@ class CudaGraphRunner:
                     f"CudaGraphRunner: input {i} is {tuple(src.shape)} {src.dtype}, the graph was "
                     f"captured for {tuple(dst.shape)} {dst.dtype}"
                 )
-            dst.copy_(src)
+            copy_into(dst, src)
         for i, value in self._scalars.items():
             if inputs[i] is not value and inputs[i] != value:
                 raise ValueError(

@@ -106,3 +106,38 @@ def where(x: object) -> str:
 def view_text(ptr: int, size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> str:
     """An address and a view of memory, as `where` prints a tensor's."""
     return f"{ptr:#x} {list(size)} stride {list(stride)} {dtype}"
+
+
+
+def distinct_elements(t: torch.Tensor, *like: torch.Tensor) -> list[torch.Tensor] | None:
+    """`t` and each tensor of `like` (of t's shape) with t's broadcast dimensions (stride 0,
+    `expand`) narrowed to one element: `t`'s view then holds distinct memory and can be written
+    (`copy_`). None where t's elements may still overlap (an `as_strided` view with overlapping
+    windows), which cannot be written element by element."""
+    views = [t, *like]
+    for d, (n, s) in enumerate(zip(t.shape, t.stride(), strict=True)):
+        if s == 0 and n > 1:
+            views = [v.narrow(d, 0, 1) for v in views]
+    return views if _strides_nest(views[0]) else None
+
+
+def _strides_nest(t: torch.Tensor) -> bool:
+    """Whether no two elements of `t` share memory, shown by the usual sufficient test: with its
+    dimensions in order of stride, each stride passes the span of all smaller ones (dense and
+    permuted tensors, and slices of them such as q, k, v taken from one projection)."""
+    span = 0
+    for s, n in sorted((s, n) for n, s in zip(t.shape, t.stride(), strict=True) if n > 1):
+        if s <= span:
+            return False
+        span += (n - 1) * s
+    return True
+
+
+def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """`dst.copy_(src)` for a `dst` that may be broadcast (an expanded graph input or output):
+    only its distinct elements are written, from the same positions of `src`."""
+    views = distinct_elements(dst, src)
+    if views is None:
+        raise ValueError(f"cannot write a view whose elements overlap: size {tuple(dst.shape)}, "
+                         f"stride {dst.stride()}")
+    views[0].copy_(views[1])
