@@ -161,3 +161,42 @@ def test_by_shape_captures_once_per_size(recording: Any, cache_dir: Any) -> None
                 (o,) = run([x, w, rows // 2])
                 torch.testing.assert_close(o, torch.tanh(x[: rows // 2] @ w) + rows // 2, rtol=1e-4, atol=1e-4)
     assert len(made) == 2 and all(r.graph is not None and r.uncaptured_calls == 0 for r in made)
+
+
+def _forward_saving_weight(args: list[Any]) -> tuple[Any, ...]:
+    """A forward that saves its weight for the backward, as AOTAutograd's forwards return saved
+    parameters (here transposed: a view over the parameter's memory)."""
+    x, w = args
+    args.clear()
+    return (torch.tanh(x @ w), w.t())
+
+
+def test_a_parameter_gathered_into_freed_memory_is_returned_as_itself(recording: Any, cache_dir: Any) -> None:
+    """FSDP2 frees a layer's gathered parameter after use (its storage resized to nothing) and
+    gathers the next layer's into the memory just freed: a site (the same address) is then
+    replayed with another parameter. An output over the parameter must be over the parameter of
+    this call, not the captured one, whose memory is gone (reading it was an illegal address)."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    values = [torch.randn(D, D, device="cuda", generator=gen) / D ** 0.5 for _ in range(2)]
+    ws = [torch.nn.Parameter(torch.empty(D, D, device="cuda")) for _ in values]
+    for w in ws:
+        w.untyped_storage().resize_(0)  # sharded: no memory of its own
+    x = torch.randn(ROWS, D, device="cuda", generator=gen)
+    fw = cudagraphify(_forward_saving_weight, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
+    address = None
+    with recording() as made:
+        for layer in [0, 0, 1, 0, 1]:  # captured at the second call, replayed for both layers
+            w = ws[layer]
+            w.untyped_storage().resize_(D * D * 4)
+            with torch.no_grad():
+                w.copy_(values[layer])
+            address = w.data_ptr() if address is None else address
+            assert w.data_ptr() == address, "the gather lands in the memory the last one freed"
+            a, wt = fw([x, w])
+            assert wt.untyped_storage()._cdata == w.untyped_storage()._cdata, "over this call's parameter"
+            torch.testing.assert_close(wt, values[layer].t())
+            torch.testing.assert_close(a, torch.tanh(x @ values[layer]), rtol=1e-4, atol=1e-4)
+            del a, wt
+            w.untyped_storage().resize_(0)
+    (runner,) = made
+    assert runner.graph is not None and runner.uncaptured_calls == 0

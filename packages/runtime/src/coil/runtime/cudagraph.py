@@ -35,7 +35,10 @@ Checks per replay: the number of inputs; each copied input's shape and dtype (a 
 new parameter tensor), the runner stops replaying (one warning; `capture_error` says why) and
 every later call runs `call` directly. (A runner does not re-capture in place for the new
 address; `call_sites.cudagraphify` gives each call site, each set of static-input addresses, a
-runner of its own.)
+runner of its own.) The address is what a replay reads, not the storage: a static input may be
+another storage at the captured address (FSDP2 frees a gathered parameter and gathers the next
+one into the same memory), so an output over a static input's memory is returned over this
+call's input, as the graph run directly would return it.
 
 **Aliasing rule (outputs).** With `clone_outputs=True` (the default) every tensor output is a fresh
 clone of the graph's static output (`Tensor.clone()`, strides preserved for dense tensors): what a
@@ -273,7 +276,9 @@ class CudaGraphRunner:
         self._in_views: dict[int, torch.Tensor] = {}
         self._input_meta: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]] = {}
         self._guard: PoolGuard | None = None
-        self._param_outputs: frozenset[int] = frozenset()  # outputs over a static input's memory
+        # outputs over a static input's memory -> that input: rebuilt over the replay's own input
+        self._param_sources: dict[int, int] = {}
+        self._param_storages: dict[int, int] = {}  # their storages at the capture
         self.graph: torch.cuda.CUDAGraph | None = None
         self._static_outputs: tuple[Any, ...] = ()
         self.capture_error: Exception | None = None
@@ -458,8 +463,11 @@ class CudaGraphRunner:
         join_pool(self, self._pool)
         static = set(self.static_indices)
         params = storage_ids(x for i, x in enumerate(self._static_inputs) if i in static)
-        self._param_outputs = frozenset(k for k, t in enumerate(self._static_outputs) if isinstance(t, torch.Tensor)
-                                        and int(t.untyped_storage()._cdata) in params)
+        owner = {int(x.untyped_storage()._cdata): i for i, x in enumerate(self._static_inputs)
+                 if i in static and isinstance(x, torch.Tensor)}
+        self._param_sources = {k: owner[int(t.untyped_storage()._cdata)] for k, t in enumerate(self._static_outputs)
+                               if isinstance(t, torch.Tensor) and int(t.untyped_storage()._cdata) in owner}
+        self._param_storages = {k: int(self._static_outputs[k].untyped_storage()._cdata) for k in self._param_sources}
         if self._alias_idx:
             self._hand_out_static_outputs(params)
         if policy.lazy_clones and self.hold_outputs and self.clone_outputs:
@@ -642,23 +650,30 @@ class CudaGraphRunner:
                                  f"for {list(size)} {dtype}")
         self._indirect.prepare(inputs)
 
-    def _replayed_outputs(self) -> tuple[Any, ...]:
-        """The outputs of the replay that just ran, under the aliasing rule in effect."""
+    def _replayed_outputs(self, sources: dict[int, Any]) -> tuple[Any, ...]:
+        """The outputs of the replay that just ran, under the aliasing rule in effect. `sources`:
+        for each output over a static input's memory, this call's input; the output is rebuilt
+        over that input's storage, which sits at the captured address but can be another
+        storage than the capture's (FSDP2 frees and re-gathers parameters in the same memory)."""
         import torch
 
+        outs = list(self._static_outputs)
+        for k, src in sources.items():
+            if int(src.untyped_storage()._cdata) != self._param_storages[k]:
+                outs[k] = _view_over(outs[k], src)
         alias = self._alias_idx
         if not self.hold_outputs:  # outputs over a parameter's memory: the graph's own, as uncaptured
             fresh = self.handouts.replayed() if self.handouts is not None else {}
-            return tuple(fresh[k] if k in fresh else o if k in self._param_outputs
+            return tuple(fresh[k] if k in fresh else o if k in sources
                          else o.clone() if isinstance(o, torch.Tensor) else o
-                         for k, o in enumerate(self._static_outputs))
+                         for k, o in enumerate(outs))
         if not self.clone_outputs:
-            return tuple(o.detach() if k in alias else o for k, o in enumerate(self._static_outputs))
+            return tuple(o.detach() if k in alias else o for k, o in enumerate(outs))
         lazy = self._lazy
         lazily = lazy.hand_out() if lazy is not None and lazy.enabled else {}
         return tuple(lazily[k] if k in lazily else o.detach() if k in alias
                      else o.clone() if isinstance(o, torch.Tensor) else o
-                     for k, o in enumerate(self._static_outputs))
+                     for k, o in enumerate(outs))
 
     def __call__(self, inputs: list[Any]) -> tuple[Any, ...]:
         """Replay on `inputs` (same count, shapes and dtypes as the example); clears `inputs`."""
@@ -696,10 +711,20 @@ class CudaGraphRunner:
             if why is not None:
                 return self._uncaptured(inputs, why)
         keep = [inputs[i] for i in self._copy_back]
+        sources = {k: inputs[i] for k, i in self._param_sources.items()}
         inputs.clear()
         graph = self.graph
         assert graph is not None
         graph.replay()
         for i, dst in zip(self._copy_back, keep, strict=True):
             dst.copy_(self._static_inputs[i])
-        return self._replayed_outputs()
+        return self._replayed_outputs(sources)
+
+
+def _view_over(captured: Any, source: Any) -> Any:
+    """`captured` (an output over a static input's memory) as the same view of `source`'s
+    storage: what the graph run on `source` returns."""
+    import torch
+
+    view = torch.empty(0, dtype=captured.dtype, device=captured.device)
+    return view.set_(source.untyped_storage(), captured.storage_offset(), captured.shape, captured.stride())
