@@ -6,7 +6,7 @@
     python -m coil.bench.distributed --report DIR
 
 One host: rank r runs on GPU r modulo the host's GPU count (NCCL), or on the CPU (gloo). Every
-rank builds the model from one seed, dropout off (HF GPT-2, or the Llama-style 8-layer
+rank builds the model from one seed, dropout off, no KV cache (HF GPT-2, or the Llama-style 8-layer
 model of `coil.bench.classic`; `--tiny`: 2 layers, width 64, vocab 128, for CPU tests), wraps it by the
 recipe, and trains `--steps` steps of AdamW (not compiled; `zero_grad()` each step) on its own
 fixed random tokens (seeded by rank, the same in every mode), under bf16 autocast on CUDA:
@@ -65,10 +65,12 @@ def build_model(name: str, tiny: bool) -> Any:
 def _model(name: str, tiny: bool) -> Any:
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
+    # no KV cache, as in the zoo: a training step does not generate, and the cache's per-layer
+    # guards would recompile each block's frame under FSDP2 until Dynamo's limit
     if name == "gpt2":
         small: dict[str, Any] = {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 128, "n_positions": 64,
                                  "bos_token_id": 0, "eos_token_id": 0}
-        return GPT2LMHeadModel(GPT2Config(**(small if tiny else {})))
+        return GPT2LMHeadModel(GPT2Config(**(small if tiny else {}), use_cache=False))
     if name == "llama_style":
         size: dict[str, Any] = (
             {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -76,7 +78,7 @@ def _model(name: str, tiny: bool) -> Any:
             if tiny else
             {"vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8,
              "num_attention_heads": 16, "num_key_value_heads": 8, "max_position_embeddings": 1024})
-        return LlamaForCausalLM(LlamaConfig(**size))
+        return LlamaForCausalLM(LlamaConfig(**size, use_cache=False))
     raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")
 
 
