@@ -9,7 +9,7 @@
 #
 # Runs `python3 -m torch.distributed.run --nproc-per-node NPROC -m coil.bench.distributed` (torchrun)
 # once per mode (MODES, default
-# "fp64 eager inductor coil": each mode in processes of its own, caches empty), rows in
+# "fp64 eager inductor inductor_ro coil coil_nocg": each mode in processes of its own, caches empty), rows in
 # $OUT/distributed, then prints `python3 -m coil.bench.distributed --report` (also written to
 # $OUT/distributed.md). MODE_S bounds each mode in seconds (default 540).
 set -u
@@ -17,7 +17,7 @@ source bench/device_env.sh
 nproc=$1 recipe=$2 model=$3
 shift 3
 [ "${1:-}" = "--" ] && shift
-for mode in ${MODES:-fp64 eager inductor coil}; do
+for mode in ${MODES:-fp64 eager inductor inductor_ro coil coil_nocg}; do
   echo "== $recipe $model $mode on $nproc GPUs"
   root=$(mktemp -d)
   COIL_CACHE_DIR=$root/coil TRITON_CACHE_DIR=$root/triton TORCHINDUCTOR_CACHE_DIR=$root/inductor \

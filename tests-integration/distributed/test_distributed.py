@@ -133,7 +133,8 @@ def test_functional_collectives_match_eager_in_the_same_order_on_every_rank(tmp_
 def test_the_distributed_bench_rows_match_eager_and_report_the_rule(tmp_path: Path) -> None:
     """`coil.bench.distributed` (what bench/gpu_distributed.sh runs with torchrun on GPUs), on two
     gloo ranks with the tiny Llama-style model under FSDP2: the eager, fp64 and coil rows have
-    no error, three losses each, and the report passes coil's losses by the bench's rule."""
+    no error, three losses each, coil ran no graph eagerly, and the report passes coil's losses by
+    the bench's rule."""
     import json
     import subprocess
     import sys
@@ -149,6 +150,8 @@ def test_the_distributed_bench_rows_match_eager_and_report_the_rule(tmp_path: Pa
                        env=env, check=True, timeout=launch.DEADLINE_S, capture_output=True)
     rows = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
     assert len(rows) == 6 and all("error" not in r and len(r["losses"]) == 3 for r in rows), rows
+    coil_rows = [r for r in rows if r["mode"] == "coil"]
+    assert all(r["graphs_compiled"] > 0 and r["graphs_eager"] == 0 for r in coil_rows), coil_rows
     table = report(out)
     coil_row = next(line for line in table.splitlines() if line.startswith("| coil |"))
     assert "(pass)" in coil_row, table

@@ -1,7 +1,7 @@
 """Distributed training rows of `coil bench`: one recipe, one model, one mode per `torchrun`.
 
     torchrun --nproc-per-node N -m coil.bench.distributed --recipe ddp|fsdp2|fsdp2_tp \\
-        --model gpt2|llama_style --mode eager|fp64|inductor|coil [--steps 10] [--batch 8] \\
+        --model gpt2|llama_style --mode eager|fp64|inductor|inductor_ro|coil|coil_nocg [--steps 10] [--batch 8] \\
         [--seq 1024] [--tiny] --out DIR
     python -m coil.bench.distributed --report DIR
 
@@ -17,20 +17,24 @@ fixed random tokens (seeded by rank, the same in every mode), under bf16 autocas
   q/k/v and the MLP's gate/up column-parallel, o and down row-parallel (`parallelize_module`),
   then `fully_shard` over the data-parallel dimension.
 
-Modes: `eager`, `fp64` (eager in float64 without autocast: the accuracy reference), `inductor`
-(`torch.compile(model)`), `coil` (`torch.compile(model, backend="coil")`). Each rank writes
+Modes: `eager`, `fp64` (eager in float64 without autocast: the accuracy reference), and the
+bench's compiled modes (`coil.bench.measure.compile_mode`): `inductor` (`torch.compile(model)`),
+`inductor_ro` (`mode="reduce-overhead"`: CUDA graphs, coil's peer), `coil` (`backend="coil"`),
+`coil_nocg` (coil without CUDA graphs, Inductor default's peer). Each rank writes
 `<out>/<recipe>-<model>-<mode>-rank<r>.json`: the losses, the first step's seconds (compile
 included), the median and the mean of the later steps' wall time (synchronised), peak reserved
 and allocated memory (MiB), on CUDA the collective kernels' time a step and the share of it
 hidden behind compute kernels over `--profile-steps` more steps under torch's profiler
-(`coil.bench.comm_overlap`), the device, the versions, or the error that stopped it (a row,
-never a stopped sweep).
+(`coil.bench.comm_overlap`), the graphs Dynamo made and, under coil, how many graphs coil
+compiled, ran eagerly after an error and how many ATen fallbacks they hold
+(`coil.bench.measure.coil_counts`), the device, the versions, or the error that stopped it (a
+row, never a stopped sweep).
 
 `--report DIR` prints one table per recipe and model: per mode, the slowest rank's median step,
 the largest rank's reserved peak, first-step seconds, and the accuracy rule of `coil.bench.steps`
 on the losses (`ratios`: RMSE(mode, fp64) over MULTIPLIER * RMSE(eager, fp64) + TOL / 10, at
 most 1 passes; needs the fp64 and eager rows; HF computes the loss in float32 even for a float64
-model). The collectives' columns are rank 0's.
+model). The collectives' and the graph counts' columns are rank 0's.
 """
 
 from __future__ import annotations
@@ -46,13 +50,21 @@ from pathlib import Path
 from typing import Any
 
 from coil.bench.classic import no_dropout
+from coil.bench.measure import (
+    coil_counts,
+    coil_graphs,
+    compile_mode,
+    dynamo_graphs,
+    is_coil,
+    mark_step,
+)
 
 __all__ = ["MODELS", "MODES", "RECIPES", "blocks", "build_model", "compiled", "main", "report", "run", "train",
            "wrap"]
 
 RECIPES = ("ddp", "fsdp2", "fsdp2_tp")
 MODELS = ("gpt2", "llama_style")
-MODES = ("eager", "fp64", "inductor", "coil")
+MODES = ("eager", "fp64", "inductor", "inductor_ro", "coil", "coil_nocg")
 
 
 def build_model(name: str, tiny: bool) -> Any:
@@ -128,16 +140,13 @@ def wrap(model: Any, recipe: str, model_name: str, device: Any, world: int) -> A
 
 
 def compiled(model: Any, mode: str) -> Any:
-    """`model` as `mode` runs it."""
-    import torch
-
-    if mode == "inductor":
-        return torch.compile(model)
-    if mode == "coil":
+    """`model` as `mode` runs it: fp64 and eager as it is, the others as the bench's modes of the
+    same name compile it (`coil.bench.measure.compile_mode`)."""
+    if mode in ("eager", "fp64"):
+        return model
+    if is_coil(mode):
         import coil.backend  # noqa: F401  (registers backend="coil")
-
-        return torch.compile(model, backend="coil")
-    return model
+    return compile_mode(model, mode)
 
 
 def train(args: argparse.Namespace, rank: int, world: int, device: Any) -> dict[str, Any]:
@@ -157,6 +166,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: Any) -> dict[
     autocast = device.type == "cuda" and args.mode != "fp64"
 
     def step() -> float:
+        mark_step(args.mode)
         opt.zero_grad()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             loss = step_model(ids, labels=ids).loss
@@ -181,6 +191,9 @@ def train(args: argparse.Namespace, rank: int, world: int, device: Any) -> dict[
     later = times[1:] or times
     out: dict[str, Any] = {"losses": losses, "first_s": times[0], "median_ms": 1e3 * statistics.median(later),
                            "mean_ms": 1e3 * statistics.fmean(later)}
+    out["dynamo_graphs"] = dynamo_graphs()
+    if is_coil(args.mode):
+        out.update(coil_counts(coil_graphs()))
     if device.type == "cuda":
         out["reserved_mib"] = torch.cuda.max_memory_reserved(device) / 2**20
         out["allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
@@ -253,8 +266,9 @@ def report(folder: Path) -> str:
         lines += [f"### {recipe}, {model}: {first['world']} ranks, batch {first['batch']} x {first['seq']} a rank, "
                   f"{first['device']}, torch {first['torch']}, Triton {first.get('triton', '-')}", "",
                   "| mode | median step ms (slowest rank) | reserved MiB (largest rank) | first step s | "
-                  "collectives ms a step, hidden (rank 0) | loss RMSE, over the rule's bound |",
-                  "|---|---|---|---|---|---|"]
+                  "collectives ms a step, hidden (rank 0) | loss RMSE, over the rule's bound | "
+                  "Dynamo graphs; coil's compiled / eager / ATen fallbacks (rank 0) |",
+                  "|---|---|---|---|---|---|---|"]
         ref = modes.get("fp64", [{}])[0].get("losses")
         eager = modes.get("eager", [{}])[0].get("losses")
         for mode in MODES:
@@ -263,7 +277,7 @@ def report(folder: Path) -> str:
                 continue
             errors = [r["error"] for r in ranks if "error" in r]
             if errors:
-                lines.append(f"| {mode} | error: {errors[0][:120]} | | | | |")
+                lines.append(f"| {mode} | error: {errors[0][:120]} | | | | | |")
                 continue
             median = max(r["median_ms"] for r in ranks)
             reserved = max(r.get("reserved_mib", 0.0) for r in ranks)
@@ -277,7 +291,10 @@ def report(folder: Path) -> str:
             hidden = r0.get("hidden")
             comm = (f"{r0['collective_ms']:.2f}, {100 * hidden:.0f} %" if hidden is not None
                     else "-" if "collective_ms" not in r0 else f"{r0['collective_ms']:.2f}, -")
-            lines.append(f"| {mode} | {median:.2f} | {reserved:.0f} | {first_s:.1f} | {comm} | {rule} |")
+            graphs = str(r0.get("dynamo_graphs", "-"))
+            if "graphs_compiled" in r0:
+                graphs += f"; {r0['graphs_compiled']} / {r0['graphs_eager']} / {r0['aten_fallbacks']}"
+            lines.append(f"| {mode} | {median:.2f} | {reserved:.0f} | {first_s:.1f} | {comm} | {rule} | {graphs} |")
         lines.append("")
     return "\n".join(lines)
 
