@@ -23,7 +23,8 @@ bench's compiled modes (`coil.bench.measure.compile_mode`): `inductor` (`torch.c
 `coil_nocg` (coil without CUDA graphs, Inductor default's peer). Each rank writes
 `<out>/<recipe>-<model>-<mode>-rank<r>.json`: the losses, the first step's seconds (compile
 included), the median and the mean of the later steps' wall time (synchronised), peak reserved
-and allocated memory (MiB), on CUDA the collective kernels' time a step and the share of it
+and allocated memory (MiB) over the steps after the second (the cache emptied first, as the
+bench's `warm_peak`: compiling, autotuning and CUDA-graph captures are not counted), on CUDA the collective kernels' time a step and the share of it
 hidden behind compute kernels over `--profile-steps` more steps under torch's profiler
 (`coil.bench.comm_overlap`), the graphs Dynamo made and, under coil, how many graphs coil
 compiled, ran eagerly after an error and how many ATen fallbacks they hold
@@ -186,7 +187,10 @@ def train(args: argparse.Namespace, rank: int, world: int, device: Any) -> dict[
         losses.append(step())
         sync()
         times.append(time.perf_counter() - t0)
-        if i == 0 and device.type == "cuda":
+        if device.type == "cuda" and i == min(1, args.steps - 1):
+            # memory of warm steps, as the bench's warm_peak: what compiling, autotuning and the
+            # CUDA-graph capture (second step) left cached in the allocator is released first
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
     later = times[1:] or times
     out: dict[str, Any] = {"losses": losses, "first_s": times[0], "median_ms": 1e3 * statistics.median(later),
