@@ -1,8 +1,8 @@
 """Distributed training rows of `coil bench`: one recipe, one model, one mode per `torchrun`.
 
     torchrun --nproc-per-node N -m coil.bench.distributed --recipe ddp|fsdp2|fsdp2_tp \\
-        --model gpt2|llama_style --mode eager|fp64|inductor|inductor_ro|coil|coil_nocg [--steps 10] [--batch 8] \\
-        [--seq 1024] [--tiny] --out DIR
+        --model gpt2|llama_style --mode eager|fp64|inductor|inductor_ro|coil|coil_nocg \\
+        [--steps 10] [--batch 8] [--seq 1024] [--tiny] --out DIR
     python -m coil.bench.distributed --report DIR
 
 One host: rank r runs on GPU r modulo the host's GPU count (NCCL), or on the CPU (gloo). Every
@@ -24,9 +24,9 @@ bench's compiled modes (`coil.bench.measure.compile_mode`): `inductor` (`torch.c
 `<out>/<recipe>-<model>-<mode>-rank<r>.json`: the losses, the first step's seconds (compile
 included), the median and the mean of the later steps' wall time (synchronised), peak reserved
 and allocated memory (MiB) over the steps after the second (the cache emptied first, as the
-bench's `warm_peak`: compiling, autotuning and CUDA-graph captures are not counted), on CUDA the collective kernels' time a step and the share of it
-hidden behind compute kernels over `--profile-steps` more steps under torch's profiler
-(`coil.bench.comm_overlap`), the graphs Dynamo made and, under coil, how many graphs coil
+bench's `warm_peak`: compiling, autotuning and CUDA-graph captures are not counted), on CUDA
+the collective kernels' time a step and the share of it hidden behind compute kernels over
+`--profile-steps` more steps under torch's profiler (`coil.bench.comm_overlap`), the graphs Dynamo made and, under coil, how many graphs coil
 compiled, ran eagerly after an error and how many ATen fallbacks they hold
 (`coil.bench.measure.coil_counts`), the device, the versions, or the error that stopped it (a
 row, never a stopped sweep).
