@@ -25,10 +25,10 @@ def test_copy_into_a_dense_view_is_a_plain_copy() -> None:
 
 
 def test_overlapping_windows_are_refused_by_name() -> None:
-    windows = torch.zeros(10).as_strided((4, 4), (2, 1))  # rows overlap, no dimension broadcast
+    windows = torch.zeros(10).as_strided((3, 4, 4), (0, 2, 1))  # broadcast, and rows that overlap
     assert distinct_elements(windows) is None
-    with pytest.raises(ValueError, match=r"overlap: size \(4, 4\), stride \(2, 1\)"):
-        copy_into(windows, torch.ones(4, 4))
+    with pytest.raises(ValueError, match=r"overlap: size \(3, 4, 4\), stride \(0, 2, 1\)"):
+        copy_into(windows, torch.ones(3, 4, 4))
 
 
 def test_slices_of_one_projection_are_distinct() -> None:

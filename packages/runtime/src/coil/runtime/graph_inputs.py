@@ -108,7 +108,6 @@ def view_text(ptr: int, size: Sequence[int], stride: Sequence[int], dtype: torch
     return f"{ptr:#x} {list(size)} stride {list(stride)} {dtype}"
 
 
-
 def distinct_elements(t: torch.Tensor, *like: torch.Tensor) -> list[torch.Tensor] | None:
     """`t` and each tensor of `like` (of t's shape) with t's broadcast dimensions (stride 0,
     `expand`) narrowed to one element: `t`'s view then holds distinct memory and can be written
@@ -135,7 +134,11 @@ def _strides_nest(t: torch.Tensor) -> bool:
 
 def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
     """`dst.copy_(src)` for a `dst` that may be broadcast (an expanded graph input or output):
-    only its distinct elements are written, from the same positions of `src`."""
+    only its distinct elements are written, from the same positions of `src`. Replays copy
+    inputs with it, so a `dst` without a broadcast dimension takes the plain copy at once."""
+    if 0 not in dst.stride():
+        dst.copy_(src)
+        return
     views = distinct_elements(dst, src)
     if views is None:
         raise ValueError(f"cannot write a view whose elements overlap: size {tuple(dst.shape)}, "
