@@ -2,7 +2,8 @@
 directly, with CudaGraphRunner replaced by a stand-in that runs the call (no CUDA graph). The
 oracle is the rule itself: a site is the static inputs' addresses (and, with `by_shape`, the
 sizes); the first site builds at its first call (at its second under `borrow_inputs`), any other
-when it comes back with the same storages; `max_sites` bounds them. The GPU twin with real
+when it comes back with the same storages; a site met with other storages at its addresses is
+keyed by the storages too; `max_sites` bounds them. The GPU twin with real
 captures is test_gpu_call_sites.py."""
 
 from __future__ import annotations
@@ -127,3 +128,39 @@ def test_no_site_past_the_limit_and_none_after_a_failed_first(made: list[StandIn
             x = torch.randn(2, 4)
             torch.testing.assert_close(run([x, w])[0], x @ w)
     assert len(made) == 1 and made[0].replays == 6, "every later call goes to the failed first runner"
+
+
+def test_layers_gathered_into_one_memory_get_a_runner_each(made: list[StandIn]) -> None:
+    """FSDP2's pattern: every layer's parameter is gathered into the same memory (the memory the
+    last layer freed), as a storage of its own. The site (the address) is then keyed by the
+    storages too: one runner per layer, each built when its layer comes back."""
+    memory = torch.zeros(4, 4)
+    values = [torch.randn(4, 4) for _ in range(3)]
+
+    def gathered() -> torch.nn.Parameter:  # a storage of its own over `memory`
+        storage = torch._C._construct_storage_from_data_pointer(memory.data_ptr(), memory.device, 64)
+        return torch.nn.Parameter(torch.empty(0).set_(storage, 0, (4, 4), (4, 1)))
+
+    ws = [gathered() for _ in values]
+    assert len({w.data_ptr() for w in ws}) == 1 and len({w.untyped_storage()._cdata for w in ws}) == 3
+    run = cudagraphify(_layer, policy=ReplayPolicy(borrow_inputs=True))
+    for step in range(3):
+        for w, v in zip(ws, values, strict=True):
+            memory.copy_(v)  # the gather
+            x = torch.randn(2, 4)
+            (y,) = run([x, w])
+            torch.testing.assert_close(y, x @ v)
+        assert len(made) == (0 if step == 0 else 3), (step, len(made))
+    assert [m.replays for m in made] == [1, 1, 1], "each layer replays its own runner"
+    assert len({m._pool for m in made}) == 1
+
+
+def test_one_layers_tensors_at_one_address_keep_one_runner(made: list[StandIn]) -> None:
+    """The same storages at the same address call after call (plain parameters): a single runner,
+    the storages never consulted once it is built (the site stays the addresses alone)."""
+    (w,) = _params(1)
+    run = cudagraphify(_layer, policy=ReplayPolicy(borrow_inputs=True))
+    for _ in range(4):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(run([x, w])[0], x @ w)
+    assert len(made) == 1 and made[0].replays == 2

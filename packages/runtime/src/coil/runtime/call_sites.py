@@ -41,7 +41,10 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
     result, then captures; later calls replay. Any other site runs `call` directly at its first
     call and captures when it comes back with the very same static tensors (the same storages,
     not new tensors the allocator put at the same addresses), so a static input made anew each
-    call is never captured. With `policy.borrow_inputs` (training graphs) the first site waits
+    call is never captured. A site met with other storages at its addresses before it captured
+    is keyed by the storages too from then on: FSDP2 gathers each layer's parameters into the
+    memory the last layer freed, and each layer then captures a graph of its own (the addresses
+    it reads are the same; the outputs it hands out and its pool members are its own). With `policy.borrow_inputs` (training graphs) the first site waits
     for its second call too: a step's graphs are then captured together in the second step, and
     each backward reads its forward's captured outputs in place (captured while its forward ran
     uncaptured, it would copy them in every replay).
@@ -66,6 +69,7 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
     uncaptured = False
     logged_full = False
     seen: dict[tuple[Any, ...], tuple[int, ...]] = {}  # sites met once -> their static inputs' storages
+    shared: set[tuple[Any, ...]] = set()  # sites met with other storages at the same addresses
 
     def build(args: list[Any], site: tuple[Any, ...]) -> tuple[Any, ...]:
         nonlocal first
@@ -83,15 +87,19 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
         assert out is not None
         return out
 
+    def storages_of(args: list[Any]) -> tuple[int, ...]:
+        assert keyed is not None
+        return tuple(int(args[i].untyped_storage()._cdata) for i in keyed)
+
     def site_of(args: list[Any]) -> tuple[Any, ...]:
         assert keyed is not None
         ptrs = tuple([args[i].data_ptr() for i in keyed])
-        if not by_shape:
-            return ptrs
-        import torch
+        if by_shape:
+            import torch
 
-        return ptrs + tuple(tuple(a.shape) if isinstance(a, torch.Tensor)
-                            else a if isinstance(a, (int, float, bool, type(None))) else id(a) for a in args)
+            ptrs += tuple(tuple(a.shape) if isinstance(a, torch.Tensor)
+                          else a if isinstance(a, (int, float, bool, type(None))) else id(a) for a in args)
+        return (ptrs, storages_of(args)) if ptrs in shared else ptrs
 
     def run(args: list[Any]) -> tuple[Any, ...]:
         nonlocal keyed, uncaptured, logged_full
@@ -119,10 +127,18 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
                             "without a CUDA graph (logged once)", max_sites)
             return tuple(call(args))
         if first is not None or policy.borrow_inputs:  # captured when the same tensors come back
-            storages = tuple(int(args[i].untyped_storage()._cdata) for i in keyed)
-            if seen.get(site) != storages:
+            storages = storages_of(args)
+            before = seen.get(site)
+            if before != storages:
                 if len(seen) >= max_sites:
                     seen.clear()
+                    shared.clear()
+                if before is not None and site not in shared:
+                    # other tensors at these addresses (FSDP2 gathers each layer's parameters into
+                    # the memory the last layer freed): from now on the storages are the site too
+                    shared.add(site)
+                    seen[(site, before)] = before
+                    site = (site, storages)
                 seen[site] = storages
                 return tuple(call(args))
             del seen[site]
