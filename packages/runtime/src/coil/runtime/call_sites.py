@@ -44,10 +44,10 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
     call is never captured. A site met with other storages at its addresses before it captured
     is keyed by the storages too from then on: FSDP2 gathers each layer's parameters into the
     memory the last layer freed, and each layer then captures a graph of its own (the addresses
-    it reads are the same; the outputs it hands out and its pool members are its own). With `policy.borrow_inputs` (training graphs) the first site waits
-    for its second call too: a step's graphs are then captured together in the second step, and
-    each backward reads its forward's captured outputs in place (captured while its forward ran
-    uncaptured, it would copy them in every replay).
+    it reads are the same; the outputs it hands out are its own). With `policy.borrow_inputs`
+    (training graphs) the first site waits for its second call too: a step's graphs are then
+    captured together in the second step, and each backward reads its forward's captured outputs
+    in place (captured while its forward ran uncaptured, it would copy them in every replay).
 
     A new site captures into the first site's memory pool (a borrowing runner into its lender's),
     so the sites' scratch memory is held once, not once per site, and the pool rules of this
@@ -99,7 +99,7 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
 
             ptrs += tuple(tuple(a.shape) if isinstance(a, torch.Tensor)
                           else a if isinstance(a, (int, float, bool, type(None))) else id(a) for a in args)
-        return (ptrs, storages_of(args)) if ptrs in shared else ptrs
+        return (ptrs, storages_of(args)) if shared and ptrs in shared else ptrs
 
     def run(args: list[Any]) -> tuple[Any, ...]:
         nonlocal keyed, uncaptured, logged_full
