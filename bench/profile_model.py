@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from coil.bench.measure import compile_mode, is_coil
+from coil.bench.measure import compile_mode, is_coil, live_runners
 from coil.knobs import knobs
 from torch.profiler import ProfilerActivity, profile
 
@@ -96,11 +96,7 @@ def cprofile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
 
 def runners_report(name: str) -> None:
     """One line per live CUDA-graph runner (coil.runtime.CudaGraphRunner), grouped by pool."""
-    import gc
-
-    from coil.runtime import CudaGraphRunner
-
-    live = [o for o in gc.get_objects() if isinstance(o, CudaGraphRunner)]
+    live = live_runners()
     print(f"\n=== {name}: {len(live)} CUDA-graph runners")
     for r in sorted(live, key=lambda r: str(r._pool)):
         copied = (r.handouts.evacuated if r.handouts is not None else 0) + (r._lazy.evacuated if r._lazy else 0)

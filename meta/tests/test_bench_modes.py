@@ -90,6 +90,26 @@ def test_coil_counts() -> None:
     assert measure.coil_counts([]) == {"graphs_compiled": 0, "graphs_eager": 0, "aten_fallbacks": 0}
 
 
+def test_cuda_graph_counts_read_the_live_runners() -> None:
+    """Runners made without a capture (no GPU here), in the states a run leaves them in."""
+    from coil.runtime import CudaGraphRunner
+
+    def runner(captured: bool, error: bool, uncaptured: int, pool: str) -> CudaGraphRunner:
+        r = object.__new__(CudaGraphRunner)
+        r.graph = object() if captured else None  # type: ignore[assignment]
+        r.capture_error = RuntimeError("moved") if error else None
+        r.uncaptured_calls, r._pool = uncaptured, pool
+        return r
+
+    before = measure.cuda_graph_counts()
+    live = [runner(True, False, 2, "p0"), runner(True, True, 0, "p0"), runner(False, True, 5, "p1")]
+    got = measure.cuda_graph_counts()
+    assert {k: got[k] - before[k] for k in ("cuda_graphs", "cuda_graphs_stopped", "uncaptured_calls")} == {
+        "cuda_graphs": 1, "cuda_graphs_stopped": 2, "uncaptured_calls": 7}
+    assert got["cuda_graph_pools"] >= 2
+    del live
+
+
 def _row(group: str, **ms: float) -> dict[str, Any]:
     return {"kind": "model", "group": group, **{m: {"ms": v, "accuracy_ok": True} for m, v in ms.items()}}
 

@@ -28,7 +28,8 @@ bench's `warm_peak`: compiling, autotuning and CUDA-graph captures are not count
 the collective kernels' time a step and the share of it hidden behind compute kernels over
 `--profile-steps` more steps under torch's profiler (`coil.bench.comm_overlap`), the graphs Dynamo made and, under coil, how many graphs coil
 compiled, ran eagerly after an error and how many ATen fallbacks they hold
-(`coil.bench.measure.coil_counts`), the device, the versions, or the error that stopped it (a
+(`coil.bench.measure.coil_counts`), and on CUDA its CUDA graphs: captured, stopped, and the
+calls run without them (`coil.bench.measure.cuda_graph_counts`), the device, the versions, or the error that stopped it (a
 row, never a stopped sweep).
 
 `--report DIR` prints one table per recipe and model: per mode, the slowest rank's median step,
@@ -55,6 +56,7 @@ from coil.bench.measure import (
     coil_counts,
     coil_graphs,
     compile_mode,
+    cuda_graph_counts,
     dynamo_graphs,
     is_coil,
     mark_step,
@@ -198,6 +200,8 @@ def train(args: argparse.Namespace, rank: int, world: int, device: Any) -> dict[
     out["dynamo_graphs"] = dynamo_graphs()
     if is_coil(args.mode):
         out.update(coil_counts(coil_graphs()))
+        if device.type == "cuda":
+            out.update(cuda_graph_counts())
     if device.type == "cuda":
         out["reserved_mib"] = torch.cuda.max_memory_reserved(device) / 2**20
         out["allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
@@ -271,7 +275,7 @@ def report(folder: Path) -> str:
                   f"{first['device']}, torch {first['torch']}, Triton {first.get('triton', '-')}", "",
                   "| mode | median step ms (slowest rank) | reserved MiB (largest rank) | first step s | "
                   "collectives ms a step, hidden (rank 0) | loss RMSE, over the rule's bound | "
-                  "Dynamo graphs; coil's compiled / eager / ATen fallbacks (rank 0) |",
+                  "Dynamo graphs; coil's compiled / eager / ATen fallbacks; its CUDA graphs (rank 0) |",
                   "|---|---|---|---|---|---|---|"]
         ref = modes.get("fp64", [{}])[0].get("losses")
         eager = modes.get("eager", [{}])[0].get("losses")
@@ -298,6 +302,9 @@ def report(folder: Path) -> str:
             graphs = str(r0.get("dynamo_graphs", "-"))
             if "graphs_compiled" in r0:
                 graphs += f"; {r0['graphs_compiled']} / {r0['graphs_eager']} / {r0['aten_fallbacks']}"
+            if "cuda_graphs" in r0:
+                graphs += (f"; CUDA graphs {r0['cuda_graphs']} ({r0['cuda_graphs_stopped']} stopped, "
+                           f"{r0['uncaptured_calls']} calls uncaptured)")
             lines.append(f"| {mode} | {median:.2f} | {reserved:.0f} | {first_s:.1f} | {comm} | {rule} | {graphs} |")
         lines.append("")
     return "\n".join(lines)

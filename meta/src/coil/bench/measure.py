@@ -217,6 +217,28 @@ def coil_counts(graphs: list[dict[str, Any]]) -> dict[str, int]:
             "aten_fallbacks": sum(len(g.get("fallbacks") or ()) for g in graphs)}
 
 
+def live_runners() -> list[Any]:
+    """coil's live CUDA-graph runners (`coil.runtime.CudaGraphRunner`, one per graph and call
+    site), found among the objects the garbage collector tracks (by exact type: `isinstance`
+    would ask every weak proxy and lazy module for its class)."""
+    import gc
+
+    from coil.runtime import CudaGraphRunner
+
+    return [o for o in gc.get_objects() if type(o) is CudaGraphRunner]
+
+
+def cuda_graph_counts() -> dict[str, int]:
+    """Of `live_runners()`: `cuda_graphs` captured and replaying, `cuda_graphs_stopped` not
+    captured or no longer replaying (`capture_error`), `uncaptured_calls` the calls they ran
+    without their graph (the liveness rule), `cuda_graph_pools` the memory pools they hold."""
+    live = live_runners()
+    return {"cuda_graphs": sum(1 for r in live if r.graph is not None and r.capture_error is None),
+            "cuda_graphs_stopped": sum(1 for r in live if r.graph is None or r.capture_error is not None),
+            "uncaptured_calls": sum(r.uncaptured_calls for r in live),
+            "cuda_graph_pools": len({str(r._pool) for r in live})}
+
+
 def dynamo_graphs() -> int:
     """How many graphs Dynamo traced in this process since its counters were last cleared
     (`torch._dynamo.utils.counters`): one per graph break plus one."""
