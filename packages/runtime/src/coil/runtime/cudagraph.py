@@ -276,9 +276,9 @@ class CudaGraphRunner:
         self._in_views: dict[int, torch.Tensor] = {}
         self._input_meta: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]] = {}
         self._guard: PoolGuard | None = None
-        # outputs over a static input's memory -> that input: rebuilt over the replay's own input
-        self._param_sources: dict[int, int] = {}
-        self._param_storages: dict[int, int] = {}  # their storages at the capture
+        # outputs over a static input's memory -> (that input, its storage at the capture): rebuilt
+        # over the replay's own input when that is another storage
+        self._param_sources: dict[int, tuple[int, int]] = {}
         self.graph: torch.cuda.CUDAGraph | None = None
         self._static_outputs: tuple[Any, ...] = ()
         self.capture_error: Exception | None = None
@@ -462,12 +462,12 @@ class CudaGraphRunner:
         self._alias_idx = self._handed_out_indices(policy.handed_out)
         join_pool(self, self._pool)
         static = set(self.static_indices)
-        params = storage_ids(x for i, x in enumerate(self._static_inputs) if i in static)
         owner = {int(x.untyped_storage()._cdata): i for i, x in enumerate(self._static_inputs)
                  if i in static and isinstance(x, torch.Tensor)}
-        self._param_sources = {k: owner[int(t.untyped_storage()._cdata)] for k, t in enumerate(self._static_outputs)
-                               if isinstance(t, torch.Tensor) and int(t.untyped_storage()._cdata) in owner}
-        self._param_storages = {k: int(self._static_outputs[k].untyped_storage()._cdata) for k in self._param_sources}
+        params = set(owner)
+        outs = {k: int(t.untyped_storage()._cdata) for k, t in enumerate(self._static_outputs)
+                if isinstance(t, torch.Tensor)}
+        self._param_sources = {k: (owner[c], c) for k, c in outs.items() if c in owner}
         if self._alias_idx:
             self._hand_out_static_outputs(params)
         if policy.lazy_clones and self.hold_outputs and self.clone_outputs:
@@ -659,7 +659,7 @@ class CudaGraphRunner:
 
         outs = list(self._static_outputs)
         for k, src in sources.items():
-            if int(src.untyped_storage()._cdata) != self._param_storages[k]:
+            if int(src.untyped_storage()._cdata) != self._param_sources[k][1]:
                 outs[k] = _view_over(outs[k], src)
         alias = self._alias_idx
         if not self.hold_outputs:  # outputs over a parameter's memory: the graph's own, as uncaptured
@@ -711,7 +711,7 @@ class CudaGraphRunner:
             if why is not None:
                 return self._uncaptured(inputs, why)
         keep = [inputs[i] for i in self._copy_back]
-        sources = {k: inputs[i] for k, i in self._param_sources.items()}
+        sources = {k: inputs[i] for k, (i, _) in self._param_sources.items()}
         inputs.clear()
         graph = self.graph
         assert graph is not None
