@@ -3,11 +3,14 @@ directly, with CudaGraphRunner replaced by a stand-in that runs the call (no CUD
 oracle is the rule itself: a site is the static inputs' addresses (and, with `by_shape`, the
 sizes); the first site builds at its first call (at its second under `borrow_inputs`), any other
 when it comes back with the same storages; a site met with other storages at its addresses is
-keyed by the storages too; `max_sites` bounds them. The GPU twin with real
+keyed by the storages too; a built site's tensors met at other addresses stop the captures;
+`max_sites` bounds them. The GPU twin with real
 captures is test_gpu_call_sites.py."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any, ClassVar
 
 import pytest
@@ -164,3 +167,43 @@ def test_one_layers_tensors_at_one_address_keep_one_runner(made: list[StandIn]) 
         x = torch.randn(2, 4)
         torch.testing.assert_close(run([x, w])[0], x @ w)
     assert len(made) == 1 and made[0].replays == 2
+
+
+def test_static_inputs_reallocated_in_place_stop_the_captures(made: list[StandIn]) -> None:
+    """FSDP2 frees a layer's gathered parameters (`resize_(0)` on their storage) and gathers them
+    again wherever the allocator has room: the same tensors at other addresses. Once a built
+    site's tensors come back so, the graph runs every later call directly and holds no runner."""
+    ws = _params(2)
+    nbytes = ws[0].untyped_storage().nbytes()
+    run = cudagraphify(_layer, policy=ReplayPolicy(borrow_inputs=True))
+    held: list[torch.Tensor] = []
+    for step in range(4):
+        if step == 2:  # the gather of step 2 lands elsewhere
+            for w in ws:
+                before, value = w.data_ptr(), w.detach().clone()
+                w.untyped_storage().resize_(0)
+                held += _blockers(before, nbytes, "cpu")
+                w.untyped_storage().resize_(nbytes)
+                with torch.no_grad():
+                    w.copy_(value)
+                assert w.data_ptr() != before, "precondition: the storage moved"
+        for w in ws:
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(run([x, w])[0], x @ w)
+        assert len(made) == (0 if step == 0 else 2), (step, len(made))
+    assert [m.replays for m in made] == [0, 0], "no runner replays once the tensors moved"
+    refs = [weakref.ref(m) for m in made]
+    made.clear()
+    gc.collect()
+    assert all(r() is None for r in refs), "the graph holds none of its runners"
+
+
+def _blockers(address: int, nbytes: int, device: str) -> list[torch.Tensor]:
+    """Allocations of `nbytes` until one takes the memory at `address` just freed (the allocator
+    may hand out another free block of the size first), so that the next one lands elsewhere."""
+    held = []
+    for _ in range(64):
+        held.append(torch.empty(nbytes, dtype=torch.uint8, device=device))
+        if held[-1].data_ptr() == address:
+            break
+    return held

@@ -200,3 +200,53 @@ def test_a_parameter_gathered_into_freed_memory_is_returned_as_itself(recording:
             w.untyped_storage().resize_(0)
     (runner,) = made
     assert runner.graph is not None and runner.uncaptured_calls == 0
+
+
+def test_parameters_gathered_at_new_addresses_stop_the_captures(recording: Any, cache_dir: Any) -> None:
+    """FSDP2 gathers a layer's parameters wherever the allocator has room, step after step (the
+    same tensors, their storage resized to nothing and back). Once the captured layers' weights
+    come back at new addresses, the forward and backward graphs capture nothing more (no graph
+    per address) and every step stays right."""
+    ws = _weights(2)
+    nbytes = D * D * 4
+    fw = cudagraphify(_layer_forward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
+    bw = cudagraphify(_layer_backward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
+    held = []
+    with recording() as made:
+        for step in range(4):
+            if step == 2:
+                for w in ws:
+                    before, value = w.data_ptr(), w.detach().clone()
+                    w.untyped_storage().resize_(0)
+                    held += _blockers(before, nbytes, "cuda")
+                    w.untyped_storage().resize_(nbytes)
+                    with torch.no_grad():
+                        w.copy_(value)
+                    assert w.data_ptr() != before, "precondition: the gather landed elsewhere"
+            x = torch.randn(ROWS, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(step))
+            saved, y = [], x
+            for w in ws:
+                a, y = fw([y, w])
+                saved.append(a)
+                del a
+            g = torch.ones_like(y)
+            for w in reversed(ws):
+                args = [saved.pop(), g, w]
+                del g
+                (g,) = bw(args)
+            want_y, want_g = _expected(x, ws)
+            torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(g, want_g, rtol=1e-3, atol=1e-3)
+            del y, g
+            assert len(made) == (0 if step == 0 else 4), (step, len(made))
+
+
+def _blockers(address: int, nbytes: int, device: str) -> list[torch.Tensor]:
+    """Allocations of `nbytes` until one takes the memory at `address` just freed (the allocator
+    may hand out another free block of the size first), so that the next one lands elsewhere."""
+    held = []
+    for _ in range(64):
+        held.append(torch.empty(nbytes, dtype=torch.uint8, device=device))
+        if held[-1].data_ptr() == address:
+            break
+    return held

@@ -44,7 +44,11 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
     call is never captured. A site met with other storages at its addresses before it captured
     is keyed by the storages too from then on: FSDP2 gathers each layer's parameters into the
     memory the last layer freed, and each layer then captures a graph of its own (the addresses
-    it reads are the same; the outputs it hands out are its own). With `policy.borrow_inputs`
+    it reads are the same; the outputs it hands out are its own). Static inputs that come back as
+    the storages of a built site at other addresses (re-allocated in place: FSDP2 frees a layer's
+    gathered parameters with `resize_` and gathers them again wherever the allocator has room)
+    would make a new site every call: the graph then stops capturing, drops its runners and runs
+    `call` directly from then on (logged once). With `policy.borrow_inputs`
     (training graphs) the first site waits for its second call too: a step's graphs are then
     captured together in the second step, and each backward reads its forward's captured outputs
     in place (captured while its forward ran uncaptured, it would copy them in every replay).
@@ -70,12 +74,15 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
     logged_full = False
     seen: dict[tuple[Any, ...], tuple[int, ...]] = {}  # sites met once -> their static inputs' storages
     shared: set[tuple[Any, ...]] = set()  # sites met with other storages at the same addresses
+    built_at: dict[tuple[int, ...], tuple[int, ...]] = {}  # built sites' static storages -> their addresses
 
     def build(args: list[Any], site: tuple[Any, ...]) -> tuple[Any, ...]:
         nonlocal first
         site_policy = policy if first is None else dataclasses.replace(policy, pool=first._pool)
+        statics = storages_of(args), static_ptrs(args)
         runner = CudaGraphRunner(call, args, spec, site_policy)
         sites[site] = runner
+        built_at[statics[0]] = statics[1]
         if first is None:
             first = runner
         elif len(sites) == 2 or log.isEnabledFor(logging.DEBUG):
@@ -91,9 +98,12 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
         assert keyed is not None
         return tuple(int(args[i].untyped_storage()._cdata) for i in keyed)
 
-    def site_of(args: list[Any]) -> tuple[Any, ...]:
+    def static_ptrs(args: list[Any]) -> tuple[int, ...]:
         assert keyed is not None
-        ptrs = tuple([args[i].data_ptr() for i in keyed])
+        return tuple([args[i].data_ptr() for i in keyed])
+
+    def site_of(args: list[Any]) -> tuple[Any, ...]:
+        ptrs: tuple[Any, ...] = static_ptrs(args)
         if by_shape:
             import torch
 
@@ -102,7 +112,7 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
         return (ptrs, storages_of(args)) if shared and ptrs in shared else ptrs
 
     def run(args: list[Any]) -> tuple[Any, ...]:
-        nonlocal keyed, uncaptured, logged_full
+        nonlocal keyed, uncaptured, logged_full, first
         if uncaptured:
             return tuple(call(args))
         if keyed is None:
@@ -126,8 +136,16 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
                 log.warning("CudaGraphRunner: %d call sites captured already; a call at a new site runs "
                             "without a CUDA graph (logged once)", max_sites)
             return tuple(call(args))
+        storages = storages_of(args)
+        if built_at.get(storages, static_ptrs(args)) != static_ptrs(args):
+            # a built site's static tensors at other addresses: they are re-allocated, not static
+            log.info("CudaGraphRunner: static inputs came back at new addresses as the same tensors (storage "
+                     "re-allocated in place, as FSDP2 does); this graph runs without CUDA graphs from now on")
+            uncaptured, first = True, None
+            sites.clear()
+            seen.clear()
+            return tuple(call(args))
         if first is not None or policy.borrow_inputs:  # captured when the same tensors come back
-            storages = storages_of(args)
             before = seen.get(site)
             if before != storages:
                 if len(seen) >= max_sites:
