@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from coil.bench.measure import compile_mode, is_coil, live_runners
+from coil.bench.measure import compile_mode, is_coil, runner_lines
 from coil.knobs import knobs
 from torch.profiler import ProfilerActivity, profile
 
@@ -96,13 +96,10 @@ def cprofile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
 
 def runners_report(name: str) -> None:
     """One line per live CUDA-graph runner (coil.runtime.CudaGraphRunner), grouped by pool."""
-    live = live_runners()
-    print(f"\n=== {name}: {len(live)} CUDA-graph runners")
-    for r in sorted(live, key=lambda r: str(r._pool)):
-        copied = (r.handouts.evacuated if r.handouts is not None else 0) + (r._lazy.evacuated if r._lazy else 0)
-        state = "captured" if r.graph is not None else f"not captured ({r.capture_error})"
-        print(f"  pool {r._pool}: {state}; static inputs {len(r.static_indices)}, borrowed {len(r.borrowed)}, "
-              f"uncaptured calls {r.uncaptured_calls}, outputs copied away {copied}")
+    lines = runner_lines()
+    print(f"\n=== {name}: {len(lines)} CUDA-graph runners")
+    for line in lines:
+        print(f"  {line}")
 
 
 def main() -> None:

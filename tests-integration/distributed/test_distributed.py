@@ -134,7 +134,8 @@ def test_the_distributed_bench_rows_match_eager_and_report_the_rule(tmp_path: Pa
     """`coil.bench.distributed` (what bench/gpu_distributed.sh runs with torchrun on GPUs), on two
     gloo ranks with the tiny Llama-style model under FSDP2: the eager, fp64 and coil rows have
     no error, three losses each, coil ran no graph eagerly, and the report passes coil's losses by
-    the bench's rule."""
+    the bench's rule. coil's run also profiles the host (`--host-profile`: every rank steps, rank 0
+    prints) and ends."""
     import json
     import subprocess
     import sys
@@ -144,10 +145,13 @@ def test_the_distributed_bench_rows_match_eager_and_report_the_rule(tmp_path: Pa
     out = tmp_path / "rows"
     for mode in ("eager", "fp64", "coil"):
         env = {**launch.environment(tmp_path / mode), "PYTHONUNBUFFERED": "1"}
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
-                        "coil.bench.distributed", "--recipe", "fsdp2", "--model", "llama_style", "--mode", mode,
-                        "--tiny", "--batch", "2", "--seq", "16", "--steps", "3", "--out", str(out)],
-                       env=env, check=True, timeout=launch.DEADLINE_S, capture_output=True)
+        host = ["--host-profile", "1"] if mode == "coil" else []
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+                               "coil.bench.distributed", "--recipe", "fsdp2", "--model", "llama_style", "--mode",
+                               mode, "--tiny", "--batch", "2", "--seq", "16", "--steps", "3", "--out", str(out),
+                               *host], env=env, check=True, timeout=launch.DEADLINE_S, capture_output=True, text=True)
+        if host:
+            assert done.stdout.count("=== cProfile of 1 steps on rank 0") == 1, done.stdout[-2000:]
     rows = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
     assert len(rows) == 6 and all("error" not in r and len(r["losses"]) == 3 for r in rows), rows
     coil_rows = [r for r in rows if r["mode"] == "coil"]

@@ -2,7 +2,7 @@
 
     torchrun --nproc-per-node N -m coil.bench.distributed --recipe ddp|fsdp2|fsdp2_tp \\
         --model gpt2|llama_style --mode eager|fp64|inductor|inductor_ro|coil|coil_nocg \\
-        [--steps 10] [--batch 8] [--seq 1024] [--tiny] --out DIR
+        [--steps 10] [--batch 8] [--seq 1024] [--tiny] [--host-profile N] --out DIR
     python -m coil.bench.distributed --report DIR
 
 One host: rank r runs on GPU r modulo the host's GPU count (NCCL), or on the CPU (gloo). Every
@@ -26,7 +26,9 @@ included), the median and the mean of the later steps' wall time (synchronised),
 and allocated memory (MiB) over the steps after the second (the cache emptied first, as the
 bench's `warm_peak`: compiling, autotuning and CUDA-graph captures are not counted), on CUDA
 the collective kernels' time a step and the share of it hidden behind compute kernels over
-`--profile-steps` more steps under torch's profiler (`coil.bench.comm_overlap`), the graphs Dynamo made and, under coil, how many graphs coil
+`--profile-steps` more steps under torch's profiler (`coil.bench.comm_overlap`) and the time
+some kernel runs a step (GPU busy: a step much longer is host-bound), the graphs Dynamo made and,
+under coil, how many graphs coil
 compiled, ran eagerly after an error and how many ATen fallbacks they hold
 (`coil.bench.measure.coil_counts`), and on CUDA its CUDA graphs: captured, stopped, and the
 calls run without them (`coil.bench.measure.cuda_graph_counts`), the device, the versions, or the error that stopped it (a
@@ -37,6 +39,10 @@ the largest rank's reserved peak, first-step seconds, and the accuracy rule of `
 on the losses (`ratios`: RMSE(mode, fp64) over MULTIPLIER * RMSE(eager, fp64) + TOL / 10, at
 most 1 passes; needs the fp64 and eager rows; HF computes the loss in float32 even for a float64
 model). The collectives' and the graph counts' columns are rank 0's.
+
+`--host-profile N`: rank 0 then runs N more steps under cProfile and prints the functions where
+the host spends its time, with coil's runtime logging at INFO (why a call ran without its CUDA
+graph) and its CUDA-graph runners one line each: for a step longer than its GPU busy time.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from coil.bench.measure import (
     dynamo_graphs,
     is_coil,
     mark_step,
+    runner_lines,
 )
 
 __all__ = ["MODELS", "MODES", "RECIPES", "blocks", "build_model", "compiled", "main", "report", "run", "train",
@@ -207,7 +214,33 @@ def train(args: argparse.Namespace, rank: int, world: int, device: Any) -> dict[
         out["allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
         if args.profile_steps > 0:
             out.update(_profiled(step, sync, args.profile_steps))
+    if args.host_profile > 0:  # every rank steps (the collectives need all), rank 0 prints
+        _host_profile(step, sync, args.host_profile, is_coil(args.mode) and device.type == "cuda", rank == 0)
     return out
+
+
+def _host_profile(step: Any, sync: Any, steps: int, coil: bool, show: bool) -> None:
+    """`--host-profile`: `steps` more steps under cProfile; with `show`, the top functions by own
+    time printed (where the host spends a step), then (`coil`) its CUDA-graph runners one line each."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    sync()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    sync()
+    prof.disable()
+    if not show:
+        return
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(40)
+    print(f"=== cProfile of {steps} steps on rank 0 (totals over the steps)\n{buf.getvalue()}")
+    if coil:
+        lines = runner_lines()
+        print(f"=== {len(lines)} CUDA-graph runners on rank 0", *lines, sep="\n  ")
 
 
 def _profiled(step: Any, sync: Any, steps: int) -> dict[str, Any]:
@@ -222,7 +255,8 @@ def _profiled(step: Any, sync: Any, steps: int) -> dict[str, Any]:
             step()
         sync()
     comm, compute = kernel_intervals(prof.events())
-    return {"collective_ms": length(union(comm)) / 1e3 / steps, "hidden": hidden_fraction(comm, compute)}
+    return {"collective_ms": length(union(comm)) / 1e3 / steps, "hidden": hidden_fraction(comm, compute),
+            "busy_ms": length(union(comm + compute)) / 1e3 / steps}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -274,7 +308,7 @@ def report(folder: Path) -> str:
         lines += [f"### {recipe}, {model}: {first['world']} ranks, batch {first['batch']} x {first['seq']} a rank, "
                   f"{first['device']}, torch {first['torch']}, Triton {first.get('triton', '-')}", "",
                   "| mode | median step ms (slowest rank) | reserved MiB (largest rank) | first step s | "
-                  "collectives ms a step, hidden (rank 0) | loss RMSE, over the rule's bound | "
+                  "collectives ms a step, hidden; GPU busy ms a step (rank 0) | loss RMSE, over the rule's bound | "
                   "Dynamo graphs; coil's compiled / eager / ATen fallbacks; its CUDA graphs (rank 0) |",
                   "|---|---|---|---|---|---|---|"]
         ref = modes.get("fp64", [{}])[0].get("losses")
@@ -299,6 +333,8 @@ def report(folder: Path) -> str:
             hidden = r0.get("hidden")
             comm = (f"{r0['collective_ms']:.2f}, {100 * hidden:.0f} %" if hidden is not None
                     else "-" if "collective_ms" not in r0 else f"{r0['collective_ms']:.2f}, -")
+            if "busy_ms" in r0:
+                comm += f"; {r0['busy_ms']:.2f}"
             graphs = str(r0.get("dynamo_graphs", "-"))
             if "graphs_compiled" in r0:
                 graphs += f"; {r0['graphs_compiled']} / {r0['graphs_eager']} / {r0['aten_fallbacks']}"
@@ -322,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="2-layer, 64-wide models (CPU tests)")
     ap.add_argument("--profile-steps", type=int, default=3, metavar="N",
                     help="CUDA: profile N more steps for the collectives' time and the share hidden (0: none)")
+    ap.add_argument("--host-profile", type=int, default=0, metavar="N",
+                    help="rank 0 runs N more steps under cProfile and prints where the host's time goes, "
+                         "with coil's runtime logging at INFO and its CUDA-graph runners listed")
     ap.add_argument("--cpu", action="store_true", help="gloo on the CPU even where CUDA is present")
     ap.add_argument("--out", default="bench-out/distributed")
     ap.add_argument("--report", type=Path, default=None, metavar="DIR", help="print the tables of DIR's rows")
@@ -333,6 +372,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--recipe, --model and --mode are required (or --report DIR)")
     if args.steps < 2:
         ap.error("--steps: at least 2 (the first step compiles)")
+    if args.host_profile > 0:
+        import logging
+
+        logging.basicConfig(format="%(name)s %(levelname)s: %(message)s")
+        logging.getLogger("coil.runtime").setLevel(logging.INFO)
     return run(args)
 
 

@@ -228,6 +228,19 @@ def live_runners() -> list[Any]:
     return [o for o in gc.get_objects() if type(o) is CudaGraphRunner]
 
 
+def runner_lines() -> list[str]:
+    """One line per live CUDA-graph runner (`live_runners()`), grouped by memory pool: captured
+    or why not, its static and borrowed inputs, the calls it ran uncaptured, the outputs it copied
+    away before a replay."""
+    lines = []
+    for r in sorted(live_runners(), key=lambda r: str(r._pool)):
+        copied = (r.handouts.evacuated if r.handouts is not None else 0) + (r._lazy.evacuated if r._lazy else 0)
+        state = "captured" if r.graph is not None else f"not captured ({r.capture_error})"
+        lines.append(f"pool {r._pool}: {state}; static inputs {len(r.static_indices)}, borrowed {len(r.borrowed)}, "
+                     f"uncaptured calls {r.uncaptured_calls}, outputs copied away {copied}")
+    return lines
+
+
 def cuda_graph_counts() -> dict[str, int]:
     """Of `live_runners()`: `cuda_graphs` captured and replaying, `cuda_graphs_stopped` not
     captured or no longer replaying (`capture_error`), `uncaptured_calls` the calls they ran
