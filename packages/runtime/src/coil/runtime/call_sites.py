@@ -66,100 +66,110 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
     CUDA device (a CPU scalar tensor beside CUDA ones) runs uncaptured, said once in the log: a
     replay would not read host memory again.
     """
-    policy = ReplayPolicy() if policy is None else policy
-    sites: dict[tuple[Any, ...], CudaGraphRunner] = {}
-    keyed: tuple[int, ...] | None = None  # the static inputs' indices, known at the first call
-    first: CudaGraphRunner | None = None
-    uncaptured = False
-    logged_full = False
-    seen: dict[tuple[Any, ...], tuple[int, ...]] = {}  # sites met once -> their static inputs' storages
-    shared: set[tuple[Any, ...]] = set()  # sites met with other storages at the same addresses
-    built_at: dict[tuple[int, ...], tuple[int, ...]] = {}  # built sites' static storages -> their addresses
+    return _CallSites(call, spec, ReplayPolicy() if policy is None else policy, max_sites, by_shape)
 
-    def build(args: list[Any], site: tuple[Any, ...]) -> tuple[Any, ...]:
-        nonlocal first
-        site_policy = policy if first is None else dataclasses.replace(policy, pool=first._pool)
-        statics = storages_of(args), static_ptrs(args)
-        runner = CudaGraphRunner(call, args, spec, site_policy)
-        sites[site] = runner
-        built_at[statics[0]] = statics[1]
+
+class _CallSites:
+    """`cudagraphify`'s callable: its sites, the sites met once, and whether it stopped capturing."""
+
+    def __init__(self, call: BoxedCall, spec: CaptureSpec | None, policy: ReplayPolicy, max_sites: int,
+                 by_shape: bool) -> None:
+        self.call, self.spec, self.policy, self.max_sites, self.by_shape = call, spec, policy, max_sites, by_shape
+        self.sites: dict[tuple[Any, ...], CudaGraphRunner] = {}
+        self.keyed: tuple[int, ...] | None = None  # the static inputs' indices, known at the first call
+        self.first: CudaGraphRunner | None = None
+        self.uncaptured = False
+        self.logged_full = False
+        self.seen: dict[tuple[Any, ...], tuple[int, ...]] = {}  # sites met once -> their static storages
+        self.shared: set[tuple[Any, ...]] = set()  # sites met with other storages at the same addresses
+        self.built_at: dict[tuple[int, ...], tuple[int, ...]] = {}  # built sites' static storages -> addresses
+
+    def _build(self, args: list[Any], site: tuple[Any, ...]) -> tuple[Any, ...]:
+        first = self.first
+        site_policy = self.policy if first is None else dataclasses.replace(self.policy, pool=first._pool)
+        statics = self._storages(args), self._ptrs(args)
+        runner = CudaGraphRunner(self.call, args, self.spec, site_policy)
+        self.sites[site] = runner
+        self.built_at[statics[0]] = statics[1]
         if first is None:
-            first = runner
-        elif len(sites) == 2 or log.isEnabledFor(logging.DEBUG):
+            self.first = runner
+        elif len(self.sites) == 2 or log.isEnabledFor(logging.DEBUG):
             log.info("CudaGraphRunner: captured again for another call site (static inputs at new addresses%s); "
-                     "%d sites", " or new sizes" if by_shape else "", len(sites))
+                     "%d sites", " or new sizes" if self.by_shape else "", len(self.sites))
         out = runner.first_outputs
         runner.first_outputs = None
         args.clear()
         assert out is not None
         return out
 
-    def storages_of(args: list[Any]) -> tuple[int, ...]:
-        assert keyed is not None
-        return tuple(int(args[i].untyped_storage()._cdata) for i in keyed)
+    def _storages(self, args: list[Any]) -> tuple[int, ...]:
+        assert self.keyed is not None
+        return tuple(int(args[i].untyped_storage()._cdata) for i in self.keyed)
 
-    def static_ptrs(args: list[Any]) -> tuple[int, ...]:
-        assert keyed is not None
-        return tuple([args[i].data_ptr() for i in keyed])
+    def _ptrs(self, args: list[Any]) -> tuple[int, ...]:
+        assert self.keyed is not None
+        return tuple([args[i].data_ptr() for i in self.keyed])
 
-    def site_of(args: list[Any]) -> tuple[Any, ...]:
-        ptrs: tuple[Any, ...] = static_ptrs(args)
-        if by_shape:
+    def _site(self, args: list[Any]) -> tuple[Any, ...]:
+        ptrs: tuple[Any, ...] = self._ptrs(args)
+        if self.by_shape:
             import torch
 
             ptrs += tuple(tuple(a.shape) if isinstance(a, torch.Tensor)
                           else a if isinstance(a, (int, float, bool, type(None))) else id(a) for a in args)
-        return (ptrs, storages_of(args)) if shared and ptrs in shared else ptrs
+        return (ptrs, self._storages(args)) if self.shared and ptrs in self.shared else ptrs
 
-    def run(args: list[Any]) -> tuple[Any, ...]:
-        nonlocal keyed, uncaptured, logged_full, first
-        if uncaptured:
-            return tuple(call(args))
-        if keyed is None:
+    def _stop(self, args: list[Any], why: str) -> tuple[Any, ...]:
+        """No captures from now on: this call and every later one run `call` directly."""
+        log.info("not captured as a CUDA graph: %s", why)
+        self.uncaptured, self.first = True, None
+        self.sites.clear()
+        self.seen.clear()
+        return tuple(self.call(args))
+
+    def __call__(self, args: list[Any]) -> tuple[Any, ...]:
+        if self.uncaptured:
+            return tuple(self.call(args))
+        if self.keyed is None:
             import torch
 
             devices = sorted({str(a.device) for a in args if isinstance(a, torch.Tensor)})
             if len(devices) > 1:
-                log.info("not captured as a CUDA graph: its tensor inputs are on %s", ", ".join(devices))
-                uncaptured = True
-                return tuple(call(args))
-            keyed = input_roles(args, spec or CaptureSpec(), policy.input_buffers).static
-        site = site_of(args)
-        runner = sites.get(site)
+                return self._stop(args, f"its tensor inputs are on {', '.join(devices)}")
+            self.keyed = input_roles(args, self.spec or CaptureSpec(), self.policy.input_buffers).static
+        site = self._site(args)
+        runner = self.sites.get(site)
         if runner is not None:
-            return runner._run(args, statics_checked=runner.static_indices == keyed)
-        if first is not None and first.capture_error is not None:
-            return first(args)
-        if len(sites) >= max_sites:
-            if not logged_full:
-                logged_full = True
+            return runner._run(args, statics_checked=runner.static_indices == self.keyed)
+        return self._new_site(args, site)
+
+    def _new_site(self, args: list[Any], site: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A call at a site without a runner: run directly, or build the site's runner."""
+        if self.first is not None and self.first.capture_error is not None:
+            return self.first(args)
+        if len(self.sites) >= self.max_sites:
+            if not self.logged_full:
+                self.logged_full = True
                 log.warning("CudaGraphRunner: %d call sites captured already; a call at a new site runs "
-                            "without a CUDA graph (logged once)", max_sites)
-            return tuple(call(args))
-        storages = storages_of(args)
-        if built_at.get(storages, static_ptrs(args)) != static_ptrs(args):
-            # a built site's static tensors at other addresses: they are re-allocated, not static
-            log.info("CudaGraphRunner: static inputs came back at new addresses as the same tensors (storage "
-                     "re-allocated in place, as FSDP2 does); this graph runs without CUDA graphs from now on")
-            uncaptured, first = True, None
-            sites.clear()
-            seen.clear()
-            return tuple(call(args))
-        if first is not None or policy.borrow_inputs:  # captured when the same tensors come back
-            before = seen.get(site)
+                            "without a CUDA graph (logged once)", self.max_sites)
+            return tuple(self.call(args))
+        storages, ptrs = self._storages(args), self._ptrs(args)
+        if self.built_at.get(storages, ptrs) != ptrs:  # a built site's static tensors, re-allocated
+            return self._stop(args, "static inputs came back at new addresses as the same tensors (storage "
+                                    "re-allocated in place, as FSDP2 does); from now on")
+        if self.first is not None or self.policy.borrow_inputs:  # captured when the same tensors come back
+            before = self.seen.get(site)
             if before != storages:
-                if len(seen) >= max_sites:
-                    seen.clear()
-                    shared.clear()
-                if before is not None and site not in shared:
+                if len(self.seen) >= self.max_sites:
+                    self.seen.clear()
+                    self.shared.clear()
+                if before is not None and site not in self.shared:
                     # other tensors at these addresses (FSDP2 gathers each layer's parameters into
                     # the memory the last layer freed): from now on the storages are the site too
-                    shared.add(site)
-                    seen[(site, before)] = before
+                    self.shared.add(site)
+                    self.seen[(site, before)] = before
                     site = (site, storages)
-                seen[site] = storages
-                return tuple(call(args))
-            del seen[site]
-        return build(args, site)
-
-    return run
+                self.seen[site] = storages
+                return tuple(self.call(args))
+            del self.seen[site]
+        return self._build(args, site)
