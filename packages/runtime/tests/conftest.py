@@ -173,3 +173,25 @@ def _recording() -> Iterator[list[CudaGraphRunner]]:
 def recording() -> Callable[[], contextlib.AbstractContextManager[list[CudaGraphRunner]]]:
     """`with recording() as made:` -- every CudaGraphRunner built inside the block, in order."""
     return _recording
+
+
+def _relocate(w: torch.Tensor, held: list[torch.Tensor]) -> None:
+    """Re-allocate `w`'s storage elsewhere, values kept, as FSDP2's gathers do: the storage is
+    freed (`resize_(0)`) and the memory it had taken by allocations appended to `held` (the
+    allocator may hand out another free block of the size first), then allocated again."""
+    nbytes, before, value = w.untyped_storage().nbytes(), w.data_ptr(), w.detach().clone()
+    w.untyped_storage().resize_(0)
+    for _ in range(64):
+        held.append(torch.empty(nbytes, dtype=torch.uint8, device=w.device))
+        if held[-1].data_ptr() == before:
+            break
+    w.untyped_storage().resize_(nbytes)
+    with torch.no_grad():
+        w.copy_(value)
+    assert w.data_ptr() != before, "the storage did not move"
+
+
+@pytest.fixture
+def relocate() -> Callable[[torch.Tensor, list[torch.Tensor]], None]:
+    """`relocate(w, held)`: `w`'s storage re-allocated at another address, its values kept."""
+    return _relocate

@@ -169,24 +169,17 @@ def test_one_layers_tensors_at_one_address_keep_one_runner(made: list[StandIn]) 
     assert len(made) == 1 and made[0].replays == 2
 
 
-def test_static_inputs_reallocated_in_place_stop_the_captures(made: list[StandIn]) -> None:
+def test_static_inputs_reallocated_in_place_stop_the_captures(made: list[StandIn], relocate: Any) -> None:
     """FSDP2 frees a layer's gathered parameters (`resize_(0)` on their storage) and gathers them
     again wherever the allocator has room: the same tensors at other addresses. Once a built
     site's tensors come back so, the graph runs every later call directly and holds no runner."""
     ws = _params(2)
-    nbytes = ws[0].untyped_storage().nbytes()
     run = cudagraphify(_layer, policy=ReplayPolicy(borrow_inputs=True))
     held: list[torch.Tensor] = []
     for step in range(4):
         if step == 2:  # the gather of step 2 lands elsewhere
             for w in ws:
-                before, value = w.data_ptr(), w.detach().clone()
-                w.untyped_storage().resize_(0)
-                held += _blockers(before, nbytes, "cpu")
-                w.untyped_storage().resize_(nbytes)
-                with torch.no_grad():
-                    w.copy_(value)
-                assert w.data_ptr() != before, "precondition: the storage moved"
+                relocate(w, held)
         for w in ws:
             x = torch.randn(2, 4)
             torch.testing.assert_close(run([x, w])[0], x @ w)
@@ -196,14 +189,3 @@ def test_static_inputs_reallocated_in_place_stop_the_captures(made: list[StandIn
     made.clear()
     gc.collect()
     assert all(r() is None for r in refs), "the graph holds none of its runners"
-
-
-def _blockers(address: int, nbytes: int, device: str) -> list[torch.Tensor]:
-    """Allocations of `nbytes` until one takes the memory at `address` just freed (the allocator
-    may hand out another free block of the size first), so that the next one lands elsewhere."""
-    held = []
-    for _ in range(64):
-        held.append(torch.empty(nbytes, dtype=torch.uint8, device=device))
-        if held[-1].data_ptr() == address:
-            break
-    return held

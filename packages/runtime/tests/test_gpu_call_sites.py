@@ -56,6 +56,25 @@ def _expected(x: torch.Tensor, ws: list[torch.nn.Parameter]) -> tuple[torch.Tens
         return y, g
 
 
+def _checked_step(fw: Any, bw: Any, ws: list[torch.nn.Parameter], seed: int) -> None:
+    """One training step through the layers' forward and backward graphs (the caller's
+    `cudagraphify`s), its output and input gradient checked against `_expected`."""
+    x = torch.randn(ROWS, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed))
+    saved, y = [], x
+    for w in ws:
+        a, y = fw([y, w])
+        saved.append(a)
+        del a
+    g = torch.ones_like(y)
+    for w in reversed(ws):
+        args = [saved.pop(), g, w]
+        del g
+        (g,) = bw(args)
+    want_y, want_g = _expected(x, ws)
+    torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(g, want_g, rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("forward_borrows", [True, False], ids=["training_policy", "forward_captured_first"])
 def test_a_layer_graph_called_per_layer_captures_once_per_layer(recording: Any, cache_dir: Any,
                                                                  forward_borrows: bool) -> None:
@@ -71,21 +90,7 @@ def test_a_layer_graph_called_per_layer_captures_once_per_layer(recording: Any, 
     bw = cudagraphify(_layer_backward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
     with recording() as made:
         for step in range(4):
-            x = torch.randn(ROWS, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(step))
-            saved, y = [], x
-            for w in ws:
-                a, y = fw([y, w])
-                saved.append(a)
-                del a
-            g = torch.ones_like(y)
-            for w in reversed(ws):
-                args = [saved.pop(), g, w]
-                del g
-                (g,) = bw(args)
-            want_y, want_g = _expected(x, ws)
-            torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-4)
-            torch.testing.assert_close(g, want_g, rtol=1e-3, atol=1e-3)
-            del y, g
+            _checked_step(fw, bw, ws, step)
     assert len(made) == 6, "one forward and one backward graph per layer"
     assert all(r.graph is not None and r.capture_error is None for r in made)
     if forward_borrows:
@@ -202,51 +207,20 @@ def test_a_parameter_gathered_into_freed_memory_is_returned_as_itself(recording:
     assert runner.graph is not None and runner.uncaptured_calls == 0
 
 
-def test_parameters_gathered_at_new_addresses_stop_the_captures(recording: Any, cache_dir: Any) -> None:
+def test_parameters_gathered_at_new_addresses_stop_the_captures(recording: Any, cache_dir: Any,
+                                                                relocate: Any) -> None:
     """FSDP2 gathers a layer's parameters wherever the allocator has room, step after step (the
     same tensors, their storage resized to nothing and back). Once the captured layers' weights
     come back at new addresses, the forward and backward graphs capture nothing more (no graph
     per address) and every step stays right."""
     ws = _weights(2)
-    nbytes = D * D * 4
     fw = cudagraphify(_layer_forward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
     bw = cudagraphify(_layer_backward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
-    held = []
+    held: list[torch.Tensor] = []
     with recording() as made:
         for step in range(4):
             if step == 2:
                 for w in ws:
-                    before, value = w.data_ptr(), w.detach().clone()
-                    w.untyped_storage().resize_(0)
-                    held += _blockers(before, nbytes, "cuda")
-                    w.untyped_storage().resize_(nbytes)
-                    with torch.no_grad():
-                        w.copy_(value)
-                    assert w.data_ptr() != before, "precondition: the gather landed elsewhere"
-            x = torch.randn(ROWS, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(step))
-            saved, y = [], x
-            for w in ws:
-                a, y = fw([y, w])
-                saved.append(a)
-                del a
-            g = torch.ones_like(y)
-            for w in reversed(ws):
-                args = [saved.pop(), g, w]
-                del g
-                (g,) = bw(args)
-            want_y, want_g = _expected(x, ws)
-            torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-4)
-            torch.testing.assert_close(g, want_g, rtol=1e-3, atol=1e-3)
-            del y, g
+                    relocate(w, held)
+            _checked_step(fw, bw, ws, step)
             assert len(made) == (0 if step == 0 else 4), (step, len(made))
-
-
-def _blockers(address: int, nbytes: int, device: str) -> list[torch.Tensor]:
-    """Allocations of `nbytes` until one takes the memory at `address` just freed (the allocator
-    may hand out another free block of the size first), so that the next one lands elsewhere."""
-    held = []
-    for _ in range(64):
-        held.append(torch.empty(nbytes, dtype=torch.uint8, device=device))
-        if held[-1].data_ptr() == address:
-            break
-    return held
