@@ -21,18 +21,20 @@ Modes: `eager`, `fp64` (eager in float64 without autocast: the accuracy referenc
 bench's compiled modes (`coil.bench.measure.compile_mode`): `inductor` (`torch.compile(model)`),
 `inductor_ro` (`mode="reduce-overhead"`: CUDA graphs, coil's peer), `coil` (`backend="coil"`),
 `coil_nocg` (coil without CUDA graphs, Inductor default's peer). Each rank writes
-`<out>/<recipe>-<model>-<mode>-rank<r>.json`: the losses, the first step's seconds (compile
-included), the median and the mean of the later steps' wall time (synchronised), peak reserved
-and allocated memory (MiB) over the steps after the second (the cache emptied first, as the
-bench's `warm_peak`: compiling, autotuning and CUDA-graph captures are not counted), on CUDA
-the collective kernels' time a step and the share of it hidden behind compute kernels over
-`--profile-steps` more steps under torch's profiler (`coil.bench.comm_overlap`) and the time
-some kernel runs a step (GPU busy: a step much longer is host-bound), the graphs Dynamo made and,
-under coil, how many graphs coil
-compiled, ran eagerly after an error and how many ATen fallbacks they hold
-(`coil.bench.measure.coil_counts`), and on CUDA its CUDA graphs: captured, stopped, and the
-calls run without them (`coil.bench.measure.cuda_graph_counts`), the device, the versions, or the error that stopped it (a
-row, never a stopped sweep).
+`<out>/<recipe>-<model>-<mode>-rank<r>.json`:
+
+- the losses, the first step's seconds (compile included), the median and the mean of the later
+  steps' wall time (synchronised);
+- peak reserved and allocated memory (MiB) over the steps after the second (the cache emptied
+  first, as the bench's `warm_peak`: compiling, autotuning and CUDA-graph captures not counted);
+- on CUDA, over `--profile-steps` more steps under torch's profiler (`coil.bench.comm_overlap`):
+  the collective kernels' time a step and the share of it hidden behind compute kernels, the
+  time some kernel runs (GPU busy) and some compute kernel runs (a collective kernel waiting for
+  a slower rank counts as busy; a step much longer than its compute is host- or wait-bound);
+- the graphs Dynamo made; under coil, the graphs coil compiled, ran eagerly after an error and
+  the ATen fallbacks they hold (`coil.bench.measure.coil_counts`), and on CUDA its CUDA graphs:
+  captured, stopped, and the calls run without them (`coil.bench.measure.cuda_graph_counts`);
+- the device and the versions, or the error that stopped it (a row, never a stopped sweep).
 
 `--report DIR` prints one table per recipe and model: per mode, the slowest rank's median step,
 the largest rank's reserved peak, first-step seconds, and the accuracy rule of `coil.bench.steps`
@@ -256,7 +258,7 @@ def _profiled(step: Any, sync: Any, steps: int) -> dict[str, Any]:
         sync()
     comm, compute = kernel_intervals(prof.events())
     return {"collective_ms": length(union(comm)) / 1e3 / steps, "hidden": hidden_fraction(comm, compute),
-            "busy_ms": length(union(comm + compute)) / 1e3 / steps}
+            "busy_ms": length(union(comm + compute)) / 1e3 / steps, "compute_ms": length(union(compute)) / 1e3 / steps}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -308,7 +310,7 @@ def report(folder: Path) -> str:
         lines += [f"### {recipe}, {model}: {first['world']} ranks, batch {first['batch']} x {first['seq']} a rank, "
                   f"{first['device']}, torch {first['torch']}, Triton {first.get('triton', '-')}", "",
                   "| mode | median step ms (slowest rank) | reserved MiB (largest rank) | first step s | "
-                  "collectives ms a step, hidden; GPU busy ms a step (rank 0) | loss RMSE, over the rule's bound | "
+                  "collectives ms a step, hidden; GPU busy ms a step (compute kernels alone) (rank 0) | loss RMSE, over the rule's bound | "
                   "Dynamo graphs; coil's compiled / eager / ATen fallbacks; its CUDA graphs (rank 0) |",
                   "|---|---|---|---|---|---|---|"]
         ref = modes.get("fp64", [{}])[0].get("losses")
@@ -334,7 +336,7 @@ def report(folder: Path) -> str:
             comm = (f"{r0['collective_ms']:.2f}, {100 * hidden:.0f} %" if hidden is not None
                     else "-" if "collective_ms" not in r0 else f"{r0['collective_ms']:.2f}, -")
             if "busy_ms" in r0:
-                comm += f"; {r0['busy_ms']:.2f}"
+                comm += f"; {r0['busy_ms']:.2f}" + (f" ({r0['compute_ms']:.2f})" if "compute_ms" in r0 else "")
             graphs = str(r0.get("dynamo_graphs", "-"))
             if "graphs_compiled" in r0:
                 graphs += f"; {r0['graphs_compiled']} / {r0['graphs_eager']} / {r0['aten_fallbacks']}"
