@@ -123,3 +123,27 @@ def test_simplify_loops_rules_directly():
     # size-1 loops go to 0
     sizes, sub, keep = simplify_loops([n(1), n(5)], [a, b], [a + b])
     assert _ints(sizes) == (5,) and sub[a] == 0 and keep == [b]
+
+
+def test_layers_share_canonical_loops_and_keep_their_own_reads(sch):
+    """Two layers' copies of one op (same loops, same index expressions, other buffers) are
+    canonicalised once by value: the second is a cache hit, and each nest still reads its own
+    buffers and visits exactly its op's accesses (brute force)."""
+    from coil.scheduler.canonical import _canonical_loops
+
+    def layers(x, y):
+        return (x.permute(0, 2, 1).contiguous() * 3 + 1, y.permute(0, 2, 1).contiguous() * 3 + 1)
+
+    g = sch.lower(layers, torch.randn(2, 3, 5), torch.randn(2, 3, 5))
+    ops = _ops(g)
+    a, b = ops[0], ops[len(ops) // 2]  # the first op of each layer
+    na = canonicalize(a)
+    hits = _canonical_loops.cache_info().hits
+    nb = canonicalize(b)
+    assert _canonical_loops.cache_info().hits == hits + 1
+    assert na.x_sizes == nb.x_sizes and na.store_index == nb.store_index
+    reads_a = {ld.buffer for ld in L.loads(na.body)}
+    reads_b = {ld.buffer for ld in L.loads(nb.body)}
+    assert reads_a == {ld.buffer for ld in L.loads(a.body)} and reads_b == {ld.buffer for ld in L.loads(b.body)}
+    assert reads_a != reads_b
+    assert sch.nest_trace(na) == sch.op_trace(a) and sch.nest_trace(nb) == sch.op_trace(b)

@@ -18,7 +18,9 @@ unknown sign difference, a store that is not affine in a loop, a loop the store 
 
 `canonicalize` is memoised per operation object (fusion asks for the same op's nest at every
 attempt that involves it): operations are not mutated after lowering, and the cache holds them
-weakly, so it lives as long as the lowered graph.
+weakly, so it lives as long as the lowered graph. The loops themselves, and the rewrite of each
+index expression onto them, are memoised by value (the op's loops, index expressions and
+permutation): the ops of every layer of a model share them.
 """
 
 from __future__ import annotations
@@ -235,9 +237,16 @@ def loop_permutation(op: Pointwise | Reduction, order: LoopOrder = "store") -> t
     got = memo.get(order)
     if got is None:
         index = None if order == "logical" else op.store_index if order == "store" else order
-        perm = None if index is None else memory_order(op.ranges, _p_syms(len(op.ranges)), index)
-        got = memo[order] = tuple(perm) if perm is not None else tuple(range(len(op.ranges)))
+        got = memo[order] = _permutation(tuple(op.ranges), index)
     return got
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _permutation(ranges: tuple[Expr, ...], index: Expr | None) -> tuple[int, ...]:
+    """`loop_permutation` by value: the loops `ranges` in the memory order of `index` (None:
+    logical), the identity where `memory_order` cannot decide."""
+    perm = None if index is None else memory_order(ranges, _p_syms(len(ranges)), index)
+    return tuple(perm) if perm is not None else tuple(range(len(ranges)))
 
 
 def canonicalize(op: Pointwise | Reduction, order: LoopOrder = "store") -> LoopNest:
@@ -254,29 +263,50 @@ def canonicalize(op: Pointwise | Reduction, order: LoopOrder = "store") -> LoopN
 
 
 def _canonicalize(op: Pointwise | Reduction, perm: tuple[int, ...]) -> LoopNest:
-    p_in = _p_syms(len(op.ranges))
-    ranges = list(op.ranges)
+    exprs = (*index_exprs(op.body), op.store_index)
+    r_ranges = tuple(op.reduction_ranges) if isinstance(op, Reduction) else None
+    loops = _canonical_loops(tuple(op.ranges), r_ranges, exprs, perm)
+    return LoopNest(loops.xs, loops.rs, loops.xn, loops.rn, map_indices(op.body, loops.rewrite),
+                    loops.rewrite(op.store_index), loops.reordered)
+
+
+class _Loops:
+    """The canonical loops of every op with the same loops, index expressions and permutation
+    (each layer of a model repeats its ops): sizes, symbols, and the rewrite of an index
+    expression onto them, memoised per expression."""
+
+    def __init__(self, sub: dict[sympy.Symbol, Expr], xs: list[Expr], xv: list[sympy.Symbol], rs: list[Expr],
+                 rv: list[sympy.Symbol], reordered: bool) -> None:
+        self.xs, self.rs, self.reordered = tuple(xs), tuple(rs), reordered
+        self.xn, self.rn = syms("p", len(xs)), syms("r", len(rs))
+        self._sub = sub
+        self._tmp = {v: sympy.Symbol(f"_t{v.name}", integer=True, nonnegative=True) for v in (*xv, *rv)}
+        self._final = {self._tmp[v]: n for v, n in zip([*xv, *rv], [*self.xn, *self.rn], strict=True)}
+        self._done: dict[Expr, Expr] = {}
+
+    def rewrite(self, e: Expr) -> Expr:
+        """`e` (over the op's loop symbols) over the canonical symbols."""
+        got = self._done.get(e)
+        if got is None:
+            got = self._done[e] = sympy.expand(
+                sympy.expand(e.xreplace(self._sub)).xreplace(self._tmp).xreplace(self._final))
+        return got
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _canonical_loops(ranges: tuple[Expr, ...], r_ranges: tuple[Expr, ...] | None, exprs: tuple[Expr, ...],
+                     perm: tuple[int, ...]) -> _Loops:
+    """The canonical loops of an op with x loops `ranges` in order `perm`, reduction loops
+    `r_ranges` (None for a pointwise op) and index expressions `exprs` (its loads', index
+    values' and store's): a function of these alone, so shared by every op that has them."""
+    p_in = _p_syms(len(ranges))
     reordered = list(perm) != sorted(perm)
+    sizes = [ranges[i] for i in perm] if reordered else list(ranges)
     if reordered:
-        ranges = [ranges[i] for i in perm]
         p_in = [p_in[i] for i in perm]
-    exprs = [*index_exprs(op.body), op.store_index]
-    xs, xsub, xv = simplify_loops(ranges, p_in, exprs)
-    if isinstance(op, Reduction):
-        r_in = list(syms("r", len(op.reduction_ranges)))
-        exprs = [sympy.expand(e.xreplace(xsub)) for e in exprs]
-        rs, rsub, rv = simplify_loops(op.reduction_ranges, r_in, exprs)
-        return _rename(op.body, op.store_index, {**xsub, **rsub}, xs, xv, rs, rv, reordered)
-    return _rename(op.body, op.store_index, xsub, xs, xv, [], [], reordered)
-
-
-def _rename(body: Value, store: Expr, sub: dict[sympy.Symbol, Expr], xs: list[Expr], xv: list[sympy.Symbol],
-            rs: list[Expr], rv: list[sympy.Symbol], reordered: bool) -> LoopNest:
-    xn, rn = syms("p", len(xs)), syms("r", len(rs))
-    tmp = {v: sympy.Symbol(f"_t{v.name}", integer=True, nonnegative=True) for v in (*xv, *rv)}
-    final = {tmp[v]: n for v, n in zip([*xv, *rv], [*xn, *rn], strict=True)}
-
-    def f(e: Expr) -> Expr:
-        return sympy.expand(sympy.expand(e.xreplace(sub)).xreplace(tmp).xreplace(final))
-
-    return LoopNest(tuple(xs), tuple(rs), xn, rn, map_indices(body, f), f(store), reordered)
+    xs, xsub, xv = simplify_loops(sizes, p_in, exprs)
+    if r_ranges is None:
+        return _Loops(xsub, xs, xv, [], [], reordered)
+    r_in = list(syms("r", len(r_ranges)))
+    rs, rsub, rv = simplify_loops(r_ranges, r_in, [sympy.expand(e.xreplace(xsub)) for e in exprs])
+    return _Loops({**xsub, **rsub}, xs, xv, rs, rv, reordered)

@@ -179,30 +179,56 @@ def _classify(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr, order: Lo
     if _same(numel, x_numel):
         return "x", nest
     if r_numel != 1 and _same(numel, x_numel * r_numel):
-        cut = split_sizes(nest.x_sizes, x_numel)
-        if cut is None:
+        split = _split(nest.x_sizes, nest.x_syms, x_numel)
+        if split is None:
             raise FusionIllegal(f"{op.name}: loops {nest.x_sizes} do not split at {x_numel}")
-        xs, rs, at = cut
-        old = list(nest.x_syms)
-        if at >= 0:
-            # the loop at `at` is cut in two: v = hi * size(lo part) + lo
-            hi, lo = sympy.Symbol("_hi", integer=True), sympy.Symbol("_lo", integer=True)
-            sub = {old[at]: hi * rs[0] + lo}
-            new_x = [*old[:at], hi]
-            new_r = [lo, *old[at + 1 :]]
-        else:
-            sub = {}
-            new_x, new_r = old[: len(xs)], old[len(xs) :]
-        xn, rn = syms("p", len(xs)), syms("r", len(rs))
-        ren = {**{v: n for v, n in zip(new_x, xn, strict=True)}, **{v: n for v, n in zip(new_r, rn, strict=True)}}
         from coil.lowering_ir import map_indices
 
-        def f(e: Expr) -> Expr:
-            return sympy.expand(sympy.expand(e.xreplace(sub)).xreplace(ren))
-
-        return "r", LoopNest(tuple(xs), tuple(rs), xn, rn, map_indices(nest.body, f), f(nest.store_index),
-                             nest.reordered)
+        return "r", LoopNest(split.xs, split.rs, split.xn, split.rn, map_indices(nest.body, split.rewrite),
+                             split.rewrite(nest.store_index), nest.reordered)
     raise FusionIllegal(f"{op.name}: {numel} elements do not fit a group of ({x_numel}, {r_numel})")
+
+
+class _Split:
+    """A pointwise op's loops split into a group's x and r loops (`split_sizes`), and the
+    rewrite of its index expressions onto them, memoised per expression (`_split`)."""
+
+    def __init__(self, xs: list[Expr], rs: list[Expr], sub: dict[sympy.Symbol, Expr],
+                 ren: dict[sympy.Symbol, sympy.Symbol]) -> None:
+        self.xs, self.rs = tuple(xs), tuple(rs)
+        self.xn, self.rn = syms("p", len(xs)), syms("r", len(rs))
+        self._sub, self._ren = sub, ren
+        self._done: dict[Expr, Expr] = {}
+
+    def rewrite(self, e: Expr) -> Expr:
+        got = self._done.get(e)
+        if got is None:
+            got = self._done[e] = sympy.expand(sympy.expand(e.xreplace(self._sub)).xreplace(self._ren))
+        return got
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _split(sizes: tuple[Expr, ...], loop_syms: tuple[sympy.Symbol, ...], x_numel: Expr) -> _Split | None:
+    """Loops `sizes` (over `loop_syms`) as x loops of `x_numel` elements and r loops after them,
+    a loop cut in two where the boundary falls inside it; None when they do not split there.
+    A function of these alone, shared by every op with these loops (each layer's)."""
+    cut = split_sizes(sizes, x_numel)
+    if cut is None:
+        return None
+    xs, rs, at = cut
+    old = list(loop_syms)
+    if at >= 0:
+        # the loop at `at` is cut in two: v = hi * size(lo part) + lo
+        hi, lo = sympy.Symbol("_hi", integer=True), sympy.Symbol("_lo", integer=True)
+        sub: dict[sympy.Symbol, Expr] = {old[at]: hi * rs[0] + lo}
+        new_x = [*old[:at], hi]
+        new_r = [lo, *old[at + 1 :]]
+    else:
+        sub = {}
+        new_x, new_r = old[: len(xs)], old[len(xs) :]
+    xn, rn = syms("p", len(xs)), syms("r", len(rs))
+    ren = {**{v: n for v, n in zip(new_x, xn, strict=True)}, **{v: n for v, n in zip(new_r, rn, strict=True)}}
+    return _Split(xs, rs, sub, ren)
 
 
 def loop_mapping(sizes: Sequence[Expr], node_syms: Sequence[sympy.Symbol], dims: Sequence[Expr],
@@ -290,10 +316,9 @@ def plan(name: str, ops: Sequence[Pointwise | Reduction], outside_readers: set[s
         members.append(Member(op, kind, nest, mapping, order_of[id(op)]))
     group = KernelGroup(name, members, x_dims, r_dims)
     _check_dependencies(group, set(rs))
-    written = {m.op.output.name for m in members}
+    written = list(dict.fromkeys(m.op.output.name for m in members))  # member order: the same in every process
     group.stores = [b for b in written if b in outside_readers or b in graph_outputs]
     group.internal = [b for b in written if b not in group.stores]
-    group.stores.sort(key=lambda b: [m.op.output.name for m in members].index(b))
     return group
 
 
