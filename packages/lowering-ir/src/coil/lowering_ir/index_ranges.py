@@ -21,6 +21,7 @@ expression wherever the symbols are in their ranges.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import sympy
@@ -198,7 +199,16 @@ def dense_order(layout: Layout) -> list[int] | None:
 def decompose(index: Expr, layout: Layout, ranges: Ranges) -> list[Expr] | None:
     """The logical position (one expression per dim) of the element at storage index `index`
     of a dense layout, simplified over `ranges`; None when the layout is not dense or an
-    expression cannot be written without a floor or mod that `printable` would reject."""
+    expression cannot be written without a floor or mod that `printable` would reject.
+    Memoised by value (every layer of a model asks the same)."""
+    got = _decompose(index, layout, tuple(ranges.items()))
+    return None if got is None else list(got)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _decompose(index: Expr, layout: Layout, ranges_items: tuple[tuple[sympy.Symbol, Bounds], ...]
+               ) -> tuple[Expr, ...] | None:
+    ranges = dict(ranges_items)
     order = dense_order(layout)
     if order is None:
         return None
@@ -211,7 +221,7 @@ def decompose(index: Expr, layout: Layout, ranges: Ranges) -> list[Expr] | None:
         if q is None:
             return None
         coords[d] = q
-    return coords
+    return tuple(coords)
 
 
 def printable(e: Expr, ranges: Ranges) -> bool:
