@@ -8,8 +8,8 @@ Each case runs in a fresh process of the code beside this script (its package so
 PYTHONPATH, and the case fails if a coil package came from elsewhere) with cold caches
 (COIL_GRAPH_CACHE=0, COIL_AOT_CACHE=0, empty
 COIL_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR), on the CPU with kernels under
-Triton's interpreter, seed 0, PYTHONHASHSEED=0 (the schedule dump lists a group's in-register
-buffers in set order). `dump` also sets COIL_ORDER_TIME=0 unless `--order-time S` is given: the
+Triton's interpreter, seed 0, PYTHONHASHSEED=0 (so no set's iteration order can differ
+between two dumps). `dump` also sets COIL_ORDER_TIME=0 unless `--order-time S` is given: the
 memory planner's order search is bounded by wall time, so on a graph where it runs out of time
 (GPT-2's large backward) the step order it picks moves with the machine's load, and two dumps
 of the same code differ; with 0 the fused order is kept and everything else is deterministic.
