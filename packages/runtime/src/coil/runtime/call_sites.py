@@ -84,13 +84,13 @@ class _CallSites:
         self.shared: set[tuple[Any, ...]] = set()  # sites met with other storages at the same addresses
         self.built_at: dict[tuple[int, ...], tuple[int, ...]] = {}  # built sites' static storages -> addresses
 
-    def _build(self, args: list[Any], site: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _build(self, args: list[Any], site: tuple[Any, ...], storages: tuple[int, ...],
+               ptrs: tuple[int, ...]) -> tuple[Any, ...]:
         first = self.first
         site_policy = self.policy if first is None else dataclasses.replace(self.policy, pool=first._pool)
-        statics = self._storages(args), self._ptrs(args)
         runner = CudaGraphRunner(self.call, args, self.spec, site_policy)
         self.sites[site] = runner
-        self.built_at[statics[0]] = statics[1]
+        self.built_at[storages] = ptrs
         if first is None:
             self.first = runner
         elif len(self.sites) == 2 or log.isEnabledFor(logging.DEBUG):
@@ -172,4 +172,4 @@ class _CallSites:
                 self.seen[site] = storages
                 return tuple(self.call(args))
             del self.seen[site]
-        return self._build(args, site)
+        return self._build(args, site, storages, ptrs)
