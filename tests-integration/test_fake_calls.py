@@ -3,14 +3,18 @@
 DDPOptimizer compiles under `TracingContext.fakify_first_call` and then calls the compiled graph
 in its FakeTensorMode, parameters real and activations fake, for the metadata of the next
 bucket's inputs. The call must answer with fake outputs of the layout the real call returns,
-launching nothing; real calls after it run the compiled code.
+launching nothing; real calls after it run the compiled code. DDPOptimizer clears the flag in a
+marker's `__del__`, so a marker of an earlier bucket collected late clears it in the middle of a
+later bucket's compile: the split's own context (`ddp_optimizer_ctx`) must be enough.
 """
 
 from __future__ import annotations
 
+import pytest
 import torch
 from coil.backend import compile_graph
 from coil.lowering_ir import decomposition_table
+from torch._dynamo.backends.distributed import DDPOptimizerContext
 from torch._guards import TracingContext, tracing
 from torch._subclasses import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -22,13 +26,17 @@ def _bucket(w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return (h.t(), h.sum(1, keepdim=True).expand(-1, 8), h)
 
 
-def test_a_fake_call_answers_with_the_real_calls_layout(device: torch.device) -> None:
+@pytest.mark.parametrize("marked_by", ["fakify_first_call", "ddp_optimizer_ctx"])
+def test_a_fake_call_answers_with_the_real_calls_layout(device: torch.device, marked_by: str) -> None:
     w, x = torch.randn(8, 8, device=device), torch.randn(16, 8, device=device)
     gm = make_fx(_bucket, decomposition_table=decomposition_table(), tracing_mode="fake")(w, x)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     context = TracingContext(mode)
     with tracing(context):
-        context.fakify_first_call = True
+        if marked_by == "fakify_first_call":
+            context.fakify_first_call = True
+        else:  # the flag already cleared by a late-collected marker; the split's context remains
+            context.ddp_optimizer_ctx = DDPOptimizerContext()
         call = compile_graph(gm, [w, x], kind="inference")
         fake_x = mode.from_tensor(x)
         with mode:

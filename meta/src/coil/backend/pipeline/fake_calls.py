@@ -3,8 +3,10 @@
 Dynamo's DDPOptimizer compiles a DDP module's graph bucket by bucket, and after compiling one
 bucket it calls the compiled callable under its FakeTensorMode (parameters real, activations
 fake) for the output metadata the next bucket is compiled against. It marks these compiles with
-`TracingContext.fakify_first_call`. coil's callables launch kernels and read addresses, which
-fake tensors do not have; `answering_fake_calls` wraps such a graph's callable so that a call
+`TracingContext.fakify_first_call`, through an object whose `__del__` clears the flag: an earlier
+bucket's marker collected late (held by a reference cycle) clears it in the middle of a later
+bucket's compile, so the split's own `TracingContext.ddp_optimizer_ctx` counts too. coil's
+callables launch kernels and read addresses, which fake tensors do not have; `answering_fake_calls` wraps such a graph's callable so that a call
 made while a FakeTensorMode is active runs the fx graph on the fake values instead, with each
 output given the strides coil's kernels return.
 """
@@ -20,9 +22,10 @@ __all__ = ["answering_fake_calls", "fake_calls_expected"]
 
 
 def fake_calls_expected() -> bool:
-    """Whether the graph being compiled will be called with FakeTensors first (DDPOptimizer)."""
+    """Whether the graph being compiled may be called with FakeTensors (DDPOptimizer's split)."""
     context = torch._guards.TracingContext.try_get()
-    return bool(getattr(context, "fakify_first_call", False))
+    marked = bool(getattr(context, "fakify_first_call", False))
+    return marked or getattr(context, "ddp_optimizer_ctx", None) is not None
 
 
 def _fake_mode_active() -> bool:
