@@ -201,6 +201,34 @@ def test_dead_outputs_stay_dead_until_the_next_hand_out(monkeypatch: pytest.Monk
     assert torch.equal(out[1], torch.full((5,), 3.0))
 
 
+def test_live_among_is_live_restricted_to_the_outputs_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool member's replay asks an earlier member about the outputs it did not keep clear of
+    alone: the answer is `live()`'s restricted to them (the oracle), before and after replays,
+    and only the outputs asked are counted."""
+    g = FakeGraph()
+    patterns = ({0}, {1}, {0, 1}, set())
+    for step in range(1, 9):  # the first call's hand-out, then replays; each keeping some outputs
+        out = g.call(float(step))
+        kept = {k: out[k] for k in patterns[step % 4]}
+        del out
+        for asked in ((0,), (1,), (0, 1), ()):
+            assert g.handouts.live_among(asked) == [k for k in g.handouts.live() if k in asked]
+        assert g.handouts.live() == sorted(kept)
+        del kept
+    out = g.call(9.0)  # a replay's hand-out, both outputs referenced
+    counted: list[int] = []
+    real = handouts.use_count
+
+    def counting(cdata: int) -> int:
+        counted.append(cdata)
+        return real(cdata)
+
+    monkeypatch.setattr(handouts, "use_count", counting)
+    assert g.handouts.live_among((1,)) == [1]
+    assert len(counted) == 1, "an output not asked about was counted"
+    del out
+
+
 def test_a_pool_closes_to_captures_while_a_replayed_members_outputs_are_in_use() -> None:
     """A capture may reuse pool memory the caching allocator counts as free. A replay's outputs
     lie in such memory (the first call's tensors were freed), so while one is referenced no

@@ -132,11 +132,16 @@ class PoolGuard:
             assert lender.handouts is not None
             groups.setdefault(lender.handouts.slots[k].storage_ptr, (lender, k, []))[2].append(i)
         self._groups = [(ptr, lender, k, tuple(idx)) for ptr, (lender, k, idx) in groups.items()]
-        self._protected: list[tuple[weakref.ref[CudaGraphRunner], frozenset[int]]] = []
+        # per earlier member, the outputs not referenced at capture (this runner's buffers may lie
+        # over them): only those are checked before a replay
+        self._exposed: list[tuple[weakref.ref[CudaGraphRunner], tuple[int, ...]]] = []
         for ref in earlier_members(runner, pool):
             other = ref()
             if other is not None and other.handouts is not None:
-                self._protected.append((ref, frozenset(other.handouts.live())))
+                protected = set(other.handouts.live())
+                exposed = tuple(k for k in other.handouts.slots if k not in protected)
+                if exposed:
+                    self._exposed.append((ref, exposed))
 
     def conflict(self, inputs: Sequence[Any]) -> str | None:
         """Why this replay could overwrite memory an earlier member's handed-out output still
@@ -148,11 +153,11 @@ class PoolGuard:
             if extra is None or extra > len({id(inputs[i]) for i in idx}):
                 return f"input {idx[0]}, which this graph overwrites after reading it, is referenced elsewhere"
             mine.add(ptr)
-        for ref, protected in self._protected:
+        for ref, exposed in self._exposed:
             other = ref()
             if other is None or other.handouts is None:
                 continue
-            for k in other.handouts.live():
-                if k not in protected and other.handouts.slots[k].storage_ptr not in mine:
+            for k in other.handouts.live_among(exposed):
+                if other.handouts.slots[k].storage_ptr not in mine:
                     return "an output of a graph captured earlier in the pool is in use where this graph's buffers lie"
         return None

@@ -43,7 +43,7 @@ is handed out as a clone from then on (`cloned`: one copy a call).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +161,18 @@ class Handouts:
         live = self._referenced()
         self._dead = not live
         return live
+
+    def live_among(self, indices: Sequence[int]) -> list[int]:
+        """`live()` asked of `indices` alone (each an output of this runner): a pool member's
+        replay checks only the outputs of earlier members it did not keep clear of, and counting
+        every output of every earlier member made each replay's check grow with the pool."""
+        self._holding = []
+        if self._dead:
+            return []
+        if self._weak is not None:
+            weak = self._weak
+            return [k for k in indices if not weak[k].expired() and self._first_cdata[k] not in self._released]
+        return [k for k in indices if use_count(self._cdata[k]) > self._baseline[self._cdata[k]]]
 
     def in_use(self) -> bool:
         """Whether a caller may still reference an output's memory; unlike `live`, the outputs the
