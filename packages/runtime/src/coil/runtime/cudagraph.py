@@ -614,8 +614,12 @@ class CudaGraphRunner:
     def _copy_inputs_in(self, inputs: list[Any]) -> None:
         """Copy the copied inputs into their static buffers (skipped for the buffer itself) and
         check the baked non-tensor inputs; ValueError for another shape, dtype or value."""
+        import torch
+
         if self._in_slots and not self._in_views:
             self._in_views = _tensors_over(self._in_slots)
+        dsts: list[torch.Tensor] = []
+        srcs: list[torch.Tensor] = []
         for i in self._copy_idx:
             src = inputs[i]
             if i in self.borrowed:
@@ -628,7 +632,15 @@ class CudaGraphRunner:
                     f"CudaGraphRunner: input {i} is {tuple(src.shape)} {src.dtype}, the graph was "
                     f"captured for {tuple(dst.shape)} {dst.dtype}"
                 )
-            copy_into(dst, src)
+            if 0 in dst.stride():
+                copy_into(dst, src)
+            else:
+                dsts.append(dst)
+                srcs.append(src)
+        if len(dsts) > 1:  # one call (and, for like layouts, one launch) for all the copies
+            torch._foreach_copy_(dsts, srcs)
+        elif dsts:
+            dsts[0].copy_(srcs[0])
         for i, value in self._scalars.items():
             if inputs[i] is not value and inputs[i] != value:
                 raise ValueError(
