@@ -226,6 +226,13 @@ def test_live_among_is_live_restricted_to_the_outputs_asked(monkeypatch: pytest.
     monkeypatch.setattr(handouts, "use_count", counting)
     assert g.handouts.live_among((1,)) == [1]
     assert len(counted) == 1, "an output not asked about was counted"
+    del out[1]
+    assert g.handouts.live_among((0, 1)) == [0] and len(counted) == 3
+    assert g.handouts.live_among((0, 1)) == [0] and len(counted) == 4, "a dead output was counted again"
+    del out
+    out = g.call(10.0)  # a new hand-out: both counted again
+    n = len(counted)
+    assert g.handouts.live_among((0, 1)) == [0, 1] and len(counted) == n + 2
     del out
 
 

@@ -103,6 +103,7 @@ class Handouts:
         # (only `replayed` makes tensors over the slots), so `live` need not count again; a pool's
         # every replay checks its other members, and most are dead
         self._dead = False
+        self._dead_outputs: set[int] = set()  # the same, output by output (`live_among`)
 
     def release(self) -> str | None:
         """Move every holder of a live output onto a copy of its memory (module docstring,
@@ -165,14 +166,26 @@ class Handouts:
     def live_among(self, indices: Sequence[int]) -> list[int]:
         """`live()` asked of `indices` alone (each an output of this runner): a pool member's
         replay checks only the outputs of earlier members it did not keep clear of, and counting
-        every output of every earlier member made each replay's check grow with the pool."""
+        every output of every earlier member made each replay's check grow with the pool. An
+        output found dead is not counted again before the next hand-out (as `_dead`)."""
         self._holding = []
         if self._dead:
             return []
-        if self._weak is not None:
-            weak = self._weak
-            return [k for k in indices if not weak[k].expired() and self._first_cdata[k] not in self._released]
-        return [k for k in indices if use_count(self._cdata[k]) > self._baseline[self._cdata[k]]]
+        dead = self._dead_outputs
+        live = []
+        for k in indices:
+            if k in dead:
+                continue
+            if self._weak is not None:
+                referenced = not self._weak[k].expired() and self._first_cdata[k] not in self._released
+            else:
+                c = self._cdata[k]
+                referenced = use_count(c) > self._baseline[c]
+            if referenced:
+                live.append(k)
+            else:
+                dead.add(k)
+        return live
 
     def in_use(self) -> bool:
         """Whether a caller may still reference an output's memory; unlike `live`, the outputs the
@@ -201,6 +214,7 @@ class Handouts:
             self._weak = None
             self._over_slots()
         self._dead = False
+        self._dead_outputs = set()
         out = {k: b.clone() if k in self.cloned else b.detach() for k, b in self._bases.items()}
         self._handed_held = self.held - self.cloned
         self._holding = [out[k] for k in self._handed_held]
