@@ -17,7 +17,8 @@
 # cases in another, each model case in a process of its own that is stopped after CASE_S seconds (default 300; the modes
 # it finished keep their figures). On a machine of several GPUs the model cases are dealt out to
 # one `coil bench` a GPU (LANES, default: every GPU; each case still alone on its GPU, the CPUs
-# shared) and their reports merged into one. The whole script keeps within TOTAL_S seconds (default 540,
+# shared; a lane times its steps only while no other lane compiles or times: --lane-lock,
+# coil.bench.lanes) and their reports merged into one. The whole script keeps within TOTAL_S seconds (default 540,
 # inside one 10-minute device call): a case that would not fit is skipped and listed at the end
 # with the command that runs what is left. Arguments after `--` go to every call, e.g.
 # `-- --quick` (no first-call processes: one compile a mode), `-- --warm-runs 0` (cold
@@ -100,7 +101,8 @@ if [ ${#models[@]} -gt 0 ]; then
       mine=()
       for ((i = g; i < ${#models[@]}; i += lanes)); do mine+=("${models[$i]}"); done
       CUDA_VISIBLE_DEVICES=$g timeout $((left + 60)) python3 -m coil.bench "${mine[@]}" --out "$OUT/lanes/$g" \
-        --budget-s "$left" --case-budget-s "${CASE_S:-300}" ${extra[@]+"${extra[@]}"} > "$OUT/lanes/$g.log" 2>&1 &
+        --budget-s "$left" --case-budget-s "${CASE_S:-300}" --lane-lock "$OUT/lanes/lock" \
+        ${extra[@]+"${extra[@]}"} > "$OUT/lanes/$g.log" 2>&1 &
     done
     wait
     for ((g = 0; g < lanes; g++)); do echo "## GPU $g"; cat "$OUT/lanes/$g.log"; done > "$OUT/models.log"

@@ -7,13 +7,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from coil.bench import measure, model_runs, models, zoo
+from coil.bench import lanes, measure, model_runs, models, zoo
 from coil.bench import spec as bench_spec
 from coil.bench.cli import main as bench_main
 from coil.bench.model_runs import CaseSettings, run_killing_group, run_model, unfinished
@@ -166,6 +167,48 @@ def test_a_case_process_cut_short_keeps_its_finished_modes() -> None:
     assert died["error"] == "the case's process ended (exit -11) while building the model and its reference"
     whole = {"kind": "model", **{m: {"ms": 1.0} for m in modes}}
     assert unfinished(dict(whole), modes, 0, 300.0) == whole
+
+
+def test_a_lane_times_only_once_the_other_lanes_work_ended(cpu_bench: None, monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    """With a lane lock (coil.bench.lanes), a mode's timed calls wait for another lane's work,
+    and a mode that failed leaves no lock behind: another lane can time right after."""
+    lock = str(tmp_path / "lock")
+    timed: list[float] = []
+
+    def do_bench(fn: Any, warmup: int, rep: int) -> float:
+        timed.append(time.monotonic())
+        fn()
+        return 2.5
+
+    monkeypatch.setattr(measure, "do_bench", do_bench)
+    released: list[float] = []
+    other_works = threading.Event()
+
+    def other_lane() -> None:
+        with lanes.working(lock):
+            other_works.set()
+            time.sleep(0.5)
+            released.append(time.monotonic())
+
+    threads: list[threading.Thread] = []
+    compile_mode = getattr(models, "compile_mode")  # noqa: B009  # the fixture's stand-in
+
+    def compile_while_the_other_lane_works(fn: Any, mode: str) -> Any:
+        if not threads:  # the first mode's compile: the other lane starts working beside it
+            threads.append(threading.Thread(target=other_lane))
+            threads[0].start()
+            other_works.wait()
+        return compile_mode(fn, mode)
+
+    monkeypatch.setattr(models, "compile_mode", compile_while_the_other_lane_works)
+    res = run_model("tiny_train_amp", _cold, ("eager", "coil"), CaseSettings(quick=True, loop_steps=2, lane_lock=lock))
+    threads[0].join()
+    assert res["eager"]["ms"] == 2.5 and res["coil"]["error"] == "RuntimeError: coil: lowering failed"
+    assert len(timed) == 1 and timed[0] >= released[0]
+    start = time.monotonic()
+    with lanes.timing_alone(lock):
+        assert time.monotonic() - start < 0.5, "a lock was left held"
 
 
 def test_settings_travel_to_the_case_process_as_json() -> None:

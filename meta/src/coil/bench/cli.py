@@ -56,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "on empty caches and times that first call; no warm starts")
     parser.add_argument("--loop-steps", type=int, default=20, metavar="N",
                         help="model cases: steps of the wall-clock loop (default: 20)")
+    parser.add_argument("--lane-lock", default=None, metavar="PATH",
+                        help="model cases: a lock file every lane of this machine shares (one `coil bench` a "
+                             "GPU): a lane times its steps only while no other lane compiles or times "
+                             "(coil.bench.lanes)")
     parser.add_argument("--merge", nargs="+", metavar="DIR", default=None,
                         help="measure nothing: join the bench.json of runs over disjoint cases (one a GPU) into "
                              "--out's bench.json and bench.md, the cases in the order NAMES select")
@@ -88,7 +92,8 @@ def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         knobs.export(bench_warm_runs=args.warm_runs)  # the default of every case process
     if args.precompile:
         knobs.export(bench_precompile=True)  # read by each model case's process
-    settings = CaseSettings(warm_runs=args.warm_runs, quick=args.quick, loop_steps=args.loop_steps)
+    settings = CaseSettings(warm_runs=args.warm_runs, quick=args.quick, loop_steps=args.loop_steps,
+                            lane_lock=args.lane_lock)
     modes = None if args.modes is None else [m for m in args.modes.split(",") if m]
     return run(args.names, args.out, args.budget_s, modes,
                ROUNDS if args.rounds is None else args.rounds, settings, args.case_budget_s)

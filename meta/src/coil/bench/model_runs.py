@@ -46,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from coil.bench import measure, planned_peaks
+from coil.bench import lanes, measure, planned_peaks
 from coil.bench import spec as _spec
 from coil.bench.measure import is_coil
 from coil.bench.models import IMPORTED_BEFORE_THE_CLOCK, compile_and_step, first_call, split
@@ -80,12 +80,15 @@ class CaseSettings:
     (None: the bench_warm_runs knob; 0: none, the cold process gives the own-process peak);
     `quick`: no first-call processes (module docstring); `loop_steps`: steps of the timed loop
     (`measure.loop_ms`); `deadline`: the `time.time()` by which the case must end (first-call
-    processes get at most what is left), None for no limit."""
+    processes get at most what is left), None for no limit; `lane_lock`: the lock file the lanes
+    of one machine share (`coil.bench.lanes`: timing never overlaps another lane's work), None
+    for a lane alone."""
 
     warm_runs: int | None = None
     quick: bool = False
     loop_steps: int = 20
     deadline: float | None = None
+    lane_lock: str | None = None
 
     def __post_init__(self) -> None:
         if self.warm_runs is not None and self.warm_runs < 0:
@@ -353,6 +356,7 @@ def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSet
 
     r: dict[str, Any] = {}
     m: Any = None
+    held = contextlib.ExitStack()
     try:
         if is_coil(mode):
             import coil.backend as cb
@@ -361,6 +365,7 @@ def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSet
         counters.clear()
         m = c.infer_model if c.step == "infer_bf16" else copy.deepcopy(c.base).to(_spec.DEVICE)
         own_peak: dict[str, Any] | None = None
+        held.enter_context(lanes.working(settings.lane_lock))  # side by side with other lanes (coil.bench.lanes)
         with cold(f"{c.name}-{mode}") as env:
             if not settings.quick:
                 # the cold and the warm first call in a new process each, timed alike (imports
@@ -382,8 +387,10 @@ def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSet
             r["failed_checks"] = [i for i, x in enumerate(worst) if x > 1]
             r["accuracy_ok"] = not r["failed_checks"]
         del out
-        r["ms"] = measure.do_bench(step, 20, 200)
-        r["loop_ms"] = measure.loop_ms(step, settings.loop_steps)
+        held.close()
+        with lanes.timing_alone(settings.lane_lock):
+            r["ms"] = measure.do_bench(step, 20, 200)
+            r["loop_ms"] = measure.loop_ms(step, settings.loop_steps)
         if mode == planned_peaks.MODE:  # warm calls measured apart from the timed loop
             r["peak_check"] = planned_peaks.check(step)
         r["shared_process"] = measure.warm_peak(step, base)
@@ -395,6 +402,8 @@ def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSet
     except Exception as exc:
         r["error"] = f"{type(exc).__name__}: {exc}"[:800]
         traceback.print_exc()
+    finally:
+        held.close()
     _release(m)
     return r
 
