@@ -3,7 +3,8 @@
 `gpu_bench.sh` deals a run's model cases out to one `coil bench` per GPU (a *lane*), and the
 lanes share the host's CPUs. A host-bound step (a small model, a transformer replaying a graph
 per layer) is then timed slower while another lane compiles on every core, by as much as what
-the other lane happens to do at that moment (docs/perf.md, "How we measure"). So lanes that share a lock file (`--lane-lock PATH`, the same path for every lane) take turns:
+the other lane happens to do at that moment (docs/perf.md, "How we measure"). So lanes that
+share a lock file (`--lane-lock PATH`, the same path for every lane) take turns:
 
 - `working(path)`: the CPU-heavy part of a mode (its first-call processes, its compile and first
   steps, the accuracy calls) holds the lock *shared*: lanes work side by side;

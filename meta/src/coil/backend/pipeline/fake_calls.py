@@ -3,12 +3,13 @@
 Dynamo's DDPOptimizer compiles a DDP module's graph bucket by bucket, and after compiling one
 bucket it calls the compiled callable under its FakeTensorMode (parameters real, activations
 fake) for the output metadata the next bucket is compiled against. It marks these compiles with
-`TracingContext.fakify_first_call`, through an object whose `__del__` clears the flag: an earlier
-bucket's marker collected late (held by a reference cycle) clears it in the middle of a later
-bucket's compile, so the split's own `TracingContext.ddp_optimizer_ctx` counts too. coil's
-callables launch kernels and read addresses, which fake tensors do not have; `answering_fake_calls` wraps such a graph's callable so that a call
-made while a FakeTensorMode is active runs the fx graph on the fake values instead, with each
-output given the strides coil's kernels return.
+`TracingContext.fakify_first_call`, through an object whose `__del__` clears the flag: an
+earlier bucket's marker collected late (held by a reference cycle) clears it in the middle of a
+later bucket's compile, so the split's own `TracingContext.ddp_optimizer_ctx` counts too. coil's
+callables launch kernels and read addresses, which fake tensors do not have;
+`answering_fake_calls` wraps such a graph's callable so that a call made while a FakeTensorMode
+is active runs the fx graph on the fake values instead, with each output given the strides
+coil's kernels return.
 """
 
 from __future__ import annotations
