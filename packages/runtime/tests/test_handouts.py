@@ -43,6 +43,19 @@ class FakeGraph:
         return self.handouts.replayed()
 
 
+def _count_use_counts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, every storage use count the handouts read is appended to the returned list."""
+    counted: list[int] = []
+    real = handouts.use_count
+
+    def counting(cdata: int) -> int:
+        counted.append(cdata)
+        return real(cdata)
+
+    monkeypatch.setattr(handouts, "use_count", counting)
+    return counted
+
+
 def test_a_kept_gradient_moves_once_and_keeps_accumulating() -> None:
     g = FakeGraph()
     grad = g.call(1.0)[0]  # AccumulateGrad keeps the very tensor it was handed
@@ -182,14 +195,7 @@ def test_dead_outputs_stay_dead_until_the_next_hand_out(monkeypatch: pytest.Monk
     out = g.call(2.0)  # a replay: tensors over the slots
     assert g.handouts.live() and g.handouts.in_use()
     del out
-    counted: list[int] = []
-    real = handouts.use_count
-
-    def counting(cdata: int) -> int:
-        counted.append(cdata)
-        return real(cdata)
-
-    monkeypatch.setattr(handouts, "use_count", counting)
+    counted = _count_use_counts(monkeypatch)
     assert g.handouts.live() == [] and not g.handouts.in_use()
     n = len(counted)
     assert n > 0
@@ -216,14 +222,7 @@ def test_live_among_is_live_restricted_to_the_outputs_asked(monkeypatch: pytest.
         assert g.handouts.live() == sorted(kept)
         del kept
     out = g.call(9.0)  # a replay's hand-out, both outputs referenced
-    counted: list[int] = []
-    real = handouts.use_count
-
-    def counting(cdata: int) -> int:
-        counted.append(cdata)
-        return real(cdata)
-
-    monkeypatch.setattr(handouts, "use_count", counting)
+    counted = _count_use_counts(monkeypatch)
     assert g.handouts.live_among((1,)) == [1]
     assert len(counted) == 1, "an output not asked about was counted"
     del out[1]
