@@ -18,6 +18,7 @@ from coil.bench import lanes, measure, model_runs, models, zoo
 from coil.bench import spec as bench_spec
 from coil.bench.cli import main as bench_main
 from coil.bench.model_runs import CaseSettings, run_killing_group, run_model, unfinished
+from coil.bench.report import render
 from coil.bench.spec import ModelSpec
 from coil.bench.suite import select, suite_names
 
@@ -209,6 +210,26 @@ def test_a_lane_times_only_once_the_other_lanes_work_ended(cpu_bench: None, monk
     start = time.monotonic()
     with lanes.timing_alone(lock):
         assert time.monotonic() - start < 0.5, "a lock was left held"
+
+
+def test_a_coil_row_counts_the_timed_calls_run_without_their_cuda_graph(cpu_bench: None,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A coil mode's row carries its CUDA graphs and how many graph calls ran uncaptured while it
+    was timed (the counts after the timed calls less those before), and bench.md shows them."""
+    uncaptured = iter([3, 5])  # before and after do_bench and the loop
+
+    def counts() -> dict[str, int]:
+        return {"cuda_graphs": 4, "cuda_graphs_stopped": 1, "uncaptured_calls": next(uncaptured),
+                "cuda_graph_pools": 2}
+
+    monkeypatch.setattr(measure, "cuda_graph_counts", counts)
+    res = run_model("tiny_train_amp", _cold, ("eager", "coil_nocg"), CaseSettings(quick=True, loop_steps=2))
+    r = res["coil_nocg"]
+    assert (r["cuda_graphs"], r["cuda_graphs_stopped"], r["uncaptured_calls_timed"]) == (4, 1, 2), r
+    assert "cuda_graphs" not in res["eager"]
+    report = {"date": "d", "gpu": "g", "torch": "t", "triton": "x", "modes": ["eager", "coil_nocg"],
+              "cases": {"tiny_train_amp": res}}
+    assert "CUDA graphs 4, stopped 1, uncaptured calls timed 2" in render(report)
 
 
 def test_settings_travel_to_the_case_process_as_json() -> None:

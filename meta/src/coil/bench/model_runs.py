@@ -349,7 +349,8 @@ def _prepare_case(case: str, spec: ModelSpec, step: str, res: dict[str, Any]) ->
 
 def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSettings) -> dict[str, Any]:
     """One mode of one case: its first calls, accuracy on call ACCURACY_CALL, `ms` (do_bench),
-    `loop_ms`, for coil_nocg each graph's planned against measured peak (`peak_check`,
+    `loop_ms`, for coil its CUDA graphs (`measure.cuda_graph_counts`) and `uncaptured_calls_timed`
+    (the graph calls that ran without their CUDA graph during do_bench and the loop), for coil_nocg each graph's planned against measured peak (`peak_check`,
     coil.bench.planned_peaks), peak memory and its growth, and for coil its graphs and counts;
     `error` when any of it raised. Frees what the mode left before returning."""
     from torch._dynamo.utils import counters
@@ -388,9 +389,13 @@ def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSet
             r["accuracy_ok"] = not r["failed_checks"]
         del out
         held.close()
+        before = measure.cuda_graph_counts() if is_coil(mode) else None
         with lanes.timing_alone(settings.lane_lock):
             r["ms"] = measure.do_bench(step, 20, 200)
             r["loop_ms"] = measure.loop_ms(step, settings.loop_steps)
+        if before is not None:  # the CUDA graphs, and the timed calls they ran without their graph
+            after = measure.cuda_graph_counts()
+            r.update(after, uncaptured_calls_timed=after["uncaptured_calls"] - before["uncaptured_calls"])
         if mode == planned_peaks.MODE:  # warm calls measured apart from the timed loop
             r["peak_check"] = planned_peaks.check(step)
         r["shared_process"] = measure.warm_peak(step, base)

@@ -69,13 +69,17 @@ def _time_table(cases: dict[str, dict[str, Any]], modes: list[str]) -> list[str]
 def _counts(r: dict[str, Any]) -> str:
     if "graphs_compiled" not in r:
         return "—"
-    return f"{r['graphs_compiled']} / {r['graphs_eager']} / {r['aten_fallbacks']}"
+    text = f"{r['graphs_compiled']} / {r['graphs_eager']} / {r['aten_fallbacks']}"
+    if r.get("cuda_graphs") or r.get("cuda_graphs_stopped"):
+        text += (f"; CUDA graphs {r['cuda_graphs']}, stopped {r['cuda_graphs_stopped']}, "
+                 f"uncaptured calls timed {r.get('uncaptured_calls_timed', '—')}")
+    return text
 
 
 def _mode_table(cases: dict[str, dict[str, Any]], modes: list[str]) -> list[str]:
     """The model rows mode by mode: times, first calls, memory growth, accuracy, coil's counts."""
     out = ["| case | mode | ms | loop ms | first call s | warm first call s | peak growth MiB alloc / reserved "
-           "| accuracy | coil graphs / eager / ATen fallbacks |", "|---|---|---|---|---|---|---|---|---|"]
+           "| accuracy | coil graphs / eager / ATen fallbacks; its CUDA graphs |", "|---|---|---|---|---|---|---|---|---|"]
     for name, res in cases.items():
         if res.get("kind") != "model" or "skipped" in res or "error" in res:
             continue
