@@ -75,10 +75,11 @@ def test_list_prints_what_the_names_select(capsys: pytest.CaptureFixture[str]) -
 def test_the_command_checks_its_numbers_and_needs_cuda(monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    for bad in (["--warm-runs", "-1"], ["--loop-steps", "0"]):
+    for bad in (["--warm-runs", "-1"], ["--loop-steps", "0"], ["--lane-lock", str(tmp_path / "no" / "lock")]):
         with pytest.raises(SystemExit):
             bench_main(["llama", *bad])
-    assert "--loop-steps 0: expected a positive integer" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--loop-steps 0: expected a positive integer" in err and "its folder does not exist" in err
     assert bench_main(["zoo-decoder:infer", "--warm-runs", "0", "--quick", "--out", str(tmp_path)]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
 

@@ -88,6 +88,8 @@ def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--warm-runs {args.warm_runs}: expected 0 or more")
     if args.loop_steps < 1:
         parser.error(f"--loop-steps {args.loop_steps}: expected a positive integer")
+    if args.lane_lock is not None and not Path(args.lane_lock).parent.is_dir():
+        parser.error(f"--lane-lock {args.lane_lock}: its folder does not exist")
     if args.warm_runs:
         knobs.export(bench_warm_runs=args.warm_runs)  # the default of every case process
     if args.precompile:
