@@ -349,10 +349,11 @@ def _prepare_case(case: str, spec: ModelSpec, step: str, res: dict[str, Any]) ->
 
 def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSettings) -> dict[str, Any]:
     """One mode of one case: its first calls, accuracy on call ACCURACY_CALL, `ms` (do_bench),
-    `loop_ms`, for coil its CUDA graphs (`measure.cuda_graph_counts`) and `uncaptured_calls_timed`
-    (the graph calls that ran without their CUDA graph during do_bench and the loop), for coil_nocg each graph's planned against measured peak (`peak_check`,
-    coil.bench.planned_peaks), peak memory and its growth, and for coil its graphs and counts;
-    `error` when any of it raised. Frees what the mode left before returning."""
+    `loop_ms`, for coil_nocg each graph's planned against measured peak (`peak_check`,
+    coil.bench.planned_peaks), peak memory and its growth, and for coil its graphs and counts,
+    its CUDA graphs (`measure.cuda_graph_counts`) and `uncaptured_calls_timed` (the graph calls
+    run without their CUDA graph during do_bench and the loop); `error` when any of it raised.
+    Frees what the mode left before returning."""
     from torch._dynamo.utils import counters
 
     r: dict[str, Any] = {}
