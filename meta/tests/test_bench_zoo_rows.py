@@ -207,10 +207,38 @@ def test_a_lane_times_only_once_the_other_lanes_work_ended(cpu_bench: None, monk
     res = run_model("tiny_train_amp", _cold, ("eager", "coil"), CaseSettings(quick=True, loop_steps=2, lane_lock=lock))
     threads[0].join()
     assert res["eager"]["ms"] == 2.5 and res["coil"]["error"] == "RuntimeError: coil: lowering failed"
-    assert len(timed) == 1 and timed[0] >= released[0]
+    assert len(timed) == 1 and timed[0] >= released[0] and "timed_beside_lanes" not in res["eager"]
     start = time.monotonic()
-    with lanes.timing_alone(lock):
-        assert time.monotonic() - start < 0.5, "a lock was left held"
+    with lanes.timing_alone(lock, 5.0) as taken:
+        assert taken and time.monotonic() - start < 0.5, "a lock was left held"
+
+
+def test_a_row_timed_beside_another_lanes_work_says_so(cpu_bench: None, monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    """When the wait for the lane lock runs out (another lane works for longer), the mode is
+    timed anyway, its row says so and bench.md lists it."""
+    lock = str(tmp_path / "lock")
+    monkeypatch.setattr(model_runs, "LANE_WAIT_S", 0.2)
+    stop = threading.Event()
+    working = threading.Event()
+
+    def other_lane() -> None:
+        with lanes.working(lock):
+            working.set()
+            stop.wait(30)
+
+    t = threading.Thread(target=other_lane)
+    t.start()
+    working.wait()
+    try:
+        res = run_model("tiny_infer_bf16", _cold, ("eager",), CaseSettings(quick=True, loop_steps=2, lane_lock=lock))
+    finally:
+        stop.set()
+        t.join()
+    assert res["eager"]["ms"] == 2.5 and res["eager"]["timed_beside_lanes"] is True
+    report = {"date": "d", "gpu": "g", "torch": "t", "triton": "x", "modes": ["eager"],
+              "cases": {"tiny_infer_bf16": res}}
+    assert "Timed beside other lanes' work (the wait for the lane lock ran out): tiny_infer_bf16 eager" in render(report)
 
 
 def test_a_coil_row_counts_the_timed_calls_run_without_their_cuda_graph(cpu_bench: None,

@@ -144,6 +144,10 @@ def render(report: dict[str, Any]) -> str:
         lines += ["GEMM and attention rows: TFLOP/s (dense-equivalent for masked attention); coil's time over "
                   "its reference row's eager time (bare matmul, unmasked flash attention) and the limit:", ""]
         lines += [*kernels, ""]
+    beside = [f"{n} {m}" for n, r in cases.items() for m in ALL_MODES
+              if isinstance(r.get(m), dict) and r[m].get("timed_beside_lanes")]
+    if beside:
+        lines += ["Timed beside other lanes' work (the wait for the lane lock ran out): " + ", ".join(beside), ""]
     lines += ["Targets (from this run):"] + [f"- {t}" for t in targets(report)]
     errors = [f"{n}: {r['error']}" for n, r in cases.items() if "error" in r]
     errors += [f"{n} {m}: {r[m]['error']}" for n, r in cases.items() for m in ALL_MODES
