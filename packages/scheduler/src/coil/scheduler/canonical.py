@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -265,37 +265,41 @@ def canonicalize(op: Pointwise | Reduction, order: LoopOrder = "store") -> LoopN
 def _canonicalize(op: Pointwise | Reduction, perm: tuple[int, ...]) -> LoopNest:
     exprs = (*index_exprs(op.body), op.store_index)
     r_ranges = tuple(op.reduction_ranges) if isinstance(op, Reduction) else None
-    loops = _canonical_loops(tuple(op.ranges), r_ranges, exprs, perm)
-    return LoopNest(loops.xs, loops.rs, loops.xn, loops.rn, map_indices(op.body, loops.rewrite),
-                    loops.rewrite(op.store_index), loops.reordered)
+    return _canonical_loops(tuple(op.ranges), r_ranges, exprs, perm).nest(op.body, op.store_index,
+                                                                           list(perm) != sorted(perm))
 
 
-class _Loops:
-    """The canonical loops of every op with the same loops, index expressions and permutation
-    (each layer of a model repeats its ops): sizes, symbols, and the rewrite of an index
-    expression onto them, memoised per expression."""
+class SharedLoops:
+    """Loops shared by every op with the same loops and index expressions (each layer of a model
+    repeats its ops): the x and r sizes, their canonical symbols, and the rewrite of an index
+    expression onto them, memoised per expression: `subs` applied in turn, the result expanded
+    after the first and at the end."""
 
-    def __init__(self, sub: dict[sympy.Symbol, Expr], xs: list[Expr], xv: list[sympy.Symbol], rs: list[Expr],
-                 rv: list[sympy.Symbol], reordered: bool) -> None:
-        self.xs, self.rs, self.reordered = tuple(xs), tuple(rs), reordered
+    def __init__(self, xs: Sequence[Expr], rs: Sequence[Expr], *subs: Mapping[sympy.Symbol, Expr]) -> None:
+        self.xs, self.rs = tuple(xs), tuple(rs)
         self.xn, self.rn = syms("p", len(xs)), syms("r", len(rs))
-        self._sub = sub
-        self._tmp = {v: sympy.Symbol(f"_t{v.name}", integer=True, nonnegative=True) for v in (*xv, *rv)}
-        self._final = {self._tmp[v]: n for v, n in zip([*xv, *rv], [*self.xn, *self.rn], strict=True)}
+        self._first, *self._then = subs
         self._done: dict[Expr, Expr] = {}
 
     def rewrite(self, e: Expr) -> Expr:
         """`e` (over the op's loop symbols) over the canonical symbols."""
         got = self._done.get(e)
         if got is None:
-            got = self._done[e] = sympy.expand(
-                sympy.expand(e.xreplace(self._sub)).xreplace(self._tmp).xreplace(self._final))
+            got = sympy.expand(e.xreplace(self._first))
+            for sub in self._then:
+                got = got.xreplace(sub)
+            got = self._done[e] = sympy.expand(got)
         return got
+
+    def nest(self, body: Value, store: Expr, reordered: bool) -> LoopNest:
+        """The loop nest of an op with `body` and `store` index over these loops."""
+        return LoopNest(self.xs, self.rs, self.xn, self.rn, map_indices(body, self.rewrite), self.rewrite(store),
+                        reordered)
 
 
 @functools.lru_cache(maxsize=1 << 12)
 def _canonical_loops(ranges: tuple[Expr, ...], r_ranges: tuple[Expr, ...] | None, exprs: tuple[Expr, ...],
-                     perm: tuple[int, ...]) -> _Loops:
+                     perm: tuple[int, ...]) -> SharedLoops:
     """The canonical loops of an op with x loops `ranges` in order `perm`, reduction loops
     `r_ranges` (None for a pointwise op) and index expressions `exprs` (its loads', index
     values' and store's): a function of these alone, so shared by every op that has them."""
@@ -304,9 +308,13 @@ def _canonical_loops(ranges: tuple[Expr, ...], r_ranges: tuple[Expr, ...] | None
     sizes = [ranges[i] for i in perm] if reordered else list(ranges)
     if reordered:
         p_in = [p_in[i] for i in perm]
-    xs, xsub, xv = simplify_loops(sizes, p_in, exprs)
-    if r_ranges is None:
-        return _Loops(xsub, xs, xv, [], [], reordered)
-    r_in = list(syms("r", len(r_ranges)))
-    rs, rsub, rv = simplify_loops(r_ranges, r_in, [sympy.expand(e.xreplace(xsub)) for e in exprs])
-    return _Loops({**xsub, **rsub}, xs, xv, rs, rv, reordered)
+    xs, sub, xv = simplify_loops(sizes, p_in, exprs)
+    rs: list[Expr] = []
+    rv: list[sympy.Symbol] = []
+    if r_ranges is not None:
+        r_in = list(syms("r", len(r_ranges)))
+        rs, rsub, rv = simplify_loops(r_ranges, r_in, [sympy.expand(e.xreplace(sub)) for e in exprs])
+        sub = {**sub, **rsub}
+    tmp = {v: sympy.Symbol(f"_t{v.name}", integer=True, nonnegative=True) for v in (*xv, *rv)}
+    final = {tmp[v]: n for v, n in zip([*xv, *rv], [*syms("p", len(xs)), *syms("r", len(rs))], strict=True)}
+    return SharedLoops(xs, rs, sub, tmp, final)

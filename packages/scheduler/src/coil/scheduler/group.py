@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import sympy
 from coil.lowering_ir import Expr, Pointwise, Reduction, Scatter
-from coil.scheduler.canonical import LoopNest, LoopOrder, canonicalize, syms
+from coil.scheduler.canonical import LoopNest, LoopOrder, SharedLoops, canonicalize, syms
 
 
 class FusionIllegal(Exception):
@@ -182,33 +182,12 @@ def _classify(op: Pointwise | Reduction, x_numel: Expr, r_numel: Expr, order: Lo
         split = _split(nest.x_sizes, nest.x_syms, x_numel)
         if split is None:
             raise FusionIllegal(f"{op.name}: loops {nest.x_sizes} do not split at {x_numel}")
-        from coil.lowering_ir import map_indices
-
-        return "r", LoopNest(split.xs, split.rs, split.xn, split.rn, map_indices(nest.body, split.rewrite),
-                             split.rewrite(nest.store_index), nest.reordered)
+        return "r", split.nest(nest.body, nest.store_index, nest.reordered)
     raise FusionIllegal(f"{op.name}: {numel} elements do not fit a group of ({x_numel}, {r_numel})")
 
 
-class _Split:
-    """A pointwise op's loops split into a group's x and r loops (`split_sizes`), and the
-    rewrite of its index expressions onto them, memoised per expression (`_split`)."""
-
-    def __init__(self, xs: list[Expr], rs: list[Expr], sub: dict[sympy.Symbol, Expr],
-                 ren: dict[sympy.Symbol, sympy.Symbol]) -> None:
-        self.xs, self.rs = tuple(xs), tuple(rs)
-        self.xn, self.rn = syms("p", len(xs)), syms("r", len(rs))
-        self._sub, self._ren = sub, ren
-        self._done: dict[Expr, Expr] = {}
-
-    def rewrite(self, e: Expr) -> Expr:
-        got = self._done.get(e)
-        if got is None:
-            got = self._done[e] = sympy.expand(sympy.expand(e.xreplace(self._sub)).xreplace(self._ren))
-        return got
-
-
 @functools.lru_cache(maxsize=1 << 12)
-def _split(sizes: tuple[Expr, ...], loop_syms: tuple[sympy.Symbol, ...], x_numel: Expr) -> _Split | None:
+def _split(sizes: tuple[Expr, ...], loop_syms: tuple[sympy.Symbol, ...], x_numel: Expr) -> SharedLoops | None:
     """Loops `sizes` (over `loop_syms`) as x loops of `x_numel` elements and r loops after them,
     a loop cut in two where the boundary falls inside it; None when they do not split there.
     A function of these alone, shared by every op with these loops (each layer's)."""
@@ -226,9 +205,8 @@ def _split(sizes: tuple[Expr, ...], loop_syms: tuple[sympy.Symbol, ...], x_numel
     else:
         sub = {}
         new_x, new_r = old[: len(xs)], old[len(xs) :]
-    xn, rn = syms("p", len(xs)), syms("r", len(rs))
-    ren = {**{v: n for v, n in zip(new_x, xn, strict=True)}, **{v: n for v, n in zip(new_r, rn, strict=True)}}
-    return _Split(xs, rs, sub, ren)
+    ren = dict(zip([*new_x, *new_r], [*syms("p", len(xs)), *syms("r", len(rs))], strict=True))
+    return SharedLoops(xs, rs, sub, ren)
 
 
 def loop_mapping(sizes: Sequence[Expr], node_syms: Sequence[sympy.Symbol], dims: Sequence[Expr],
