@@ -110,14 +110,15 @@ class _CallSites:
         assert self.keyed is not None
         return tuple([args[i].data_ptr() for i in self.keyed])
 
-    def _site(self, args: list[Any]) -> tuple[Any, ...]:
-        ptrs: tuple[Any, ...] = self._ptrs(args)
+    def _site(self, args: list[Any], ptrs: tuple[int, ...]) -> tuple[Any, ...]:
+        """The call site of `args`, whose static inputs are at `ptrs`."""
+        site: tuple[Any, ...] = ptrs
         if self.by_shape:
             import torch
 
-            ptrs += tuple(tuple(a.shape) if isinstance(a, torch.Tensor)
+            site += tuple(tuple(a.shape) if isinstance(a, torch.Tensor)
                           else a if isinstance(a, (int, float, bool, type(None))) else id(a) for a in args)
-        return (ptrs, self._storages(args)) if self.shared and ptrs in self.shared else ptrs
+        return (site, self._storages(args)) if self.shared and site in self.shared else site
 
     def _stop(self, args: list[Any], why: str) -> tuple[Any, ...]:
         """No captures from now on: this call and every later one run `call` directly."""
@@ -137,13 +138,14 @@ class _CallSites:
             if len(devices) > 1:
                 return self._stop(args, f"its tensor inputs are on {', '.join(devices)}")
             self.keyed = input_roles(args, self.spec or CaptureSpec(), self.policy.input_buffers).static
-        site = self._site(args)
+        ptrs = self._ptrs(args)
+        site = self._site(args, ptrs)
         runner = self.sites.get(site)
         if runner is not None:
             return runner._run(args, statics_checked=runner.static_indices == self.keyed)
-        return self._new_site(args, site)
+        return self._new_site(args, site, ptrs)
 
-    def _new_site(self, args: list[Any], site: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _new_site(self, args: list[Any], site: tuple[Any, ...], ptrs: tuple[int, ...]) -> tuple[Any, ...]:
         """A call at a site without a runner: run directly, or build the site's runner."""
         if self.first is not None and self.first.capture_error is not None:
             return self.first(args)
@@ -153,7 +155,7 @@ class _CallSites:
                 log.warning("CudaGraphRunner: %d call sites captured already; a call at a new site runs "
                             "without a CUDA graph (logged once)", self.max_sites)
             return tuple(self.call(args))
-        storages, ptrs = self._storages(args), self._ptrs(args)
+        storages = self._storages(args)
         if self.built_at.get(storages, ptrs) != ptrs:  # a built site's static tensors, re-allocated
             return self._stop(args, "static inputs came back at new addresses as the same tensors (storage "
                                     "re-allocated in place, as FSDP2 does); from now on")
