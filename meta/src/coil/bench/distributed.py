@@ -42,8 +42,8 @@ on the losses (`ratios`: RMSE(mode, fp64) over MULTIPLIER * RMSE(eager, fp64) + 
 most 1 passes; needs the fp64 and eager rows; HF computes the loss in float32 even for a float64
 model). The collectives' and the graph counts' columns are rank 0's.
 
-`--host-profile N`: rank 0 then runs N more steps under cProfile and prints the functions where
-the host spends its time, with coil's runtime logging at INFO (why a call ran without its CUDA
+`--host-profile N`: every rank then runs N more steps under cProfile (the collectives need all
+of them), and rank 0 prints the functions where the host spends its time, with coil's runtime logging at INFO (why a call ran without its CUDA
 graph) and its CUDA-graph runners one line each: for a step longer than its GPU busy time.
 """
 
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-steps", type=int, default=3, metavar="N",
                     help="CUDA: profile N more steps for the collectives' time and the share hidden (0: none)")
     ap.add_argument("--host-profile", type=int, default=0, metavar="N",
-                    help="rank 0 runs N more steps under cProfile and prints where the host's time goes, "
+                    help="every rank runs N more steps under cProfile; rank 0 prints where the host's time goes, "
                          "with coil's runtime logging at INFO and its CUDA-graph runners listed")
     ap.add_argument("--cpu", action="store_true", help="gloo on the CPU even where CUDA is present")
     ap.add_argument("--out", default="bench-out/distributed")
