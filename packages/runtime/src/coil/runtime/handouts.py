@@ -176,12 +176,7 @@ class Handouts:
         for k in indices:
             if k in dead:
                 continue
-            if self._weak is not None:
-                referenced = not self._weak[k].expired() and self._first_cdata[k] not in self._released
-            else:
-                c = self._cdata[k]
-                referenced = use_count(c) > self._baseline[c]
-            if referenced:
+            if self._is_referenced(k):
                 live.append(k)
             else:
                 dead.add(k)
@@ -194,9 +189,14 @@ class Handouts:
 
     def _referenced(self) -> list[int]:
         """Indices of outputs whose memory something beyond the runner references now."""
+        return [k for k in self.slots if self._is_referenced(k)]
+
+    def _is_referenced(self, k: int) -> bool:
+        """Whether something beyond the runner references output `k`'s memory now."""
         if self._weak is not None:
-            return [k for k, w in self._weak.items() if not w.expired() and self._first_cdata[k] not in self._released]
-        return [k for k, c in self._cdata.items() if use_count(c) > self._baseline[c]]
+            return not self._weak[k].expired() and self._first_cdata[k] not in self._released
+        c = self._cdata[k]
+        return use_count(c) > self._baseline[c]
 
     def extra_refs(self, k: int) -> int | None:
         """References to output `k`'s storage beyond the runner's own (None before replays; the
