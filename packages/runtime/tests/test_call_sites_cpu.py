@@ -3,8 +3,8 @@ directly, with CudaGraphRunner replaced by a stand-in that runs the call (no CUD
 oracle is the rule itself: a site is the static inputs' addresses (and, with `by_shape`, the
 sizes); the first site builds at its first call (at its second under `borrow_inputs`), any other
 when it comes back with the same storages; a site met with other storages at its addresses is
-keyed by the storages too; a built site's tensors met at other addresses stop the captures;
-`max_sites` bounds them. The GPU twin with real
+keyed by the storages too; a built site's tensors met at other addresses become copied inputs
+(past MAX_DEMOTIONS, the captures stop); `max_sites` bounds the sites. The GPU twin with real
 captures is test_gpu_call_sites.py."""
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ class StandIn:
 
     def __init__(self, call: Any, args: list[Any], spec: Any, policy: ReplayPolicy) -> None:
         self.call = call
-        self.static_indices = tuple(i for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter))
-        self.sites = tuple(a.data_ptr() for a in args if isinstance(a, torch.nn.Parameter))
+        given = spec.static_input_indices if spec is not None else None
+        self.static_indices = (tuple(i for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter))
+                               if given is None else tuple(given))
+        self.sites = tuple(args[i].data_ptr() for i in self.static_indices)
         self.first_outputs = tuple(call(list(args)))
         self._pool = policy.pool if policy.pool is not None else ("pool", len(StandIn.made))
         self.capture_error: Exception | None = None
@@ -169,22 +171,53 @@ def test_one_layers_tensors_at_one_address_keep_one_runner(made: list[StandIn]) 
     assert len(made) == 1 and made[0].replays == 2
 
 
-def test_static_inputs_reallocated_in_place_stop_the_captures(made: list[StandIn], relocate: Any) -> None:
+def _two_weights(args: list[Any]) -> tuple[Any, ...]:
+    x, w1, w2 = args
+    args.clear()
+    return (x @ w1 @ w2,)
+
+
+def test_static_inputs_reallocated_in_place_become_copied_inputs(made: list[StandIn], relocate: Any) -> None:
     """FSDP2 frees a layer's gathered parameters (`resize_(0)` on their storage) and gathers them
     again wherever the allocator has room: the same tensors at other addresses. Once a built
-    site's tensors come back so, the graph runs every later call directly and holds no runner."""
+    site's tensors come back so, they are copied inputs: the runners are dropped, and one runner
+    keyed by the static inputs left (none here) serves every layer, wherever its weights are."""
     ws = _params(2)
     run = cudagraphify(_layer, policy=ReplayPolicy(borrow_inputs=True))
     held: list[torch.Tensor] = []
-    for step in range(4):
-        if step == 2:  # the gather of step 2 lands elsewhere
+    for step in range(5):
+        if step >= 2:  # from step 2 on, every gather lands elsewhere
             for w in ws:
                 relocate(w, held)
         for w in ws:
             x = torch.randn(2, 4)
             torch.testing.assert_close(run([x, w])[0], x @ w)
-        assert len(made) == (0 if step == 0 else 2), (step, len(made))
-    assert [m.replays for m in made] == [0, 0], "no runner replays once the tensors moved"
+        assert len(made) == (0 if step == 0 else 2 if step == 1 else 3), (step, len(made))
+    first_two, last = made[:2], made[2]
+    assert [m.replays for m in first_two] == [0, 0]
+    assert last.static_indices == () and last.replays == 4, "built at step 2, replayed by both layers since"
+    refs = [weakref.ref(m) for m in first_two]
+    del first_two
+    made[:2] = []
+    gc.collect()
+    assert all(r() is None for r in refs), "the graph holds none of the dropped runners"
+
+
+def test_inputs_moving_past_the_demotion_limit_stop_the_captures(made: list[StandIn], relocate: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each demotion drops the graph's runners; past MAX_DEMOTIONS a graph whose static inputs
+    keep moving runs every later call directly and holds no runner."""
+    monkeypatch.setattr(call_sites, "MAX_DEMOTIONS", 1)
+    w1, w2 = _params(2)
+    run = cudagraphify(_two_weights, policy=ReplayPolicy(borrow_inputs=True))
+    held: list[torch.Tensor] = []
+    for step in range(6):
+        if step in (2, 4):  # w1 moves at step 2 (demoted; rebuilt at step 3), w2 at step 4 (past the limit)
+            relocate(w1 if step == 2 else w2, held)
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(run([x, w1, w2])[0], x @ w1 @ w2)
+        assert len(made) == (0 if step == 0 else 1 if step in (1, 2) else 2), (step, len(made))
+    assert made[1].static_indices == (2,) and made[1].replays == 0
     refs = [weakref.ref(m) for m in made]
     made.clear()
     gc.collect()

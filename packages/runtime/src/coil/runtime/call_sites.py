@@ -18,13 +18,16 @@ from coil.runtime.cudagraph import BoxedCall, CudaGraphRunner
 from coil.runtime.cudagraph_options import CaptureSpec, ReplayPolicy
 from coil.runtime.graph_inputs import input_roles
 
-__all__ = ["MAX_SITES", "cudagraphify"]
+__all__ = ["MAX_DEMOTIONS", "MAX_SITES", "cudagraphify"]
 
 log = logging.getLogger("coil.runtime")
 
 # call sites (sets of static-input addresses) one compiled graph captures before it runs new
 # ones uncaptured: a graph per layer of the deepest models people run, with room to spare
 MAX_SITES = 256
+# times a graph turns static inputs that moved into copied ones before it stops capturing: a
+# layer's gathered parameters move together, so one demotion per graph is the usual case
+MAX_DEMOTIONS = 2
 
 
 def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: ReplayPolicy | None = None,
@@ -47,8 +50,11 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
     it reads are the same; the outputs it hands out are its own). Static inputs that come back as
     the storages of a built site at other addresses (re-allocated in place: FSDP2 frees a layer's
     gathered parameters with `resize_` and gathers them again wherever the allocator has room)
-    would make a new site every call: the graph then stops capturing, drops its runners and runs
-    `call` directly from then on (logged once). With `policy.borrow_inputs`
+    would make a new site every call: those inputs stop being static. The graph drops its runners
+    and starts again with them as copied inputs (copied into the graph's memory at each replay,
+    as any activation is), keyed by the static inputs left (logged once). A graph demotes inputs so
+    at most `MAX_DEMOTIONS` times; past that it stops capturing and runs `call` directly from then
+    on (logged once). With `policy.borrow_inputs`
     (training graphs) the first site waits for its second call too: a step's graphs are then
     captured together in the second step, and each backward reads its forward's captured outputs
     in place (captured while its forward ran uncaptured, it would copy them in every replay).
@@ -83,6 +89,7 @@ class _CallSites:
         self.seen: dict[tuple[Any, ...], tuple[int, ...]] = {}  # sites met once -> their static storages
         self.shared: set[tuple[Any, ...]] = set()  # sites met with other storages at the same addresses
         self.built_at: dict[tuple[int, ...], tuple[int, ...]] = {}  # built sites' static storages -> addresses
+        self.demotions = 0
 
     def _build(self, args: list[Any], site: tuple[Any, ...], storages: tuple[int, ...],
                ptrs: tuple[int, ...]) -> tuple[Any, ...]:
@@ -128,6 +135,25 @@ class _CallSites:
         self.seen.clear()
         return tuple(self.call(args))
 
+    def _demote(self, args: list[Any], moved: list[int]) -> tuple[Any, ...]:
+        """Static inputs `moved` came back at new addresses as the same tensors: copied inputs
+        from now on, every runner dropped, the sites keyed by the static inputs left; this call
+        then goes through as a first call. Past MAX_DEMOTIONS, no captures from now on."""
+        why = (f"static inputs {moved} came back at new addresses as the same tensors (storage re-allocated "
+               "in place, as FSDP2 does)")
+        if self.demotions >= MAX_DEMOTIONS:
+            return self._stop(args, f"{why}, after {self.demotions} demotions; from now on")
+        self.demotions += 1
+        assert self.keyed is not None
+        self.keyed = tuple(i for i in self.keyed if i not in moved)
+        self.spec = dataclasses.replace(self.spec or CaptureSpec(), static_input_indices=self.keyed, also_static=())
+        log.info("CudaGraphRunner: %s; copied into the graph's memory at each replay from now on", why)
+        self.first = None
+        for table in (self.sites, self.seen, self.built_at):
+            table.clear()
+        self.shared.clear()
+        return self(args)
+
     def __call__(self, args: list[Any]) -> tuple[Any, ...]:
         if self.uncaptured:
             return tuple(self.call(args))
@@ -156,9 +182,10 @@ class _CallSites:
                             "without a CUDA graph (logged once)", self.max_sites)
             return tuple(self.call(args))
         storages = self._storages(args)
-        if self.built_at.get(storages, ptrs) != ptrs:  # a built site's static tensors, re-allocated
-            return self._stop(args, "static inputs came back at new addresses as the same tensors (storage "
-                                    "re-allocated in place, as FSDP2 does); from now on")
+        built = self.built_at.get(storages, ptrs)
+        if built != ptrs:  # a built site's static tensors, re-allocated
+            assert self.keyed is not None
+            return self._demote(args, [i for i, a, b in zip(self.keyed, built, ptrs, strict=True) if a != b])
         if self.first is not None or self.policy.borrow_inputs:  # captured when the same tensors come back
             before = self.seen.get(site)
             if before != storages:
