@@ -152,10 +152,6 @@ def test_gpu_segmented_training_replays_and_matches_eager(runners: list[Any]) ->
     assert forward, [(s.name, s.cuda_graph_segments) for s in COMPILED]
     assert any("captured (" in ln and "uncaptured" not in ln for s in forward for ln in s.cuda_graph_segments)
     assert any(r.graph is not None for r in runners)
-    # the segmented forward returns the parameters it saved as themselves (no copies), so the
-    # backward's static inputs stay put and its graph is captured (training graphs hold no outputs)
-    assert any(r.graph is not None and not r.hold_outputs for r in runners), [
-        (r.hold_outputs, r.capture_error) for r in runners]
 
 
 class MLP(torch.nn.Module):

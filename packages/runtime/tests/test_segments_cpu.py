@@ -114,7 +114,6 @@ class _EmulatedGraph:
         self.call = call
         inputs = list(example_inputs)
         self.static = set(spec.static_input_indices or ())
-        self.static_indices = tuple(sorted(self.static))
         self.buffers = dict(policy.input_buffers or {})
         self.first_outputs: tuple[Any, ...] | None = tuple(call(list(inputs)))
         self._static_inputs = list(inputs)
@@ -238,47 +237,3 @@ def test_also_static_inputs_are_used_in_place(monkeypatch: pytest.MonkeyPatch) -
         (graph,) = _EmulatedGraph.made
         assert graph.static == static
         assert (graph._static_inputs[2] is running) == bool(also)
-
-
-def test_a_returned_static_input_is_the_callers_own_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A training forward returns the parameters it read (saved for the backward). Returned from
-    a segmented graph, a parameter, or a module buffer in `also_static`, is the caller's tensor
-    itself at every call: a clone would hand the backward a new tensor each step (more memory,
-    and a static input at a new address, so the backward's graph would never replay). What lives
-    in the graph's own memory (a segment's output) is still cloned."""
-    import coil.runtime.segments as segments
-
-    _EmulatedGraph.made = []
-    monkeypatch.setattr(segments, "CudaGraphRunner", _EmulatedGraph)
-
-    def seg0(args: list[Any]) -> tuple[Any, ...]:
-        x, w, running = args
-        args.clear()
-        return (x * w + running,)
-
-    def seg1(args: list[Any]) -> tuple[Any, ...]:
-        (a,) = args
-        args.clear()
-        return (torch.tensor(a.sum().item()),)
-
-    plan = {
-        "inputs": ("x", "w", "running"),
-        "segments": [
-            {"fn": seg0, "capture": True, "inputs": ("x", "w", "running"), "outputs": ("a",), "launches": 1,
-             "why": None},
-            {"fn": seg1, "capture": False, "inputs": ("a",), "outputs": ("b",), "launches": 1, "why": "sync"},
-        ],
-        "returns": (("ref", "b"), ("ref", "a"), ("ref", "w"), ("ref", "running")),
-    }
-    run = SegmentedRunner(plan, capture=True, also_static=[2])
-    w = torch.nn.Parameter(torch.randn(4), requires_grad=False)
-    running = torch.randn(4)
-    for _ in range(3):
-        x = torch.randn(4)
-        b, a, w_out, running_out = run([x, w, running])
-        assert w_out is w and running_out is running
-        torch.testing.assert_close(a, x * w + running)
-        torch.testing.assert_close(b, (x * w + running).sum())
-    (graph,) = _EmulatedGraph.made
-    assert graph.static == {1, 2}
-    assert a.data_ptr() != graph.graph_outputs[0].data_ptr(), "the segment's own output is cloned"

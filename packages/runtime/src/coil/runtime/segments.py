@@ -28,9 +28,7 @@ first call (which runs eagerly as the runners' warm-ups and returns that result)
 - segment runners return their static outputs uncloned (`clone_outputs=False`): segments inside
   one call consume them before the next replay. The values returned to the caller follow
   CudaGraphRunner's aliasing rule: with `clone_outputs=True` (default) every returned tensor
-  whose storage belongs to a captured segment (its static outputs or copied-input buffers) is
-  cloned; a static input returned (a training forward saves the parameters it read) is the
-  caller's own tensor, returned as itself;
+  whose storage belongs to a captured segment (its static outputs or input buffers) is cloned;
 - the worth-it rule (`launches=`) applies per segment: a segment whose copies cost more than its
   launches save runs uncaptured.
 
@@ -172,14 +170,9 @@ class SegmentedRunner:
                 lines.append(f"segment {k}: eager ({seg['why'] or 'capture off'})")
             elif runner is not None and runner.graph is not None:
                 lines.append(f"segment {k}: captured ({seg['launches']} launches)")
-                # the graph's own memory: its outputs and copied-input buffers, never a static
-                # input (a parameter the graph returns, as a forward saves it, is the caller's own)
-                static = set(runner.static_indices)
-                caller = {_storage(t) for i, t in enumerate(runner._static_inputs) if i in static}
-                own = [t for i, t in enumerate(runner._static_inputs) if i not in static]
-                for t in (*own, *runner.graph_outputs):
-                    if isinstance(t, torch.Tensor) and _storage(t) not in caller:
-                        self._static_storages.add(_storage(t))
+                for t in (*runner.graph_outputs, *runner._static_inputs):
+                    if isinstance(t, torch.Tensor):
+                        self._static_storages.add(t.untyped_storage().data_ptr())
             else:
                 why = runner.capture_error if runner is not None else self._direct.get(k, "not run")
                 lines.append(f"segment {k}: uncaptured ({why})")
@@ -190,11 +183,6 @@ class SegmentedRunner:
     def _clone_if_static(self, v: Any) -> Any:
         import torch
 
-        if isinstance(v, torch.Tensor) and _storage(v) in self._static_storages:
+        if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() in self._static_storages:
             return v.clone()
         return v
-
-
-def _storage(t: Any) -> int:
-    """The address of `t`'s storage (its memory, whichever tensor is over it)."""
-    return int(t.untyped_storage().data_ptr())
