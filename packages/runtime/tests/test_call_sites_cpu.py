@@ -3,8 +3,8 @@ directly, with CudaGraphRunner replaced by a stand-in that runs the call (no CUD
 oracle is the rule itself: a site is the static inputs' addresses (and, with `by_shape`, the
 sizes); the first site builds at its first call (at its second under `borrow_inputs`), any other
 when it comes back with the same storages; a site met with other storages at its addresses is
-keyed by the storages too; a built site's tensors met at other addresses become copied inputs
-(past MAX_DEMOTIONS, the captures stop); `max_sites` bounds the sites. The GPU twin with real
+keyed by the storages too; a built site's tensors met at other addresses make every static input
+a copied input, the sites keyed by their storages; `max_sites` bounds the sites. The GPU twin with real
 captures is test_gpu_call_sites.py."""
 
 from __future__ import annotations
@@ -171,17 +171,12 @@ def test_one_layers_tensors_at_one_address_keep_one_runner(made: list[StandIn]) 
     assert len(made) == 1 and made[0].replays == 2
 
 
-def _two_weights(args: list[Any]) -> tuple[Any, ...]:
-    x, w1, w2 = args
-    args.clear()
-    return (x @ w1 @ w2,)
-
-
 def test_static_inputs_reallocated_in_place_become_copied_inputs(made: list[StandIn], relocate: Any) -> None:
     """FSDP2 frees a layer's gathered parameters (`resize_(0)` on their storage) and gathers them
     again wherever the allocator has room: the same tensors at other addresses. Once a built
-    site's tensors come back so, they are copied inputs: the runners are dropped, and one runner
-    keyed by the static inputs left (none here) serves every layer, wherever its weights are."""
+    site's tensors come back so, they are copied inputs: the runners are dropped, and a site is
+    then the weights' storage (which layer's weight, wherever it lies): one runner per layer,
+    built when its layer comes back, replayed whatever the weight's address."""
     ws = _params(2)
     run = cudagraphify(_layer, policy=ReplayPolicy(borrow_inputs=True))
     held: list[torch.Tensor] = []
@@ -192,33 +187,13 @@ def test_static_inputs_reallocated_in_place_become_copied_inputs(made: list[Stan
         for w in ws:
             x = torch.randn(2, 4)
             torch.testing.assert_close(run([x, w])[0], x @ w)
-        assert len(made) == (0 if step == 0 else 2 if step == 1 else 3), (step, len(made))
-    first_two, last = made[:2], made[2]
+        assert len(made) == (0 if step == 0 else 2 if step < 3 else 4), (step, len(made))
+    first_two, last_two = made[:2], made[2:]
     assert [m.replays for m in first_two] == [0, 0]
-    assert last.static_indices == () and last.replays == 4, "built at step 2, replayed by both layers since"
+    assert [m.static_indices for m in last_two] == [(), ()], "the weight is a copied input"
+    assert [m.replays for m in last_two] == [1, 1], "built at step 3, replayed at step 4"
     refs = [weakref.ref(m) for m in first_two]
     del first_two
     made[:2] = []
     gc.collect()
     assert all(r() is None for r in refs), "the graph holds none of the dropped runners"
-
-
-def test_inputs_moving_past_the_demotion_limit_stop_the_captures(made: list[StandIn], relocate: Any,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each demotion drops the graph's runners; past MAX_DEMOTIONS a graph whose static inputs
-    keep moving runs every later call directly and holds no runner."""
-    monkeypatch.setattr(call_sites, "MAX_DEMOTIONS", 1)
-    w1, w2 = _params(2)
-    run = cudagraphify(_two_weights, policy=ReplayPolicy(borrow_inputs=True))
-    held: list[torch.Tensor] = []
-    for step in range(6):
-        if step in (2, 4):  # w1 moves at step 2 (demoted; rebuilt at step 3), w2 at step 4 (past the limit)
-            relocate(w1 if step == 2 else w2, held)
-        x = torch.randn(2, 4)
-        torch.testing.assert_close(run([x, w1, w2])[0], x @ w1 @ w2)
-        assert len(made) == (0 if step == 0 else 1 if step in (1, 2) else 2), (step, len(made))
-    assert made[1].static_indices == (2,) and made[1].replays == 0
-    refs = [weakref.ref(m) for m in made]
-    made.clear()
-    gc.collect()
-    assert all(r() is None for r in refs), "the graph holds none of its runners"

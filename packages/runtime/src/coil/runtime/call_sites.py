@@ -18,16 +18,13 @@ from coil.runtime.cudagraph import BoxedCall, CudaGraphRunner
 from coil.runtime.cudagraph_options import CaptureSpec, ReplayPolicy
 from coil.runtime.graph_inputs import input_roles
 
-__all__ = ["MAX_DEMOTIONS", "MAX_SITES", "cudagraphify"]
+__all__ = ["MAX_SITES", "cudagraphify"]
 
 log = logging.getLogger("coil.runtime")
 
 # call sites (sets of static-input addresses) one compiled graph captures before it runs new
 # ones uncaptured: a graph per layer of the deepest models people run, with room to spare
 MAX_SITES = 256
-# times a graph turns static inputs that moved into copied ones before it stops capturing: a
-# layer's gathered parameters move together, so one demotion per graph is the usual case
-MAX_DEMOTIONS = 2
 
 
 def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: ReplayPolicy | None = None,
@@ -50,14 +47,15 @@ def cudagraphify(call: BoxedCall, spec: CaptureSpec | None = None, policy: Repla
     it reads are the same; the outputs it hands out are its own). Static inputs that come back as
     the storages of a built site at other addresses (re-allocated in place: FSDP2 frees a layer's
     gathered parameters with `resize_` and gathers them again wherever the allocator has room)
-    would make a new site every call: those inputs stop being static. The graph drops its runners
-    and starts again with them as copied inputs (copied into the graph's memory at each replay,
-    as any activation is), keyed by the static inputs left (logged once). A graph demotes inputs so
-    at most `MAX_DEMOTIONS` times; past that it stops capturing and runs `call` directly from then
-    on (logged once). With `policy.borrow_inputs`
-    (training graphs) the first site waits for its second call too: a step's graphs are then
-    captured together in the second step, and each backward reads its forward's captured outputs
-    in place (captured while its forward ran uncaptured, it would copy them in every replay).
+    would make a new site every call: its static inputs stop being static (all of them: a layer's
+    other gathered parameters move at other calls). The graph drops its runners and starts again
+    with them as copied inputs (copied into the graph's memory at each replay, as any activation
+    is); a site is then their storages (which layer's tensors they are, wherever they lie), so
+    each layer still captures a graph of its own and hands out outputs of its own (logged once).
+    With `policy.borrow_inputs` (training graphs) the first site waits for its second call too: a
+    step's graphs are then captured together in the second step, and each backward reads its
+    forward's captured outputs in place (captured while its forward ran uncaptured, it would copy
+    them in every replay).
 
     A new site captures into the first site's memory pool (a borrowing runner into its lender's),
     so the sites' scratch memory is held once, not once per site, and the pool rules of this
@@ -89,7 +87,7 @@ class _CallSites:
         self.seen: dict[tuple[Any, ...], tuple[int, ...]] = {}  # sites met once -> their static storages
         self.shared: set[tuple[Any, ...]] = set()  # sites met with other storages at the same addresses
         self.built_at: dict[tuple[int, ...], tuple[int, ...]] = {}  # built sites' static storages -> addresses
-        self.demotions = 0
+        self.demoted: tuple[int, ...] = ()  # former static inputs, copied in; their storages key the sites
 
     def _build(self, args: list[Any], site: tuple[Any, ...], storages: tuple[int, ...],
                ptrs: tuple[int, ...]) -> tuple[Any, ...]:
@@ -120,6 +118,8 @@ class _CallSites:
     def _site(self, args: list[Any], ptrs: tuple[int, ...]) -> tuple[Any, ...]:
         """The call site of `args`, whose static inputs are at `ptrs`."""
         site: tuple[Any, ...] = ptrs
+        if self.demoted:  # which layer's tensors these are, wherever they lie now
+            site += tuple(int(args[i].untyped_storage()._cdata) for i in self.demoted)
         if self.by_shape:
             import torch
 
@@ -136,18 +136,16 @@ class _CallSites:
         return tuple(self.call(args))
 
     def _demote(self, args: list[Any], moved: list[int]) -> tuple[Any, ...]:
-        """Static inputs `moved` came back at new addresses as the same tensors: copied inputs
-        from now on, every runner dropped, the sites keyed by the static inputs left; this call
-        then goes through as a first call. Past MAX_DEMOTIONS, no captures from now on."""
-        why = (f"static inputs {moved} came back at new addresses as the same tensors (storage re-allocated "
-               "in place, as FSDP2 does)")
-        if self.demotions >= MAX_DEMOTIONS:
-            return self._stop(args, f"{why}, after {self.demotions} demotions; from now on")
-        self.demotions += 1
+        """Static inputs `moved` came back at new addresses as the same tensors: every static
+        input is a copied input from now on (the others are gathered the same way and move at
+        other calls), every runner dropped, the sites keyed by the demoted inputs' storages; this
+        call then goes through as a first call. Happens once: no static input is left."""
         assert self.keyed is not None
-        self.keyed = tuple(i for i in self.keyed if i not in moved)
-        self.spec = dataclasses.replace(self.spec or CaptureSpec(), static_input_indices=self.keyed, also_static=())
-        log.info("CudaGraphRunner: %s; copied into the graph's memory at each replay from now on", why)
+        log.info("CudaGraphRunner: static inputs %s came back at new addresses as the same tensors (storage "
+                 "re-allocated in place, as FSDP2 does); all %d static inputs are copied into the graph's memory "
+                 "at each replay from now on", moved, len(self.keyed))
+        self.demoted, self.keyed = self.keyed, ()
+        self.spec = dataclasses.replace(self.spec or CaptureSpec(), static_input_indices=(), also_static=())
         self.first = None
         for table in (self.sites, self.seen, self.built_at):
             table.clear()
