@@ -70,6 +70,12 @@ FORMS = {
     "to_device": Form(lambda x, s: x + s.to(x.device), lambda d: (_x(d), torch.tensor(1.5)),  # .cuda() on a GPU
                       copies_to_gpu=True),
     "sliding_window": Form(SlidingWindowMask(), lambda d: (torch.randn(2, 6, 6, device=d),), literal="3"),
+    # a CPU constant moved to the graph's device (DeBERTa-v2's log buckets: `torch.tensor(mid - 1)
+    # .type_as(relative_pos)`; made with `full` here, which fake tracing keeps off the device)
+    "constant_moved": Form(lambda r: torch.where((r < 4) & (r > -4), torch.full((), 3, dtype=torch.int64).to(r.device),
+                                                 r.abs()),
+                           lambda d: (torch.arange(-8, 8, device=d).view(4, 4),), literal="3"),
+    "constant_moved_scale": Form(lambda x: x * torch.full((), 0.25).to(x.device), lambda d: (_x(d),), literal="0.25"),
 }
 
 

@@ -13,8 +13,10 @@ pointers of its own device. So lowering decides:
 2. A kernel never reads a buffer of another device (`place_reads`). A read of a one-element CPU
    buffer whose value is known at compile time (a constant, or a pure ATen op of known values:
    `lift_fresh_copy` of `torch.tensor(0.5)`, `scalar_tensor`) becomes that value, a literal of
-   the kernel; the ATen calls that computed it are dropped when nothing else reads them
-   (`foldable`). Any other read (a CPU 0-d graph input, a value computed at run time, a CPU index
+   the kernel; so does a read of a copy of such a value to the kernel's device
+   (`torch.tensor(3).type_as(x)`, `.to(x.device)`: `device_copy`); the ATen calls that computed
+   it are dropped when nothing else reads them (`foldable`), so no copy step is left to split a
+   CUDA graph. Any other read (a CPU 0-d graph input, a value computed at run time, a CPU index
    tensor) goes to a copy on the kernel's device made by an explicit wrapper step,
    `aten._to_copy(..., device=...)`, once per buffer and call, before the first reader: an ATen
    step the CUDA-graph capture rule sees (coil.scheduler.capture, rule 3), where a value read on
@@ -90,9 +92,11 @@ def off_device(node: torch.fx.Node, device: torch.device) -> bool:
 
 
 def foldable(op: Operation) -> bool:
-    """Is `op` an ATen call computing one CPU element from CPU tensors that can run at compile
-    time (deterministic, no mutation, no side effect)? Lowering folds its value into the kernels
-    of other devices that read it, and drops it when nothing else reads it."""
+    """Is `op` an ATen call computing one element from CPU tensors that can run at compile time
+    (deterministic, no mutation, no side effect), its result on the CPU or a copy of it to
+    another device (`device_copy`)? Lowering folds its value into the kernels that read it (of
+    other devices for a CPU result, of the copy's device for a copy), and drops it when nothing
+    else reads it."""
     if not isinstance(op, ExternKernel) or op.mutates or not isinstance(op.results, Buffer):
         return False
     k = op.kernel
@@ -101,7 +105,15 @@ def foldable(op: Operation) -> bool:
     if any(t in k.tags for t in _RUN_TIME_TAGS) or k._schema.name.startswith(_SIDE_EFFECT_PREFIXES):
         return False
     layout = op.results.layout
-    return (layout.device.type == "cpu" and layout.numel == 1
+    return ((layout.device.type == "cpu" or device_copy(op)) and layout.numel == 1
+            and all(t.layout.device.type == "cpu" for t in op.tensor_args()))
+
+
+def device_copy(op: ExternKernel) -> bool:
+    """Is `op` a copy of CPU values to another device (`aten._to_copy` with `device=`: what
+    `.to(device)`, `.cuda()` and `type_as` of a tensor on that device trace to)?"""
+    dev = op.kwargs.get("device")
+    return (op.kernel is torch.ops.aten._to_copy.default and isinstance(dev, torch.device) and dev.type != "cpu"
             and all(t.layout.device.type == "cpu" for t in op.tensor_args()))
 
 
@@ -122,8 +134,11 @@ def place_reads(graph: LoweredGraph, fresh: Callable[[str], str]) -> list[Operat
 
         def place(ld: Load, device: torch.device = device, op: Operation = op) -> Value | None:
             buf = buffers.get(ld.buffer)
-            if buf is None or same_device(buf.layout.device, device):
+            if buf is None:
                 return None
+            if same_device(buf.layout.device, device):  # a known CPU element copied here: its value
+                value = known.get(ld.buffer) if known.copied(ld.buffer) else None
+                return _literal(value, ld) if value is not None else None
             value = known.get(ld.buffer) if buf.layout.device.type == "cpu" else None
             if value is not None:
                 return _literal(value, ld)
@@ -169,6 +184,11 @@ class _Known:
         self.writers = {b.name: op for op in graph.operations if isinstance(op, ExternKernel) for b in op.outputs}
         self.memo: dict[str, torch.Tensor | None] = {}
 
+    def copied(self, name: str) -> bool:
+        """Is buffer `name` made by a one-element copy of CPU values to another device?"""
+        op = self.writers.get(name)
+        return op is not None and device_copy(op) and foldable(op)
+
     def get(self, name: str) -> torch.Tensor | None:
         """Buffer `name`'s value, or None when it is only known at run time."""
         if name not in self.memo:
@@ -205,6 +225,8 @@ def _evaluate(op: ExternKernel, known: Callable[[str], torch.Tensor | None]) -> 
 
     try:
         args, kwargs = arg(op.args), {k: arg(v) for k, v in op.kwargs.items()}
+        if device_copy(op):  # the copy's value, kept on the host
+            kwargs["device"] = torch.device("cpu")
         with unset_fake_temporarily(), torch.no_grad():
             value = op.kernel(*args, **kwargs)
     except Exception:  # an unknown input, or an op that does not run here: read at run time
