@@ -147,6 +147,32 @@ def test_cpu_constant_arithmetic_folds(ir: Any) -> None:
     _same(ir, _evaluate_on_cpu(ir, g, [x]), f(x))
 
 
+def test_a_cpu_constant_moved_to_the_device_is_a_literal(ir: Any) -> None:
+    """`torch.tensor(c).type_as(x)` / `.to(x.device)` (DeBERTa-v2's log buckets): the copy of a
+    known element is read as that element, converted as the copy converts it, and the copy step
+    is dropped (no ATen step left to split a CUDA graph); a copy the graph returns stays."""
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor]:
+        c = torch.full((), 3, dtype=torch.int64).to(x.device, torch.float16)
+        return (x * c,)
+
+    def g_(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c = torch.full((), 0.25).to(x.device)
+        return x + c, c
+
+    x = torch.randn(4, 8)
+    g = _lower(ir, f, x)
+    _check_placement(g)
+    assert 3.0 in _literals(g) and not _copies(g)
+    assert not [op for op in g.operations if isinstance(op, L.ExternKernel)]
+    _same(ir, _evaluate_on_cpu(ir, g, [x]), f(x))
+    g = _lower(ir, g_, x)
+    _check_placement(g)
+    assert 0.25 in _literals(g) and len(_copies(g)) == 1, "read as a literal, kept as an output"
+    assert g.outputs[1].layout.device == CUDA
+    _same(ir, _evaluate_on_cpu(ir, g, [x]), g_(x))
+
+
 def test_sliding_window_mask_of_a_cpu_constant(ir: Any) -> None:
     window = 3  # transformers builds torch.tensor(self.sliding_window) without a device
 
