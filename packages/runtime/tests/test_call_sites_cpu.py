@@ -4,8 +4,8 @@ oracle is the rule itself: a site is the static inputs' addresses (and, with `by
 sizes); the first site builds at its first call (at its second under `borrow_inputs`), any other
 when it comes back with the same storages; a site met with other storages at its addresses is
 keyed by the storages too; a built site's tensors met at other addresses make every static input
-a copied input, the sites keyed by their storages; `max_sites` bounds the sites. The GPU twin with real
-captures is test_gpu_call_sites.py."""
+a copied input, the sites keyed by their storages; `max_sites` bounds the sites. The GPU twin
+with real captures is test_gpu_call_sites.py."""
 
 from __future__ import annotations
 
