@@ -1,7 +1,7 @@
 """Where the GPU time goes: Inductor vs coil on one model, kernel by kernel (torch.profiler).
 
     python bench/profile_model.py OUT_DIR CASE [--top N] [--only MODE[,MODE...]] [--cprofile N] [--host N]
-                                  [--runners]
+                                  [--runners] [--replay-split]
         (CASE: a `coil bench` model case, e.g. gpt2_infer_bf16, bert_base_train_amp;
          MODE: a `coil bench` mode other than eager; default inductor,coil)
 
@@ -14,16 +14,23 @@ call (torch.profiler's CPU activity: what an extern call does on the host). With
 --debug-dir the coil runs also write their debug folders (COIL_DEBUG_DIR) under OUT_DIR. With
 --runners, coil's runtime logs at INFO (why a call ran without its CUDA graph, copies made before
 a replay), and after the iterations each live CUDA-graph runner prints one line: captured or not,
-its uncaptured calls, the outputs it copied away before a replay, and its memory pool.
+its uncaptured calls, the outputs it copied away before a replay, and its memory pool. With
+--replay-split, coil's modes also run 30 warm steps with wall-clock timers around the CUDA-graph
+runtime's entry points (REPLAY_PATH: a call site's call, and inside it the runner's checks, input
+copies, replay and hand-outs), printed as milliseconds a step and microseconds a call: where the
+host time of a host-bound step goes, in plain Python time (no profiler's overhead).
 """
 
 from __future__ import annotations
 
 import cProfile
+import importlib
 import io
 import pstats
 import sys
 import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,9 @@ from coil.knobs import knobs
 from torch.profiler import ProfilerActivity, profile
 
 ITERS = 5
+# the CUDA-graph runtime's replay path, outermost first: (module under coil.runtime, class, method)
+REPLAY_PATH = (("call_sites", "_CallSites", "__call__"), ("cudagraph", "CudaGraphRunner", "_replay_blocker"),
+               ("cudagraph", "CudaGraphRunner", "_copy_inputs_in"), ("cudagraph", "CudaGraphRunner", "_replayed_outputs"))
 
 
 def _model(case: str) -> tuple[Any, Any]:
@@ -94,6 +104,45 @@ def cprofile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
     stats.dump_stats(str(out / f"{name}.pstats"))
 
 
+def _timed(fn: Callable[..., Any], key: str, spent: dict[str, float], calls: Counter[str]) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[key] += time.perf_counter() - t0
+            calls[key] += 1
+    return timed
+
+
+def replay_split(name: str, step: Any, model: Any, steps: int = 30) -> None:
+    """`steps` warm steps with wall-clock timers around REPLAY_PATH's methods (patched for these
+    steps only): each method's milliseconds a step and microseconds a call; the timers nest."""
+    spent: dict[str, float] = defaultdict(float)
+    calls: Counter[str] = Counter()
+    saved = []
+    for mod, cls, meth in REPLAY_PATH:
+        owner = getattr(importlib.import_module(f"coil.runtime.{mod}"), cls)
+        saved.append((owner, meth, getattr(owner, meth)))
+        setattr(owner, meth, _timed(getattr(owner, meth), f"{cls}.{meth}", spent, calls))
+    try:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(model)
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / steps * 1e3
+    finally:
+        for owner, meth, fn in saved:
+            setattr(owner, meth, fn)
+    print(f"\n=== {name}: replay path, {wall:.2f} ms a step over {steps} steps")
+    for _, cls, meth in REPLAY_PATH:
+        key = f"{cls}.{meth}"
+        n = calls[key] / steps
+        per = spent[key] / calls[key] * 1e6 if calls[key] else 0.0
+        print(f"  {key:36s} {spent[key] / steps * 1e3:7.2f} ms a step, {n:5.0f} calls, {per:7.1f} us a call")
+
+
 def runners_report(name: str) -> None:
     """One line per live CUDA-graph runner (coil.runtime.CudaGraphRunner), grouped by pool."""
     lines = runner_lines()
@@ -130,6 +179,8 @@ def main() -> None:
             cprofile_one(f"{kind}-{comp}", step, cm, out, cprof)
         if host:
             host_one(f"{kind}-{comp}", step, cm, host)
+        if "--replay-split" in sys.argv and is_coil(comp):
+            replay_split(f"{kind}-{comp}", step, cm)
         if "--runners" in sys.argv and is_coil(comp):
             runners_report(f"{kind}-{comp}")
 
