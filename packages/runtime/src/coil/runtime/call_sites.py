@@ -107,9 +107,12 @@ class _CallSites:
         assert out is not None
         return out
 
-    def _storages(self, args: list[Any]) -> tuple[int, ...]:
-        assert self.keyed is not None
-        return tuple(int(args[i].untyped_storage()._cdata) for i in self.keyed)
+    def _storages(self, args: list[Any], indices: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        """The storages (`_cdata`) of `args` at `indices`, by default the static inputs."""
+        if indices is None:
+            assert self.keyed is not None
+            indices = self.keyed
+        return tuple(int(args[i].untyped_storage()._cdata) for i in indices)
 
     def _ptrs(self, args: list[Any]) -> tuple[int, ...]:
         assert self.keyed is not None
@@ -119,7 +122,7 @@ class _CallSites:
         """The call site of `args`, whose static inputs are at `ptrs`."""
         site: tuple[Any, ...] = ptrs
         if self.demoted:  # which layer's tensors these are, wherever they lie now
-            site += tuple(int(args[i].untyped_storage()._cdata) for i in self.demoted)
+            site += self._storages(args, self.demoted)
         if self.by_shape:
             import torch
 
