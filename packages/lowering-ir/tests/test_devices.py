@@ -81,17 +81,22 @@ def _same(ir: Any, got: list[Any], want: Any) -> None:
     ir.assert_same(got, [w.cpu() if isinstance(w, torch.Tensor) else w for w in want])
 
 
+def _folded_away(ir: Any, f: Callable[..., Any], x: torch.Tensor, literal: object) -> None:
+    """`f(x)` lowers to kernels that read `literal` where the program had a CPU value, with no
+    copy and no ATen step left (the calls that computed it dropped), and equals eager."""
+    g = _lower(ir, f, x)
+    _check_placement(g)
+    assert literal in _literals(g) and not _copies(g)
+    assert not [op for op in g.operations if isinstance(op, L.ExternKernel)]
+    _same(ir, _evaluate_on_cpu(ir, g, [x]), f(x))
+
+
 def test_a_cpu_constant_times_a_cuda_tensor_is_a_literal(ir: Any) -> None:
     def f(x: torch.Tensor) -> tuple[torch.Tensor]:
         return (x * torch.tensor(0.5),)
 
-    x = torch.randn(4, 8)
-    g = _lower(ir, f, x)
-    _check_placement(g)
-    assert 0.5 in _literals(g) and not _copies(g)
     # the lift_fresh_copy whose value the kernel took is dropped: no CPU step left
-    assert not [op for op in g.operations if isinstance(op, L.ExternKernel)]
-    _same(ir, _evaluate_on_cpu(ir, g, [x]), f(x))
+    _folded_away(ir, f, torch.randn(4, 8), 0.5)
 
 
 def test_where_with_a_cpu_constant(ir: Any) -> None:
@@ -139,12 +144,7 @@ def test_cpu_constant_arithmetic_folds(ir: Any) -> None:
     def f(x: torch.Tensor) -> tuple[torch.Tensor]:
         return (x + torch.tensor(3) * 2,)  # an ATen op of a known value: evaluated while lowering
 
-    x = torch.randn(4, 8)
-    g = _lower(ir, f, x)
-    _check_placement(g)
-    assert 6 in _literals(g) and not _copies(g)
-    assert not [op for op in g.operations if isinstance(op, L.ExternKernel)]
-    _same(ir, _evaluate_on_cpu(ir, g, [x]), f(x))
+    _folded_away(ir, f, torch.randn(4, 8), 6)
 
 
 def test_a_cpu_constant_moved_to_the_device_is_a_literal(ir: Any) -> None:
@@ -161,11 +161,7 @@ def test_a_cpu_constant_moved_to_the_device_is_a_literal(ir: Any) -> None:
         return x + c, c
 
     x = torch.randn(4, 8)
-    g = _lower(ir, f, x)
-    _check_placement(g)
-    assert 3.0 in _literals(g) and not _copies(g)
-    assert not [op for op in g.operations if isinstance(op, L.ExternKernel)]
-    _same(ir, _evaluate_on_cpu(ir, g, [x]), f(x))
+    _folded_away(ir, f, x, 3.0)
     g = _lower(ir, g_, x)
     _check_placement(g)
     assert 0.25 in _literals(g) and len(_copies(g)) == 1, "read as a literal, kept as an output"

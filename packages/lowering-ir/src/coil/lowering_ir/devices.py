@@ -110,11 +110,11 @@ def foldable(op: Operation) -> bool:
 
 
 def device_copy(op: ExternKernel) -> bool:
-    """Is `op` a copy of CPU values to another device (`aten._to_copy` with `device=`: what
-    `.to(device)`, `.cuda()` and `type_as` of a tensor on that device trace to)?"""
+    """Is `op` a copy to a device other than the CPU (`aten._to_copy` with `device=`: what
+    `.to(device)`, `.cuda()` and `type_as` of a tensor on that device trace to)? Of CPU values
+    when `foldable(op)` holds too."""
     dev = op.kwargs.get("device")
-    return (op.kernel is torch.ops.aten._to_copy.default and isinstance(dev, torch.device) and dev.type != "cpu"
-            and all(t.layout.device.type == "cpu" for t in op.tensor_args()))
+    return op.kernel is torch.ops.aten._to_copy.default and isinstance(dev, torch.device) and dev.type != "cpu"
 
 
 def place_reads(graph: LoweredGraph, fresh: Callable[[str], str]) -> list[Operation]:
