@@ -19,7 +19,7 @@ log = logging.getLogger("coil.runtime")
 
 _SIDE_STREAMS: dict[int, Any] = {}
 _BLAS_READY: set[tuple[int, int]] = set()  # (thread, device) whose side-stream cuBLAS workspace exists
-_LAST_REPLAY: dict[int, Any] = {}  # device index -> the stream of the last replay on it
+_LAST_REPLAY: dict[int, tuple[int, Any]] = {}  # device index -> the last replay's stream (raw handle, object)
 
 
 def side_stream(device: torch.device) -> torch.cuda.Stream:
@@ -42,15 +42,19 @@ def after_last_replay(device: torch.device) -> None:
     writing the same memory (its static inputs, the table, the pool's buffers, a clone of its
     outputs), and nothing else orders the two streams. So a call from a new stream waits for all
     the work enqueued on the last one (`Stream.wait_stream`, an event on the GPU; the host does not
-    block). Calls that stay on one stream, the usual case, pay one comparison."""
+    block). Calls that stay on one stream, the usual case, pay one comparison of raw stream
+    handles (no stream object is made)."""
     import torch
 
-    current = torch.cuda.current_stream(device)
-    key = current.device_index
+    key = device.index if device.index is not None else torch.cuda.current_device()
+    raw = torch._C._cuda_getCurrentRawStream(key)
     last = _LAST_REPLAY.get(key)
-    if last is not None and last != current:
-        current.wait_stream(last)
-    _LAST_REPLAY[key] = current
+    if last is not None and last[0] == raw:
+        return
+    current = torch.cuda.current_stream(key)
+    if last is not None:
+        current.wait_stream(last[1])
+    _LAST_REPLAY[key] = (raw, current)
 
 
 def blas_workspace_apart(device: torch.device, side: torch.cuda.Stream) -> None:
