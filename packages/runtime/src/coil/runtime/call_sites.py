@@ -126,7 +126,7 @@ class _CallSites:
         if self.by_shape:
             import torch
 
-            site += tuple(tuple(a.shape) if isinstance(a, torch.Tensor)
+            site += tuple(a.shape if isinstance(a, torch.Tensor)  # a torch.Size: hashed as its tuple
                           else a if isinstance(a, (int, float, bool, type(None))) else id(a) for a in args)
         return (site, self._storages(args)) if self.shared and site in self.shared else site
 

@@ -279,6 +279,8 @@ class CudaGraphRunner:
         # outputs over a static input's memory -> (that input, its storage at the capture): rebuilt
         # over the replay's own input when that is another storage
         self._param_sources: dict[int, tuple[int, int]] = {}
+        self._cloned_idx: tuple[int, ...] = ()
+        self._borrowed_at: tuple[tuple[int, int, tuple[int, ...]], ...] | None = None  # at the first replay
         self.graph: torch.cuda.CUDAGraph | None = None
         self._static_outputs: tuple[Any, ...] = ()
         self.capture_error: Exception | None = None
@@ -308,6 +310,7 @@ class CudaGraphRunner:
         self.borrowed: tuple[int, ...] = tuple(sorted(borrowed))
         self._copy_idx: tuple[int, ...] = tuple(i for i in roles.tensors if i not in roles.static
                                                 and i not in roles.indirect)
+        self._copied_in: tuple[int, ...] = tuple(i for i in self._copy_idx if i not in borrowed)  # each replay
         self._scalars: dict[int, Any] = dict(roles.scalars)
         # a graph reading another's static outputs shares its pool (see "Shared pools")
         given = policy.pool if policy.pool is not None and (policy.hold_outputs or open_to_captures(policy.pool)) \
@@ -460,7 +463,7 @@ class CudaGraphRunner:
         import torch
 
         self._alias_idx = self._handed_out_indices(policy.handed_out)
-        join_pool(self, self._pool)
+        self._pool_position = join_pool(self, self._pool)
         static = set(self.static_indices)
         owner = {int(x.untyped_storage()._cdata): i for i, x in enumerate(self._static_inputs)
                  if i in static and isinstance(x, torch.Tensor)}
@@ -468,6 +471,9 @@ class CudaGraphRunner:
         outs = {k: int(t.untyped_storage()._cdata) for k, t in enumerate(self._static_outputs)
                 if isinstance(t, torch.Tensor)}
         self._param_sources = {k: (owner[c], c) for k, c in outs.items() if c in owner}
+        # hold_outputs=False: the tensor outputs neither handed out nor over a static input, cloned
+        # at each replay (the others come from the hand-outs or the call's inputs)
+        self._cloned_idx = tuple(k for k in outs if k not in self._alias_idx and k not in self._param_sources)
         if self._alias_idx:
             self._hand_out_static_outputs(params)
         if policy.lazy_clones and self.hold_outputs and self.clone_outputs:
@@ -555,6 +561,8 @@ class CudaGraphRunner:
         as `.grad`, a view), so that none is."""
         if self.handouts is None:
             return self._liveness is not None and bool(self._liveness.live())
+        if self.handouts.dead:  # nothing handed out since every output was found unreferenced
+            return False
         if not release:
             return bool(self.handouts.live())
         moved = self.handouts.evacuated
@@ -572,7 +580,9 @@ class CudaGraphRunner:
         member's), or None; `release`: copy away first what can be (`_handed_out_live`)."""
         if self._handed_out_live(release):
             return "an output of the previous replay is still referenced"
-        for other in later_members(self, self._pool):
+        for other in later_members(self._pool, self._pool_position):
+            if other._lazy is None and other.handouts is not None and other.handouts.dead:
+                continue  # the common case, without a call
             if other._handed_out_live(release):
                 return "a graph captured later in the same memory pool still has outputs in use"
             why = other._lazy.free() if other._lazy is not None else None  # its held outputs copied away
@@ -595,21 +605,41 @@ class CudaGraphRunner:
             why = self._outputs_in_use(release=True)
         if why is not None:
             return why
-        for i in self.borrowed:
+        if self._borrowed_at is None:
+            self._borrowed_at = self._borrowed_addresses()
+        for i, ptr, stride in self._borrowed_at:
             src = inputs[i]
+            if not isinstance(src, torch.Tensor) or src.data_ptr() != ptr or src.stride() != stride:
+                return self._misplaced(i, src)
+        return self._guard.conflict(inputs) if self._guard is not None else None
+
+    def _borrowed_addresses(self) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
+        """(input, address, strides) the graph reads each borrowed input at: a lent input's slot in
+        its lender, another's static buffer. Only these are checked before a replay: its sizes
+        and dtype are the compiled graph's own (Dynamo guards them; `by_shape` sites key them)."""
+        out = []
+        for i in self.borrowed:
             if i in self._lent:
                 lender, k = self._lent[i]
                 assert lender.handouts is not None
                 slot = lender.handouts.slots[k]
-                if not (isinstance(src, torch.Tensor) and slot.matches(src)):
-                    return (f"borrowed input {i} is not at the address the graph reads ({where(src)}; the graph "
-                            f"reads output {k} of its lender at {view_text(slot.data_ptr, slot.size, slot.stride, slot.dtype)})")
-                continue
-            dst = self._static_inputs[i]
-            if src.data_ptr() != dst.data_ptr() or src.stride() != dst.stride():
-                return (f"borrowed input {i} is not at the address the graph reads "
-                        f"({where(src)}; the graph reads {where(dst)})")
-        return self._guard.conflict(inputs) if self._guard is not None else None
+                out.append((i, slot.data_ptr, slot.stride))
+            else:
+                dst = self._static_inputs[i]
+                out.append((i, dst.data_ptr(), tuple(dst.stride())))
+        return tuple(out)
+
+    def _misplaced(self, i: int, src: Any) -> str:
+        """Why borrowed input `i` (this call's `src`) stops a replay: not where the graph reads it."""
+        if i in self._lent:
+            lender, k = self._lent[i]
+            slot = lender.handouts.slots[k] if lender.handouts is not None else None
+            reads = (view_text(slot.data_ptr, slot.size, slot.stride, slot.dtype) if slot is not None
+                     else "memory it no longer hands out")
+            return (f"borrowed input {i} is not at the address the graph reads ({where(src)}; the graph reads "
+                    f"output {k} of its lender at {reads})")
+        return (f"borrowed input {i} is not at the address the graph reads "
+                f"({where(src)}; the graph reads {where(self._static_inputs[i])})")
 
     def _copy_inputs_in(self, inputs: list[Any]) -> None:
         """Copy the copied inputs into their static buffers (skipped for the buffer itself) and
@@ -620,10 +650,8 @@ class CudaGraphRunner:
             self._in_views = _tensors_over(self._in_slots)
         dsts: list[torch.Tensor] = []
         srcs: list[torch.Tensor] = []
-        for i in self._copy_idx:
+        for i in self._copied_in:
             src = inputs[i]
-            if i in self.borrowed:
-                continue
             dst = self._in_views[i] if i in self._in_slots else self._static_inputs[i]
             if src.data_ptr() == dst.data_ptr() and src.stride() == dst.stride():
                 continue
@@ -675,10 +703,12 @@ class CudaGraphRunner:
                 outs[k] = _view_over(outs[k], src)
         alias = self._alias_idx
         if not self.hold_outputs:  # outputs over a parameter's memory: the graph's own, as uncaptured
-            fresh = self.handouts.replayed() if self.handouts is not None else {}
-            return tuple(fresh[k] if k in fresh else o if k in sources
-                         else o.clone() if isinstance(o, torch.Tensor) else o
-                         for k, o in enumerate(outs))
+            if self.handouts is not None:
+                for k, t in self.handouts.replayed().items():
+                    outs[k] = t
+            for k in self._cloned_idx:
+                outs[k] = outs[k].clone()
+            return tuple(outs)
         if not self.clone_outputs:
             return tuple(o.detach() if k in alias else o for k, o in enumerate(outs))
         lazy = self._lazy

@@ -43,9 +43,12 @@ def open_to_captures(pool: Any) -> bool:
     return True
 
 
-def join_pool(runner: CudaGraphRunner, pool: Any) -> None:
-    """Record `runner` as the latest capture in `pool`."""
-    POOL_MEMBERS.setdefault(pool, []).append(weakref.ref(runner))
+def join_pool(runner: CudaGraphRunner, pool: Any) -> int:
+    """Record `runner` as the latest capture in `pool`; its position there (members are only
+    ever appended, so it stays)."""
+    members = POOL_MEMBERS.setdefault(pool, [])
+    members.append(weakref.ref(runner))
+    return len(members) - 1
 
 
 def earlier_members(runner: CudaGraphRunner, pool: Any) -> Iterator[weakref.ref[CudaGraphRunner]]:
@@ -56,14 +59,12 @@ def earlier_members(runner: CudaGraphRunner, pool: Any) -> Iterator[weakref.ref[
         yield ref
 
 
-def later_members(runner: CudaGraphRunner, pool: Any) -> Iterator[CudaGraphRunner]:
-    """The live runners captured into `pool` after `runner`."""
-    later = False
-    for ref in POOL_MEMBERS.get(pool, ()):
-        other = ref()
-        if other is runner:
-            later = True
-        elif later and other is not None:
+def later_members(pool: Any, position: int) -> Iterator[CudaGraphRunner]:
+    """The live runners captured into `pool` after the one at `position` (`join_pool`'s)."""
+    members = POOL_MEMBERS.get(pool, ())
+    for k in range(position + 1, len(members)):
+        other = members[k]()
+        if other is not None:
             yield other
 
 
@@ -155,7 +156,7 @@ class PoolGuard:
             mine.add(ptr)
         for ref, exposed in self._exposed:
             other = ref()
-            if other is None or other.handouts is None:
+            if other is None or other.handouts is None or other.handouts.dead:
                 continue
             for k in other.handouts.live_among(exposed):
                 if other.handouts.slots[k].storage_ptr not in mine:

@@ -73,9 +73,10 @@ class Slot:
                     t.device, t.data_ptr())
 
     def matches(self, t: torch.Tensor) -> bool:
-        """Whether `t` is a tensor with exactly this slot's memory and view."""
+        """Whether `t` is a tensor with exactly this slot's memory and view. (The device is not
+        compared: under CUDA's unified virtual addressing an address names one device's memory.)"""
         return (t.data_ptr() == self.data_ptr and t.stride() == self.stride and t.shape == self.size
-                and t.dtype == self.dtype and t.device == self.device)
+                and t.dtype == self.dtype)
 
 
 class Handouts:
@@ -101,8 +102,8 @@ class Handouts:
         self._handed_held: set[int] = set()  # outputs whose last hand-out was held
         # no output referenced since the last check: none can be again before the next hand-out
         # (only `replayed` makes tensors over the slots), so `live` need not count again; a pool's
-        # every replay checks its other members, and most are dead
-        self._dead = False
+        # every replay checks its other members, and most are dead (read directly on that path)
+        self.dead = False
         self._dead_outputs: set[int] = set()  # the same, output by output (`live_among`)
 
     def release(self) -> str | None:
@@ -113,6 +114,8 @@ class Handouts:
         import torch
 
         live = self.live()
+        if not live:
+            return None
         moved: set[int] = set()
         stuck: list[int] = []
         for k in live:
@@ -157,26 +160,28 @@ class Handouts:
         """Indices of outputs whose memory a caller still references (the runner first lets go
         of the outputs it held since its last call)."""
         self._holding = []
-        if self._dead:
+        if self.dead:
             return []
         live = self._referenced()
-        self._dead = not live
+        self.dead = not live
         return live
 
     def live_among(self, indices: Sequence[int]) -> list[int]:
         """`live()` asked of `indices` alone (each an output of this runner): a pool member's
         replay checks only the outputs of earlier members it did not keep clear of, and counting
         every output of every earlier member made each replay's check grow with the pool. An
-        output found dead is not counted again before the next hand-out (as `_dead`)."""
+        output found dead is not counted again before the next hand-out (as `dead`)."""
         self._holding = []
-        if self._dead:
+        if self.dead:
             return []
         dead = self._dead_outputs
         live = []
+        replaying = self._weak is None
+        cdata, baseline, count = self._cdata, self._baseline, use_count  # `_is_referenced`, inlined
         for k in indices:
             if k in dead:
                 continue
-            if self._is_referenced(k):
+            if count(cdata[k]) > baseline[cdata[k]] if replaying else self._is_referenced(k):
                 live.append(k)
             else:
                 dead.add(k)
@@ -185,11 +190,14 @@ class Handouts:
     def in_use(self) -> bool:
         """Whether a caller may still reference an output's memory; unlike `live`, the outputs the
         runner holds since its last call count (it keeps them), so the answer errs toward True."""
-        return not self._dead and bool(self._referenced())
+        return not self.dead and bool(self._referenced())
 
     def _referenced(self) -> list[int]:
         """Indices of outputs whose memory something beyond the runner references now."""
-        return [k for k in self.slots if self._is_referenced(k)]
+        if self._weak is not None:
+            return [k for k in self.slots if self._is_referenced(k)]
+        cdata, baseline, count = self._cdata, self._baseline, use_count  # `_is_referenced`, inlined
+        return [k for k, c in cdata.items() if count(c) > baseline[c]]
 
     def _is_referenced(self, k: int) -> bool:
         """Whether something beyond the runner references output `k`'s memory now."""
@@ -213,8 +221,10 @@ class Handouts:
         if self._weak is not None:
             self._weak = None
             self._over_slots()
-        self._dead = False
+        self.dead = False
         self._dead_outputs = set()
+        if not (self.held or self.cloned):  # the usual case: new tensor objects, nothing kept
+            return {k: b.detach() for k, b in self._bases.items()}
         out = {k: b.clone() if k in self.cloned else b.detach() for k, b in self._bases.items()}
         self._handed_held = self.held - self.cloned
         self._holding = [out[k] for k in self._handed_held]
