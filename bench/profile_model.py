@@ -16,9 +16,10 @@ call (torch.profiler's CPU activity: what an extern call does on the host). With
 a replay), and after the iterations each live CUDA-graph runner prints one line: captured or not,
 its uncaptured calls, the outputs it copied away before a replay, and its memory pool. With
 --replay-split, coil's modes also run 30 warm steps with wall-clock timers around the CUDA-graph
-runtime's entry points (REPLAY_PATH: a call site's call, and inside it the runner's checks, input
-copies, replay and hand-outs), printed as milliseconds a step and microseconds a call: where the
-host time of a host-bound step goes, in plain Python time (no profiler's overhead).
+runtime's entry points (REPLAY_PATH: a call site's call, and inside it the site's key, the
+runner's checks, stream order, input copies and table, the graph's replay and the hand-outs),
+printed as milliseconds a step and microseconds a call: where the host time of a host-bound step
+goes, in plain Python time (no profiler's overhead).
 """
 
 from __future__ import annotations
@@ -40,9 +41,18 @@ from coil.knobs import knobs
 from torch.profiler import ProfilerActivity, profile
 
 ITERS = 5
-# the CUDA-graph runtime's replay path, outermost first: (module under coil.runtime, class, method)
-REPLAY_PATH = (("call_sites", "_CallSites", "__call__"), ("cudagraph", "CudaGraphRunner", "_replay_blocker"),
-               ("cudagraph", "CudaGraphRunner", "_copy_inputs_in"), ("cudagraph", "CudaGraphRunner", "_replayed_outputs"))
+# the CUDA-graph runtime's replay path, outermost first: (module, class or "" for a module's
+# function, attribute); a function is timed where the runner calls it (the importing module)
+REPLAY_PATH = (("coil.runtime.call_sites", "_CallSites", "__call__"), ("coil.runtime.call_sites", "_CallSites", "_site"),
+               ("coil.runtime.cudagraph", "CudaGraphRunner", "_replay_blocker"),
+               ("coil.runtime.cudagraph", "CudaGraphRunner", "_outputs_in_use"),
+               ("coil.runtime.graph_pools", "PoolGuard", "conflict"),
+               ("coil.runtime.cudagraph", "", "after_last_replay"),
+               ("coil.runtime.cudagraph", "CudaGraphRunner", "_copy_inputs_in"),
+               ("coil.runtime.cudagraph", "CudaGraphRunner", "_prepare_table"),
+               ("torch.cuda.graphs", "CUDAGraph", "replay"),
+               ("coil.runtime.cudagraph", "CudaGraphRunner", "_replayed_outputs"),
+               ("coil.runtime.handouts", "Handouts", "replayed"))
 
 
 def _model(case: str) -> tuple[Any, Any]:
@@ -122,9 +132,10 @@ def replay_split(name: str, step: Any, model: Any, steps: int = 30) -> None:
     calls: Counter[str] = Counter()
     saved = []
     for mod, cls, meth in REPLAY_PATH:
-        owner = getattr(importlib.import_module(f"coil.runtime.{mod}"), cls)
+        module = importlib.import_module(mod)
+        owner = getattr(module, cls) if cls else module
         saved.append((owner, meth, getattr(owner, meth)))
-        setattr(owner, meth, _timed(getattr(owner, meth), f"{cls}.{meth}", spent, calls))
+        setattr(owner, meth, _timed(getattr(owner, meth), f"{cls or mod}.{meth}", spent, calls))
     try:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -136,11 +147,11 @@ def replay_split(name: str, step: Any, model: Any, steps: int = 30) -> None:
         for owner, meth, fn in saved:
             setattr(owner, meth, fn)
     print(f"\n=== {name}: replay path, {wall:.2f} ms a step over {steps} steps")
-    for _, cls, meth in REPLAY_PATH:
-        key = f"{cls}.{meth}"
+    for mod, cls, meth in REPLAY_PATH:
+        key = f"{cls or mod}.{meth}"
         n = calls[key] / steps
         per = spent[key] / calls[key] * 1e6 if calls[key] else 0.0
-        print(f"  {key:36s} {spent[key] / steps * 1e3:7.2f} ms a step, {n:5.0f} calls, {per:7.1f} us a call")
+        print(f"  {key:48s} {spent[key] / steps * 1e3:7.2f} ms a step, {n:5.0f} calls, {per:7.1f} us a call")
 
 
 def runners_report(name: str) -> None:
