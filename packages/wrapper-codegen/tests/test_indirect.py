@@ -108,24 +108,3 @@ def test_emitted_wrapper_writes_the_table_and_copies_misaligned_inputs() -> None
     assert int(call.indirect.table[1]) == args[1].data_ptr()
     with pytest.raises(ValueError, match="graph input 0"):
         call([torch.randn(4, 5), b, None])
-
-
-def test_the_table_is_written_only_when_an_address_changes() -> None:
-    """`prepare` writes the table (one host-to-device copy on a GPU) only when the addresses
-    differ from the ones it holds; the table holds the inputs' addresses after every call."""
-    lines = _lines(_alloc("out"), KernelCall("k0", (1,), ("a", "b", "out"), (16,)), Free("a"), Free("b"))
-    plan = plan_indirect(lines, {"a": LAY, "b": LAY}, {"k0": ("out",)}, "tbl")
-    assert plan is not None
-    src = emit_python(plan.lines, ["k0_via0_1"], [], "g", indirect=plan)
-    ns: dict[str, Any] = {}
-    exec(compile(src, "<wrapper>", "exec"), ns)
-    call = ns["make"](CPU, {}, {"k0_via0_1": lambda grid, t0, t1, out, n: None})
-    table = call.indirect
-    a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 4)
-    writes = []
-    for args in ([a, b], [a, b], [a, c], [a, c], [b, a]):
-        tbl = table.prepare([*args, None])
-        writes.append(tbl._version)
-        assert [int(v) for v in tbl] == [x.data_ptr() for x in args]
-    assert writes[1] == writes[0] and writes[3] == writes[2], "the same addresses written again"
-    assert writes[0] < writes[2] < writes[4], "new addresses not written"

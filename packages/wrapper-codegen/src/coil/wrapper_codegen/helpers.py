@@ -70,10 +70,9 @@ class PointerTable:
     wrapper is made while a graph compiles, possibly under a fake-tensor mode) after writing each
     such input's address into its slot: one host-to-device copy from pageable memory on the
     current stream, so it is staged before the call returns and ordered before the kernels that
-    read it; none when the table already holds these addresses (the last ones written). An
-    input that is not 16-byte aligned, or not laid out as the kernels assume, is first copied
-    into a tensor that is (and replaces it in `args`); one of another shape, dtype or device
-    raises ValueError. While the current stream is being captured into a CUDA graph it
+    read it. An input that is not 16-byte aligned, or not laid out as the kernels assume, is
+    first copied into a tensor that is (and replaces it in `args`); one of another shape, dtype
+    or device raises ValueError. While the current stream is being captured into a CUDA graph it
     writes nothing: the graph bakes in the table's address, and whoever replays the graph calls
     `prepare` with that replay's inputs first (coil.runtime's CUDA-graph runner does)."""
 
@@ -87,7 +86,6 @@ class PointerTable:
         self.layouts = {i: (size, stride, dtype) for i, (_, size, stride, dtype) in inputs.items()}
         self.slots = max(s for s, _, _, _ in inputs.values()) + 1
         self.table: torch.Tensor | None = None
-        self._written: list[int] = []  # the addresses the table holds (the last ones written)
 
     def prepare(self, args: list) -> torch.Tensor:  # type: ignore[type-arg]
         """The table, holding the addresses of `args`' table-read inputs (class docstring)."""
@@ -108,7 +106,5 @@ class PointerTable:
                 y.copy_(x)
                 args[i] = x = y
             ptrs[slot] = x.data_ptr()
-        if ptrs != self._written:  # the caching allocator often gives a step's inputs last step's addresses
-            self.table.copy_(torch.tensor(ptrs, dtype=torch.int64), non_blocking=cuda)
-            self._written = ptrs
+        self.table.copy_(torch.tensor(ptrs, dtype=torch.int64), non_blocking=cuda)
         return self.table
