@@ -56,9 +56,10 @@ def _expected(x: torch.Tensor, ws: list[torch.nn.Parameter]) -> tuple[torch.Tens
         return y, g
 
 
-def _checked_step(fw: Any, bw: Any, ws: list[torch.nn.Parameter], seed: int) -> None:
+def _checked_step(fw: Any, bw: Any, ws: list[torch.nn.Parameter], seed: int, copied: bool = False) -> None:
     """One training step through the layers' forward and backward graphs (the caller's
-    `cudagraphify`s), its output and input gradient checked against `_expected`."""
+    `cudagraphify`s), its output and input gradient checked against `_expected`; with `copied`
+    each backward gets a copy of its saved activation (at another address) instead."""
     x = torch.randn(ROWS, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed))
     saved, y = [], x
     for w in ws:
@@ -67,7 +68,9 @@ def _checked_step(fw: Any, bw: Any, ws: list[torch.nn.Parameter], seed: int) -> 
         del a
     g = torch.ones_like(y)
     for w in reversed(ws):
-        args = [saved.pop(), g, w]
+        a = saved.pop()
+        args = [a.clone() if copied else a, g, w]
+        del a
         del g
         (g,) = bw(args)
     want_y, want_g = _expected(x, ws)
@@ -99,6 +102,25 @@ def test_a_layer_graph_called_per_layer_captures_once_per_layer(recording: Any, 
         assert all(r.borrowed for r in made[3:]), "each backward reads its layer's saved activation in place"
     else:
         assert made[1]._pool != made[0]._pool, "no capture into a pool where a handing-out graph replayed"
+
+
+def test_a_saved_activation_given_elsewhere_runs_uncaptured_and_right(recording: Any, cache_dir: Any) -> None:
+    """A backward reads its forward's handed-out output in place. Given a copy at another address
+    instead, each backward call runs without its graph and returns the right gradient; the next
+    step, given the hand-outs again, replays every graph."""
+    ws = _weights(3)
+    fw = cudagraphify(_layer_forward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
+    bw = cudagraphify(_layer_backward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
+    with recording() as made:
+        for step in range(3):
+            _checked_step(fw, bw, ws, step)
+        assert len(made) == 6 and all(r.borrowed for r in made[3:])
+        before = [r.uncaptured_calls for r in made]
+        _checked_step(fw, bw, ws, 3, copied=True)
+        after = [r.uncaptured_calls for r in made]
+        assert after == before[:3] + [n + 1 for n in before[3:]], (before, after)
+        _checked_step(fw, bw, ws, 4)
+        assert [r.uncaptured_calls for r in made] == after, "the graphs replay again"
 
 
 def _scratch_then_output(args: list[Any]) -> tuple[Any, ...]:
