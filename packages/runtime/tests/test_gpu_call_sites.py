@@ -78,6 +78,15 @@ def _checked_step(fw: Any, bw: Any, ws: list[torch.nn.Parameter], seed: int, cop
     torch.testing.assert_close(g, want_g, rtol=1e-3, atol=1e-3)
 
 
+def _training_graphs(forward_borrows: bool) -> tuple[Any, Any]:
+    """The layer's forward and backward under the training policy (outputs handed out, the
+    backward borrowing its forward's); `forward_borrows`: the forward borrows too (coil.backend's
+    policy: its first site captures at its second call)."""
+    fw = cudagraphify(_layer_forward, policy=ReplayPolicy(borrow_inputs=forward_borrows, hold_outputs=False))
+    bw = cudagraphify(_layer_backward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
+    return fw, bw
+
+
 @pytest.mark.parametrize("forward_borrows", [True, False], ids=["training_policy", "forward_captured_first"])
 def test_a_layer_graph_called_per_layer_captures_once_per_layer(recording: Any, cache_dir: Any,
                                                                  forward_borrows: bool) -> None:
@@ -88,9 +97,8 @@ def test_a_layer_graph_called_per_layer_captures_once_per_layer(recording: Any, 
     first layer's forward has replayed before the others capture: they must not capture into
     its pool (its handed-out outputs lie in memory the allocator counts as free), and the
     results must stay right."""
+    fw, bw = _training_graphs(forward_borrows)
     ws = _weights(3)
-    fw = cudagraphify(_layer_forward, policy=ReplayPolicy(borrow_inputs=forward_borrows, hold_outputs=False))
-    bw = cudagraphify(_layer_backward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
     with recording() as made:
         for step in range(4):
             _checked_step(fw, bw, ws, step)
@@ -108,9 +116,8 @@ def test_a_saved_activation_given_elsewhere_runs_uncaptured_and_right(recording:
     """A backward reads its forward's handed-out output in place. Given a copy at another address
     instead, each backward call runs without its graph and returns the right gradient; the next
     step, given the hand-outs again, replays every graph."""
+    fw, bw = _training_graphs(forward_borrows=True)
     ws = _weights(3)
-    fw = cudagraphify(_layer_forward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
-    bw = cudagraphify(_layer_backward, policy=ReplayPolicy(borrow_inputs=True, hold_outputs=False))
     with recording() as made:
         for step in range(3):
             _checked_step(fw, bw, ws, step)
