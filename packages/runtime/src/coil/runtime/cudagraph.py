@@ -616,14 +616,14 @@ class CudaGraphRunner:
     def _borrowed_addresses(self) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
         """(input, address, strides) the graph reads each borrowed input at: a lent input's slot in
         its lender, another's static buffer. Only these are checked before a replay: its sizes
-        and dtype are the compiled graph's own (Dynamo guards them; `by_shape` sites key them)."""
+        and dtype are the compiled graph's own (Dynamo guards them; `by_shape` sites key them).
+        A lender that stopped replaying hands out fresh tensors: its slot matches no input."""
         out = []
         for i in self.borrowed:
             if i in self._lent:
                 lender, k = self._lent[i]
-                assert lender.handouts is not None
-                slot = lender.handouts.slots[k]
-                out.append((i, slot.data_ptr, slot.stride))
+                slot = lender.handouts.slots[k] if lender.handouts is not None else None
+                out.append((i, slot.data_ptr, slot.stride) if slot is not None else (i, -1, ()))
             else:
                 dst = self._static_inputs[i]
                 out.append((i, dst.data_ptr(), tuple(dst.stride())))
