@@ -73,10 +73,9 @@ class Slot:
                     t.device, t.data_ptr())
 
     def matches(self, t: torch.Tensor) -> bool:
-        """Whether `t` is a tensor with exactly this slot's memory and view. (The device is not
-        compared: under CUDA's unified virtual addressing an address names one device's memory.)"""
+        """Whether `t` is a tensor with exactly this slot's memory and view."""
         return (t.data_ptr() == self.data_ptr and t.stride() == self.stride and t.shape == self.size
-                and t.dtype == self.dtype)
+                and t.dtype == self.dtype and t.device == self.device)
 
 
 class Handouts:
