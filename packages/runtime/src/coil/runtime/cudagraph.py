@@ -621,23 +621,27 @@ class CudaGraphRunner:
         out = []
         for i in self.borrowed:
             if i in self._lent:
-                lender, k = self._lent[i]
-                slot = lender.handouts.slots[k] if lender.handouts is not None else None
+                slot = self._lent_slot(i)
                 out.append((i, slot.data_ptr, slot.stride) if slot is not None else (i, -1, ()))
             else:
                 dst = self._static_inputs[i]
                 out.append((i, dst.data_ptr(), tuple(dst.stride())))
         return tuple(out)
 
+    def _lent_slot(self, i: int) -> Slot | None:
+        """Where lent input `i` lies: its lender's slot, or None when the lender no longer hands
+        outputs out (it stopped replaying)."""
+        lender, k = self._lent[i]
+        return lender.handouts.slots[k] if lender.handouts is not None else None
+
     def _misplaced(self, i: int, src: Any) -> str:
         """Why borrowed input `i` (this call's `src`) stops a replay: not where the graph reads it."""
         if i in self._lent:
-            lender, k = self._lent[i]
-            slot = lender.handouts.slots[k] if lender.handouts is not None else None
+            slot = self._lent_slot(i)
             reads = (view_text(slot.data_ptr, slot.size, slot.stride, slot.dtype) if slot is not None
                      else "memory it no longer hands out")
             return (f"borrowed input {i} is not at the address the graph reads ({where(src)}; the graph reads "
-                    f"output {k} of its lender at {reads})")
+                    f"output {self._lent[i][1]} of its lender at {reads})")
         return (f"borrowed input {i} is not at the address the graph reads "
                 f"({where(src)}; the graph reads {where(self._static_inputs[i])})")
 
