@@ -1,12 +1,16 @@
 """Where the GPU time goes: Inductor vs coil on one model, kernel by kernel (torch.profiler).
 
     python bench/profile_model.py OUT_DIR CASE [--top N] [--only MODE[,MODE...]] [--cprofile N] [--host N]
-                                  [--runners] [--replay-split]
+                                  [--callees REGEX] [--runners] [--replay-split]
         (CASE: a `coil bench` model case, e.g. gpt2_infer_bf16, bert_base_train_amp;
          MODE: a `coil bench` mode other than eager; default inductor,coil)
 
-For each mode: compile, warm up, profile 5 iterations; prints per-iteration wall time, the
-number of kernel launches and their summed GPU time, and the top kernels by GPU time. With
+For each mode: compile, warm up, profile 5 iterations; prints per-iteration wall time (20 steps,
+synchronised at the end), the host's issue time (the same steps' Python return times: near the wall
+time when the step is host-bound), the wall time of 20 more with Python's garbage collector off,
+the median of `triton.testing.do_bench`, the collector's work a step (collections and time by
+generation), the number of kernel launches and their summed GPU time, and the top kernels by GPU
+time. With
 --cprofile N it also runs 10 warm iterations under cProfile and prints the top N functions by
 own time (host overhead between launches: where a launch-bound step spends its CPU time); with
 --host N, the top N ATen operators by host (CPU) time per iteration, their own and with what they
@@ -19,12 +23,14 @@ its uncaptured calls, the outputs it copied away before a replay, and its memory
 runtime's entry points (REPLAY_PATH: a call site's call, and inside it the site's key, the
 runner's checks, stream order, input copies and table, the graph's replay and the hand-outs),
 printed as milliseconds a step and microseconds a call: where the host time of a host-bound step
-goes, in plain Python time (no profiler's overhead).
+goes, in plain Python time (no profiler's overhead); `inductor_ro` the same around its cudagraph
+trees' entry points (INDUCTOR_REPLAY_PATH).
 """
 
 from __future__ import annotations
 
 import cProfile
+import gc
 import importlib
 import io
 import pstats
@@ -36,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from coil.bench.measure import compile_mode, is_coil, runner_lines
+from coil.bench.measure import compile_mode, do_bench, is_coil, runner_lines
 from coil.knobs import knobs
 from torch.profiler import ProfilerActivity, profile
 
@@ -53,6 +59,15 @@ REPLAY_PATH = (("coil.runtime.call_sites", "_CallSites", "__call__"), ("coil.run
                ("torch.cuda.graphs", "CUDAGraph", "replay"),
                ("coil.runtime.cudagraph", "CudaGraphRunner", "_replayed_outputs"),
                ("coil.runtime.handouts", "Handouts", "replayed"))
+# the same for Inductor's cudagraph trees (`reduce-overhead`), to set coil's parts beside; an
+# entry this torch lacks is skipped
+_TREES = "torch._inductor.cudagraph_trees"
+INDUCTOR_REPLAY_PATH = ((_TREES, "CUDAGraphTreeManager", "run"), (_TREES, "CUDAGraphTreeManager", "execute_node"),
+                        (_TREES, "CUDAGraphTreeManager", "try_end_curr_execution"),
+                        (_TREES, "CUDAGraphNode", "check_invariants"), (_TREES, "CUDAGraphNode", "run"),
+                        (_TREES, "CUDAGraphNode", "_copy_inputs_and_remove_from_src"),
+                        ("torch.cuda.graphs", "CUDAGraph", "replay"),
+                        (_TREES, "CUDAGraphNode", "reconstruct_outputs"))
 
 
 def _model(case: str) -> tuple[Any, Any]:
@@ -62,15 +77,52 @@ def _model(case: str) -> tuple[Any, Any]:
     return bm.load(case)
 
 
+class GcTime:
+    """Python's cyclic garbage collector while installed (`gc.callbacks`): collections and seconds
+    by generation."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.spent = [0.0, 0.0, 0.0]
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.count[info["generation"]] += 1
+            self.spent[info["generation"]] += time.perf_counter() - self._t0
+
+    def text(self, steps: int) -> str:
+        return ", ".join(f"gen{g} {self.count[g] / steps:.2f}x {self.spent[g] / steps * 1e3:.2f} ms" for g in range(3))
+
+
+def _loop(step: Any, model: Any, steps: int) -> tuple[float, float]:
+    """(host issue, wall) milliseconds a step over `steps` steps, synchronised at the end."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step(model)
+    issued = (time.perf_counter() - t0) / steps * 1e3
+    torch.cuda.synchronize()
+    return issued, (time.perf_counter() - t0) / steps * 1e3
+
+
 def profile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
     for _ in range(3):
         step(model)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(10):
-        step(model)
-    torch.cuda.synchronize()
-    wall = (time.perf_counter() - t0) / 10 * 1e3
+    collector = GcTime()
+    gc.callbacks.append(collector)
+    try:
+        issued, wall = _loop(step, model, 20)
+    finally:
+        gc.callbacks.remove(collector)
+    gc.disable()
+    try:
+        _, wall_nogc = _loop(step, model, 20)
+    finally:
+        gc.enable()
+    bench = do_bench(lambda: step(model), warmup=25, rep=100)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(ITERS):
             step(model)
@@ -78,7 +130,9 @@ def profile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
     evs = [e for e in prof.key_averages() if e.device_time_total > 0]
     launches = sum(e.count for e in evs) / ITERS
     gpu = sum(e.self_device_time_total for e in evs) / ITERS / 1e3
-    print(f"\n=== {name}: wall {wall:.2f} ms/iter, {launches:.0f} kernels/iter, GPU busy {gpu:.2f} ms/iter")
+    print(f"\n=== {name}: wall {wall:.2f} ms/iter (host issue {issued:.2f}, do_bench {bench:.2f}, collector off "
+          f"{wall_nogc:.2f}), {launches:.0f} kernels/iter, GPU busy {gpu:.2f} ms/iter\n    garbage collector a step: "
+          f"{collector.text(20)}")
     evs.sort(key=lambda e: -e.self_device_time_total)
     for e in evs[:top]:
         print(f"{e.self_device_time_total / ITERS / 1e3:8.3f} ms {e.count // ITERS:4d}x  {e.key[:110]}")
@@ -98,8 +152,9 @@ def host_one(name: str, step: Any, model: Any, top: int) -> None:
               f"{e.count // ITERS:5d}x  {e.key[:100]}")
 
 
-def cprofile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
-    """10 warm iterations under cProfile: the top functions by own time, per iteration."""
+def cprofile_one(name: str, step: Any, model: Any, out: Path, top: int, callees: str) -> None:
+    """10 warm iterations under cProfile: the top functions by own time, per iteration; with
+    `callees`, what the functions matching that regular expression call."""
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(10):
@@ -109,6 +164,8 @@ def cprofile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
     buf = io.StringIO()
     stats = pstats.Stats(prof, stream=buf)
     stats.sort_stats("tottime").print_stats(top)
+    if callees:
+        stats.print_callees(callees)
     print(f"\n=== {name}: cProfile of 10 warm iterations (times are totals over the 10)")
     print(buf.getvalue())
     stats.dump_stats(str(out / f"{name}.pstats"))
@@ -125,13 +182,15 @@ def _timed(fn: Callable[..., Any], key: str, spent: dict[str, float], calls: Cou
     return timed
 
 
-def replay_split(name: str, step: Any, model: Any, steps: int = 30) -> None:
-    """`steps` warm steps with wall-clock timers around REPLAY_PATH's methods (patched for these
-    steps only): each method's milliseconds a step and microseconds a call; the timers nest."""
+def replay_split(name: str, step: Any, model: Any, path: tuple[tuple[str, str, str], ...], steps: int = 30) -> None:
+    """`steps` warm steps with wall-clock timers around `path`'s methods (patched for these steps
+    only): each method's milliseconds a step and microseconds a call; the timers nest."""
     spent: dict[str, float] = defaultdict(float)
     calls: Counter[str] = Counter()
     saved = []
-    for mod, cls, meth in REPLAY_PATH:
+    path = tuple((mod, cls, meth) for mod, cls, meth in path
+                 if hasattr(getattr(importlib.import_module(mod), cls) if cls else importlib.import_module(mod), meth))
+    for mod, cls, meth in path:
         module = importlib.import_module(mod)
         owner = getattr(module, cls) if cls else module
         saved.append((owner, meth, getattr(owner, meth)))
@@ -147,7 +206,7 @@ def replay_split(name: str, step: Any, model: Any, steps: int = 30) -> None:
         for owner, meth, fn in saved:
             setattr(owner, meth, fn)
     print(f"\n=== {name}: replay path, {wall:.2f} ms a step over {steps} steps")
-    for mod, cls, meth in REPLAY_PATH:
+    for mod, cls, meth in path:
         key = f"{cls or mod}.{meth}"
         n = calls[key] / steps
         per = spent[key] / calls[key] * 1e6 if calls[key] else 0.0
@@ -171,6 +230,7 @@ def main() -> None:
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else "inductor,coil"
     cprof = int(sys.argv[sys.argv.index("--cprofile") + 1]) if "--cprofile" in sys.argv else 0
     host = int(sys.argv[sys.argv.index("--host") + 1]) if "--host" in sys.argv else 0
+    callees = sys.argv[sys.argv.index("--callees") + 1] if "--callees" in sys.argv else ""
     if "--runners" in sys.argv:
         import logging
 
@@ -187,11 +247,11 @@ def main() -> None:
         print(f"{comp}: first call {time.perf_counter() - t0:.1f} s")
         profile_one(f"{kind}-{comp}", step, cm, out, top)
         if cprof:
-            cprofile_one(f"{kind}-{comp}", step, cm, out, cprof)
+            cprofile_one(f"{kind}-{comp}", step, cm, out, cprof, callees)
         if host:
             host_one(f"{kind}-{comp}", step, cm, host)
-        if "--replay-split" in sys.argv and is_coil(comp):
-            replay_split(f"{kind}-{comp}", step, cm)
+        if "--replay-split" in sys.argv and (is_coil(comp) or comp.endswith("_ro")):
+            replay_split(f"{kind}-{comp}", step, cm, REPLAY_PATH if is_coil(comp) else INDUCTOR_REPLAY_PATH)
         if "--runners" in sys.argv and is_coil(comp):
             runners_report(f"{kind}-{comp}")
 
