@@ -229,15 +229,23 @@ def live_runners() -> list[Any]:
 
 
 def runner_lines() -> list[str]:
-    """One line per live CUDA-graph runner (`live_runners()`), grouped by memory pool: captured
-    or why not, its static and borrowed inputs, the calls it ran uncaptured, the outputs it copied
-    away before a replay."""
+    """One line per live CUDA-graph runner (`live_runners()`), grouped by memory pool: its position
+    in the pool, captured or why not, its inputs (static, borrowed, copied in at each replay), its
+    outputs (handed out, over an input's memory, cloned at each replay), what its pool guard
+    checks before a replay, the calls it ran uncaptured, the outputs it copied away."""
     lines = []
     for r in sorted(live_runners(), key=lambda r: str(r._pool)):
         copied = (r.handouts.evacuated if r.handouts is not None else 0) + (r._lazy.evacuated if r._lazy else 0)
         state = "captured" if r.graph is not None else f"not captured ({r.capture_error})"
-        lines.append(f"pool {r._pool}: {state}; static inputs {len(r.static_indices)}, borrowed {len(r.borrowed)}, "
-                     f"uncaptured calls {r.uncaptured_calls}, outputs copied away {copied}")
+        guard = getattr(r, "_guard", None)
+        checks = (f"; checks {len(guard._groups)} consumed inputs and {sum(len(e) for _, e in guard._exposed)} outputs "
+                  f"of {len(guard._exposed)} earlier members" if guard is not None else "")
+        shape = (f"inputs {r._n} (static {len(r.static_indices)}, borrowed {len(r.borrowed)}, copied in "
+                 f"{len(r._copied_in)}), outputs {len(r._static_outputs)} (handed out "
+                 f"{len(r.handouts.slots) if r.handouts is not None else 0}, over inputs {len(r._param_sources)}, "
+                 f"cloned {len(r._cloned_idx)}){checks}" if r.graph is not None else f"inputs {r._n}")
+        lines.append(f"pool {r._pool} #{getattr(r, '_pool_position', '-')}: {state}; {shape}; uncaptured calls "
+                     f"{r.uncaptured_calls}, outputs copied away {copied}")
     return lines
 
 
