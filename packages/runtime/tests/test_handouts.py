@@ -53,6 +53,7 @@ def _count_use_counts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return real(cdata)
 
     monkeypatch.setattr(handouts, "use_count", counting)
+    monkeypatch.setattr(handouts, "use_counter", lambda: counting)
     return counted
 
 
@@ -255,3 +256,44 @@ def test_a_pool_closes_to_captures_while_a_replayed_members_outputs_are_in_use()
         assert graph_pools.open_to_captures(pool)
     finally:
         graph_pools.POOL_MEMBERS.pop(pool, None)
+
+
+class Member:
+    """A stand-in for the runner whose pool guard is tested: the guard reads nothing of it."""
+
+
+def test_a_pool_guard_sees_every_kept_output_and_counts_a_dead_one_once_per_hand_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`PoolGuard.conflict` against the brute-force oracle: a conflict exactly when an output of
+    an earlier member that was unreferenced at the capture (`exposed`) is referenced now. An
+    earlier member whose exposed outputs were all found dead is not counted again before it
+    hands out anew, and an output kept from that new hand-out is still seen."""
+    from coil.runtime import graph_pools
+
+    earlier = [FakeGraph(), FakeGraph()]
+    me = Member()
+    pool = ("guard test pool", id(me))
+    for g in earlier:
+        g.first = None  # the first call's tensors dropped: every output is unreferenced
+    outs = [g.call(1.0) for g in earlier]  # replays' hand-outs, kept as the capture happens
+    kept_at_capture = {(0, 1): outs[0][1]}  # member 0's output 1 referenced then: protected
+    del outs
+    try:
+        for g in (*earlier, me):
+            graph_pools.join_pool(g, pool)  # type: ignore[arg-type]
+        guard = graph_pools.PoolGuard(me, pool, {})  # type: ignore[arg-type]
+        exposed = {(0, 0), (1, 0), (1, 1)}
+        counted = _count_use_counts(monkeypatch)
+        for step in range(2, 8):
+            handed = [g.call(float(step)) for g in earlier]
+            keep = {(m, k): handed[m][k] for m, k in ((0, 0), (0, 1), (1, 1)) if (step + m + k) % 3 == 0}
+            del handed
+            oracle = any(key in exposed for key in keep)
+            assert (guard.conflict([]) is not None) == oracle, (step, sorted(keep))
+            keep.clear()
+            assert guard.conflict([]) is None, step
+            n = len(counted)
+            assert guard.conflict([]) is None and len(counted) == n, "dead outputs were counted again"
+    finally:
+        graph_pools.POOL_MEMBERS.pop(pool, None)
+        del kept_at_capture

@@ -280,7 +280,9 @@ class CudaGraphRunner:
         # over the replay's own input when that is another storage
         self._param_sources: dict[int, tuple[int, int]] = {}
         self._cloned_idx: tuple[int, ...] = ()
-        self._borrowed_at: tuple[tuple[int, int, tuple[int, ...]], ...] | None = None  # at the first replay
+        self._borrowed_at: tuple[list[int], list[int], list[tuple[int, ...]]] | None = None  # at the first replay
+        self._copy_to: tuple[tuple[int, torch.Tensor, int, tuple[int, ...], torch.Size, torch.dtype, bool],
+                             ...] | None = None  # the same
         self.graph: torch.cuda.CUDAGraph | None = None
         self._static_outputs: tuple[Any, ...] = ()
         self.capture_error: Exception | None = None
@@ -607,26 +609,36 @@ class CudaGraphRunner:
             return why
         if self._borrowed_at is None:
             self._borrowed_at = self._borrowed_addresses()
-        for i, ptr, stride in self._borrowed_at:
-            src = inputs[i]
-            if not isinstance(src, torch.Tensor) or src.data_ptr() != ptr or src.stride() != stride:
-                return self._misplaced(i, src)
+        where_read = self._borrowed_at
+        try:  # all at once (the usual case); input by input to name the one that differs
+            placed = ([inputs[i].data_ptr() for i in where_read[0]] == where_read[1]
+                      and [inputs[i].stride() for i in where_read[0]] == where_read[2])
+        except AttributeError:  # not a tensor
+            placed = False
+        if not placed:
+            for i, ptr, stride in zip(*where_read, strict=True):
+                src = inputs[i]
+                if not isinstance(src, torch.Tensor) or src.data_ptr() != ptr or src.stride() != stride:
+                    return self._misplaced(i, src)
         return self._guard.conflict(inputs) if self._guard is not None else None
 
-    def _borrowed_addresses(self) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
-        """(input, address, strides) the graph reads each borrowed input at: a lent input's slot in
-        its lender, another's static buffer. Only these are checked before a replay: its sizes
-        and dtype are the compiled graph's own (Dynamo guards them; `by_shape` sites key them).
-        A lender that stopped replaying hands out fresh tensors: its slot matches no input."""
-        out = []
+    def _borrowed_addresses(self) -> tuple[list[int], list[int], list[tuple[int, ...]]]:
+        """The borrowed inputs, and the address and strides the graph reads each at: a lent
+        input's slot in its lender, another's static buffer. Only these are checked before a
+        replay: its sizes and dtype are the compiled graph's own (Dynamo guards them; `by_shape`
+        sites key them). A lender that stopped replaying hands out fresh tensors: its slot
+        matches no input."""
+        ptrs, strides = [], []
         for i in self.borrowed:
             if i in self._lent:
                 slot = self._lent_slot(i)
-                out.append((i, slot.data_ptr, slot.stride) if slot is not None else (i, -1, ()))
+                ptrs.append(slot.data_ptr if slot is not None else -1)
+                strides.append(slot.stride if slot is not None else ())
             else:
                 dst = self._static_inputs[i]
-                out.append((i, dst.data_ptr(), tuple(dst.stride())))
-        return tuple(out)
+                ptrs.append(dst.data_ptr())
+                strides.append(tuple(dst.stride()))
+        return list(self.borrowed), ptrs, strides
 
     def _lent_slot(self, i: int) -> Slot | None:
         """Where lent input `i` lies: its lender's slot, or None when the lender no longer hands
@@ -650,21 +662,20 @@ class CudaGraphRunner:
         check the baked non-tensor inputs; ValueError for another shape, dtype or value."""
         import torch
 
-        if self._in_slots and not self._in_views:
-            self._in_views = _tensors_over(self._in_slots)
+        if self._copy_to is None:
+            self._copy_to = self._copy_targets()
         dsts: list[torch.Tensor] = []
         srcs: list[torch.Tensor] = []
-        for i in self._copied_in:
+        for i, dst, ptr, stride, size, dtype, broadcast in self._copy_to:
             src = inputs[i]
-            dst = self._in_views[i] if i in self._in_slots else self._static_inputs[i]
-            if src.data_ptr() == dst.data_ptr() and src.stride() == dst.stride():
+            if src.data_ptr() == ptr and src.stride() == stride:
                 continue
-            if src.shape != dst.shape or src.dtype != dst.dtype:
+            if src.shape != size or src.dtype != dtype:
                 raise ValueError(
                     f"CudaGraphRunner: input {i} is {tuple(src.shape)} {src.dtype}, the graph was "
-                    f"captured for {tuple(dst.shape)} {dst.dtype}"
+                    f"captured for {tuple(size)} {dtype}"
                 )
-            if 0 in dst.stride():
+            if broadcast:
                 copy_into(dst, src)
             else:
                 dsts.append(dst)
@@ -679,6 +690,19 @@ class CudaGraphRunner:
                     f"CudaGraphRunner: input {i} is {inputs[i]!r}, the graph was captured with "
                     f"{value!r}"
                 )
+
+    def _copy_targets(self) -> tuple[tuple[int, torch.Tensor, int, tuple[int, ...], torch.Size, torch.dtype, bool], ...]:
+        """Per copied input, what `_copy_inputs_in` compares and writes at every replay, taken
+        once after the capture: (input, its buffer, the buffer's address, strides, sizes and
+        dtype, whether a stride is 0: such a buffer is written by `copy_into`)."""
+        if self._in_slots and not self._in_views:
+            self._in_views = _tensors_over(self._in_slots)
+        out = []
+        for i in self._copied_in:
+            dst = self._in_views[i] if i in self._in_slots else self._static_inputs[i]
+            stride = tuple(dst.stride())
+            out.append((i, dst, dst.data_ptr(), stride, dst.shape, dst.dtype, 0 in stride))
+        return tuple(out)
 
     def _prepare_table(self, inputs: list[Any]) -> None:
         """Check the table-read inputs' shapes and dtypes (ValueError) and write their addresses

@@ -135,14 +135,17 @@ class PoolGuard:
         self._groups = [(ptr, lender, k, tuple(idx)) for ptr, (lender, k, idx) in groups.items()]
         # per earlier member, the outputs not referenced at capture (this runner's buffers may lie
         # over them): only those are checked before a replay
-        self._exposed: list[tuple[weakref.ref[CudaGraphRunner], tuple[int, ...]]] = []
+        # (a set: `Handouts.live_among` skips the outputs already found dead in one step), and the
+        # member's hand-out generation at which all of them were last found dead
+        self._exposed: list[tuple[weakref.ref[CudaGraphRunner], frozenset[int]]] = []
         for ref in earlier_members(runner, pool):
             other = ref()
             if other is not None and other.handouts is not None:
                 protected = set(other.handouts.live())
-                exposed = tuple(k for k in other.handouts.slots if k not in protected)
+                exposed = frozenset(k for k in other.handouts.slots if k not in protected)
                 if exposed:
                     self._exposed.append((ref, exposed))
+        self._clear_at: list[int] = [-1] * len(self._exposed)
 
     def conflict(self, inputs: Sequence[Any]) -> str | None:
         """Why this replay could overwrite memory an earlier member's handed-out output still
@@ -151,14 +154,25 @@ class PoolGuard:
         for ptr, lender, k, idx in self._groups:
             assert lender.handouts is not None
             extra = lender.handouts.extra_refs(k)
-            if extra is None or extra > len({id(inputs[i]) for i in idx}):
+            # the call's own references: one per distinct tensor object among the group's inputs
+            if extra is None or extra > (1 if len(idx) == 1 else len({id(inputs[i]) for i in idx})):
                 return f"input {idx[0]}, which this graph overwrites after reading it, is referenced elsewhere"
             mine.add(ptr)
-        for ref, exposed in self._exposed:
+        clear_at = self._clear_at
+        for j, (ref, exposed) in enumerate(self._exposed):
             other = ref()
-            if other is None or other.handouts is None or other.handouts.dead:
+            if other is None:
                 continue
-            for k in other.handouts.live_among(exposed):
-                if other.handouts.slots[k].storage_ptr not in mine:
+            handouts = other.handouts
+            if handouts is None or handouts.dead or handouts.generation == clear_at[j]:
+                continue
+            if not exposed - handouts.dead_outputs:  # found dead by another member's check
+                clear_at[j] = handouts.generation
+                continue
+            live = handouts.live_among(exposed)
+            if not live:
+                clear_at[j] = handouts.generation
+            for k in live:
+                if handouts.slots[k].storage_ptr not in mine:
                     return "an output of a graph captured earlier in the pool is in use where this graph's buffers lie"
         return None

@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from coil.runtime.liveness import use_count
+from coil.runtime.liveness import use_count, use_counter
 
 if TYPE_CHECKING:
     import torch
@@ -103,7 +103,10 @@ class Handouts:
         # (only `replayed` makes tensors over the slots), so `live` need not count again; a pool's
         # every replay checks its other members, and most are dead (read directly on that path)
         self.dead = False
-        self._dead_outputs: set[int] = set()  # the same, output by output (`live_among`)
+        self.dead_outputs: set[int] = set()  # the same, output by output (`live_among`)
+        # hand-outs over the slots so far: an output found dead stays dead while this is unchanged
+        # (`PoolGuard.conflict` skips a member whose outputs it found dead at this generation)
+        self.generation = 0
 
     def release(self) -> str | None:
         """Move every holder of a live output onto a copy of its memory (module docstring,
@@ -165,25 +168,30 @@ class Handouts:
         self.dead = not live
         return live
 
-    def live_among(self, indices: Sequence[int]) -> list[int]:
-        """`live()` asked of `indices` alone (each an output of this runner): a pool member's
-        replay checks only the outputs of earlier members it did not keep clear of, and counting
-        every output of every earlier member made each replay's check grow with the pool. An
-        output found dead is not counted again before the next hand-out (as `dead`)."""
-        self._holding = []
+    def live_among(self, indices: frozenset[int] | set[int] | Sequence[int]) -> list[int]:
+        """`live()` asked of `indices` alone (each an output of this runner), in index order: a
+        pool member's replay checks only the outputs of earlier members it did not keep clear
+        of, and counting every output of every earlier member made each replay's check grow with
+        the pool. An output found dead is not counted again before the next hand-out (as `dead`);
+        a set of indices skips those without a Python step each."""
+        if self._holding:
+            self._holding = []
         if self.dead:
             return []
-        dead = self._dead_outputs
+        dead = self.dead_outputs
+        todo = indices - dead if isinstance(indices, (frozenset, set)) else [k for k in indices if k not in dead]
+        if not todo:
+            return []
         live = []
         replaying = self._weak is None
-        cdata, baseline, count = self._cdata, self._baseline, use_count  # `_is_referenced`, inlined
-        for k in indices:
-            if k in dead:
-                continue
+        cdata, baseline, count = self._cdata, self._baseline, use_counter()  # `_is_referenced`, inlined
+        for k in sorted(todo):
             if count(cdata[k]) > baseline[cdata[k]] if replaying else self._is_referenced(k):
                 live.append(k)
             else:
                 dead.add(k)
+        if len(dead) == len(self.slots):
+            self.dead = True
         return live
 
     def in_use(self) -> bool:
@@ -192,11 +200,13 @@ class Handouts:
         return not self.dead and bool(self._referenced())
 
     def _referenced(self) -> list[int]:
-        """Indices of outputs whose memory something beyond the runner references now."""
+        """Indices of outputs whose memory something beyond the runner references now (those
+        `live_among` found dead since the last hand-out are not counted again)."""
+        dead = self.dead_outputs
         if self._weak is not None:
-            return [k for k in self.slots if self._is_referenced(k)]
-        cdata, baseline, count = self._cdata, self._baseline, use_count  # `_is_referenced`, inlined
-        return [k for k, c in cdata.items() if count(c) > baseline[c]]
+            return [k for k in self.slots if k not in dead and self._is_referenced(k)]
+        cdata, baseline, count = self._cdata, self._baseline, use_counter()  # `_is_referenced`, inlined
+        return [k for k, c in cdata.items() if k not in dead and count(c) > baseline[c]]
 
     def _is_referenced(self, k: int) -> bool:
         """Whether something beyond the runner references output `k`'s memory now."""
@@ -208,11 +218,12 @@ class Handouts:
     def extra_refs(self, k: int) -> int | None:
         """References to output `k`'s storage beyond the runner's own (None before replays; the
         outputs it held since its last call let go of first, as in `live`)."""
-        self._holding = []
+        if self._holding:
+            self._holding = []
         if self._weak is not None:
             return None
         c = self._cdata[k]
-        return use_count(c) - self._baseline[c]
+        return use_counter()(c) - self._baseline[c]
 
     def replayed(self) -> dict[int, torch.Tensor]:
         """New tensor objects over the slots, for the outputs of a replay that just ran. The
@@ -221,7 +232,8 @@ class Handouts:
             self._weak = None
             self._over_slots()
         self.dead = False
-        self._dead_outputs = set()
+        self.dead_outputs = set()
+        self.generation += 1
         if not (self.held or self.cloned):  # the usual case: new tensor objects, nothing kept
             return {k: b.detach() for k, b in self._bases.items()}
         out = {k: b.clone() if k in self.cloned else b.detach() for k, b in self._bases.items()}

@@ -20,15 +20,21 @@ which keep weak references to output storages and check their use counts before 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 
 def use_count(cdata: int) -> int:
     """The number of references to the storage `cdata` (`untyped_storage()._cdata`)."""
+    return use_counter()(cdata)
+
+
+def use_counter() -> Callable[[int], int]:
+    """The function behind `use_count` itself (torch's, no Python frame between): for the loops
+    that count many storages on every CUDA-graph replay."""
     import torch
 
-    return int(torch._C._storage_Use_Count(cdata))
+    return cast("Callable[[int], int]", torch._C._storage_Use_Count)
 
 
 class StorageLiveness:
