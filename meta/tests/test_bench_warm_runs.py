@@ -120,3 +120,6 @@ def test_the_targets_count_the_rows_where_both_modes_ran() -> None:
     assert ("cold first call (compile) coil_nocg <= inductor: 1/2 cases; models: zoo_resnet50_infer_bf16"
             in lines), lines
     assert not any("than eager" in x for x in lines), lines
+    report["settings"] = {"first calls": "bench process (quick)"}
+    line = next(x for x in targets(report) if x.startswith("cold first call"))
+    assert line.endswith("not a comparison (without --quick each first call runs in a new process)"), line

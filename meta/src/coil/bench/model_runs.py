@@ -8,8 +8,9 @@ one in `settings.warm_runs` processes (default: the knob, 3; `coil bench --warm-
 none) whose median is reported (`warm_median`); the bench's own process then compiles from
 those caches for the timings, memory, accuracy and counts. With `settings.quick` (`coil bench
 --quick`) no process is started: the bench's process compiles on the empty caches and times
-that first call itself (after the modes before it, so with their imports done), and its peak
-memory is the shared process's.
+that first call itself (after the modes before it, so with their imports done and whatever they
+left: coil's cold call of BART's training step took 33-40 s there after `inductor_ro`, 20-25 s
+alone), and its peak memory is the shared process's; such first calls are not compared.
 
 With `coil bench --precompile` both processes of every mode (Inductor's too) run under torch's
 caching precompile (TORCH_CACHING_PRECOMPILE=1): the cold one saves Dynamo's package after its

@@ -200,8 +200,13 @@ def targets(report: dict[str, Any]) -> list[str]:
             and isinstance(b := r.get(ind, {}).get("first_call_s"), float)}
     if both:  # rows where the two modes' first calls were both timed
         comp = [n for n, (a, b) in both.items() if a <= b]
+        # quick: each mode's first call ran in the bench's process after the modes before it,
+        # which slows a later mode's (coil's cold BART training call, docs/perf.md)
+        in_process = str(report.get("settings", {}).get("first calls", "")).startswith("bench process")
         out.append(f"cold first call (compile) {mine} <= {ind}: {len(comp)}/{len(both)} cases"
-                   + (f"; models: {', '.join(n for n in models if n in comp) or 'none'}" if models else ""))
+                   + (f"; models: {', '.join(n for n in models if n in comp) or 'none'}" if models else "")
+                   + ("; in the bench's process, each mode after those before it: not a comparison "
+                      "(without --quick each first call runs in a new process)" if in_process else ""))
     warm = [f"{n} {m} {w:.1f}/{c:.1f} s ({w / c:.2f})" for n, r in models.items() for m in ("inductor", "coil")
             if isinstance(w := r.get(m, {}).get("warm_first_call_s"), float)
             and isinstance(c := r.get(m, {}).get("first_call_s"), float)]
