@@ -238,7 +238,7 @@ def runner_lines() -> list[str]:
         copied = (r.handouts.evacuated if r.handouts is not None else 0) + (r._lazy.evacuated if r._lazy else 0)
         state = "captured" if r.graph is not None else f"not captured ({r.capture_error})"
         guard = getattr(r, "_guard", None)
-        checks = (f"; checks {len(guard._groups)} consumed inputs and {sum(len(e) for _, e in guard._exposed)} outputs "
+        checks = (f"; checks {len(guard.consumed)} consumed inputs and {sum(len(e) for _, e in guard._exposed)} outputs "
                   f"of {len(guard._exposed)} earlier members" if guard is not None else "")
         shape = (f"inputs {r._n} (static {len(r.static_indices)}, borrowed {len(r.borrowed)}, copied in "
                  f"{len(r._copied_in)}), outputs {len(r._static_outputs)} (handed out "
