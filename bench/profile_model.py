@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from coil.bench.measure import compile_mode, do_bench, is_coil, runner_lines
+from coil.bench.measure import compile_mode, do_bench, is_coil, loop_ms, runner_lines
 from coil.knobs import knobs
 from torch.profiler import ProfilerActivity, profile
 
@@ -98,7 +98,8 @@ class GcTime:
 
 
 def _loop(step: Any, model: Any, steps: int) -> tuple[float, float]:
-    """(host issue, wall) milliseconds a step over `steps` steps, synchronised at the end."""
+    """(host issue, wall) milliseconds a step over `steps` steps: `measure.loop_ms`, with the time
+    the host took to issue them too."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -119,7 +120,7 @@ def profile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
         gc.callbacks.remove(collector)
     gc.disable()
     try:
-        _, wall_nogc = _loop(step, model, 20)
+        wall_nogc = loop_ms(lambda: step(model), 20)
     finally:
         gc.enable()
     bench = do_bench(lambda: step(model), warmup=25, rep=100)

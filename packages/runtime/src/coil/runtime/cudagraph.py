@@ -280,7 +280,7 @@ class CudaGraphRunner:
         # over the replay's own input when that is another storage
         self._param_sources: dict[int, tuple[int, int]] = {}
         self._cloned_idx: tuple[int, ...] = ()
-        self._borrowed_at: tuple[list[int], list[int], list[tuple[int, ...]]] | None = None  # at the first replay
+        self._borrowed_at: tuple[list[int], list[tuple[int, ...]]] | None = None  # at the first replay
         self._copy_to: tuple[tuple[int, torch.Tensor, int, tuple[int, ...], torch.Size, torch.dtype, bool],
                              ...] | None = None  # the same
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -609,22 +609,22 @@ class CudaGraphRunner:
             return why
         if self._borrowed_at is None:
             self._borrowed_at = self._borrowed_addresses()
-        where_read = self._borrowed_at
+        borrowed, (ptrs, strides) = self.borrowed, self._borrowed_at
         try:  # all at once (the usual case); input by input to name the one that differs
-            placed = ([inputs[i].data_ptr() for i in where_read[0]] == where_read[1]
-                      and [inputs[i].stride() for i in where_read[0]] == where_read[2])
+            placed = ([inputs[i].data_ptr() for i in borrowed] == ptrs
+                      and [inputs[i].stride() for i in borrowed] == strides)
         except AttributeError:  # not a tensor
             placed = False
         if not placed:
-            for i, ptr, stride in zip(*where_read, strict=True):
+            for i, ptr, stride in zip(borrowed, ptrs, strides, strict=True):
                 src = inputs[i]
                 if not isinstance(src, torch.Tensor) or src.data_ptr() != ptr or src.stride() != stride:
                     return self._misplaced(i, src)
         return self._guard.conflict(inputs) if self._guard is not None else None
 
-    def _borrowed_addresses(self) -> tuple[list[int], list[int], list[tuple[int, ...]]]:
-        """The borrowed inputs, and the address and strides the graph reads each at: a lent
-        input's slot in its lender, another's static buffer. Only these are checked before a
+    def _borrowed_addresses(self) -> tuple[list[int], list[tuple[int, ...]]]:
+        """The address and strides the graph reads each borrowed input at (in `borrowed`'s order):
+        a lent input's slot in its lender, another's static buffer. Only these are checked before a
         replay: its sizes and dtype are the compiled graph's own (Dynamo guards them; `by_shape`
         sites key them). A lender that stopped replaying hands out fresh tensors: its slot
         matches no input."""
@@ -638,7 +638,7 @@ class CudaGraphRunner:
                 dst = self._static_inputs[i]
                 ptrs.append(dst.data_ptr())
                 strides.append(tuple(dst.stride()))
-        return list(self.borrowed), ptrs, strides
+        return ptrs, strides
 
     def _lent_slot(self, i: int) -> Slot | None:
         """Where lent input `i` lies: its lender's slot, or None when the lender no longer hands
