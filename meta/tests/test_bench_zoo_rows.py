@@ -17,7 +17,13 @@ import torch
 from coil.bench import lanes, measure, model_runs, models, zoo
 from coil.bench import spec as bench_spec
 from coil.bench.cli import main as bench_main
-from coil.bench.model_runs import CaseSettings, run_killing_group, run_model, unfinished
+from coil.bench.model_runs import (
+    CaseSettings,
+    run_killing_group,
+    run_model,
+    run_modes_apart,
+    unfinished,
+)
 from coil.bench.report import render
 from coil.bench.spec import ModelSpec
 from coil.bench.suite import select, suite_names
@@ -286,3 +292,78 @@ def test_a_case_over_its_budget_is_killed_with_what_it_started(tmp_path: Path) -
         os.kill(pid, 9)
         pytest.fail("the case's own processes outlived its budget")
     assert run_killing_group([sys.executable, "-c", "raise SystemExit(3)"], 30.0) == 3
+
+
+@pytest.fixture
+def case_processes(cpu_bench: None, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """`run_model_in_process` as `run_model` in this process (the CPU stand-ins of `cpu_bench`);
+    the list of the modes each call was given."""
+    calls: list[tuple[str, ...]] = []
+
+    def in_process(case: str, root: Path, modes: tuple[str, ...], settings: CaseSettings | None = None,
+                   limit_s: float | None = None) -> dict[str, Any]:
+        calls.append(modes)
+        return run_model(case, _cold, modes, settings)
+
+    monkeypatch.setattr(model_runs, "run_model_in_process", in_process)
+    return calls
+
+
+def test_modes_apart_run_each_mode_alone_in_its_own_case_process(case_processes: list[tuple[str, ...]],
+                                                                 tmp_path: Path) -> None:
+    """`--mode-processes`: one case process a mode, its row merged into one: every mode's
+    figures, the case's own facts once, a failed mode's error."""
+    calls = case_processes
+    modes = ("eager", "inductor", "coil", "coil_nocg")
+    res = run_modes_apart("tiny_train_amp", tmp_path, modes, CaseSettings(quick=True, loop_steps=2), 600.0)
+    assert calls == [(m,) for m in modes]
+    alone = run_model("tiny_train_amp", _cold, modes, CaseSettings(quick=True, loop_steps=2))
+    assert set(res) == set(alone) and res["tensors_checked"] == alone["tensors_checked"] == 3
+    for mode in ("eager", "inductor", "coil_nocg"):
+        assert res[mode]["ms"] == 2.5 and res[mode]["accuracy_ok"] is True, res[mode]
+    assert res["coil"]["error"] == "RuntimeError: coil: lowering failed"
+
+
+def test_modes_apart_stop_at_a_model_that_does_not_build(case_processes: list[tuple[str, ...]],
+                                                         tmp_path: Path) -> None:
+    res = run_modes_apart("broken_train_amp", tmp_path, ("eager", "coil"), CaseSettings(quick=True))
+    assert case_processes == [("eager",)]
+    assert res["error"] == "build: ImportError: no module named 'timm'" and "coil" not in res
+
+
+def test_modes_apart_share_the_case_budget(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The modes share one time budget: each process gets what is left, and a mode with none left
+    says so."""
+    given: list[float | None] = []
+
+    def slow(case: str, root: Path, modes: tuple[str, ...], settings: CaseSettings | None = None,
+             limit_s: float | None = None) -> dict[str, Any]:
+        given.append(limit_s)
+        monkeypatch.setattr(model_runs.time, "time", lambda: 1000.0 + 40.0 * len(given))
+        return {"kind": "model", modes[0]: {"ms": 1.0}}
+
+    monkeypatch.setattr(model_runs.time, "time", lambda: 1000.0)
+    monkeypatch.setattr(model_runs, "run_model_in_process", slow)
+    res = run_modes_apart("tiny_infer_bf16", tmp_path, ("eager", "inductor", "coil"), None, 100.0)
+    assert given == [100.0, 60.0, 20.0]
+    assert res == {"kind": "model", "eager": {"ms": 1.0}, "inductor": {"ms": 1.0}, "coil": {"ms": 1.0}}
+    given.clear()
+    monkeypatch.setattr(model_runs.time, "time", lambda: 1000.0)
+    res = run_modes_apart("tiny_infer_bf16", tmp_path, ("eager", "inductor", "coil"), None, 70.0)
+    assert given == [70.0, 30.0]
+    assert res["coil"] == {"error": "the case's time budget of 70 s ran out before this mode"}
+
+
+def test_the_command_passes_mode_processes_to_the_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from coil.bench import cli
+
+    seen: list[CaseSettings] = []
+
+    def run(names: Any, out: Any, budget: Any, modes: Any, rounds: Any, settings: CaseSettings, case_budget: Any) -> int:
+        seen.append(settings)
+        return 0
+
+    monkeypatch.setattr(cli, "run", run)
+    assert bench_main(["llama", "--quick", "--mode-processes", "--out", str(tmp_path)]) == 0
+    assert bench_main(["llama", "--quick", "--out", str(tmp_path)]) == 0
+    assert [s.mode_processes for s in seen] == [True, False] and all(s.quick for s in seen)

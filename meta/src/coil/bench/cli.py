@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="model cases: start no first-call processes: the bench's process compiles each mode "
                              "on empty caches and times that first call; no warm starts")
+    parser.add_argument("--mode-processes", action="store_true",
+                        help="model cases: run each mode in a case process of its own (build, reference, compile, "
+                             "timing), so that no mode is timed or compiled after another in one process")
     parser.add_argument("--loop-steps", type=int, default=20, metavar="N",
                         help="model cases: steps of the wall-clock loop (default: 20)")
     parser.add_argument("--lane-lock", default=None, metavar="PATH",
@@ -95,7 +98,7 @@ def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.precompile:
         knobs.export(bench_precompile=True)  # read by each model case's process
     settings = CaseSettings(warm_runs=args.warm_runs, quick=args.quick, loop_steps=args.loop_steps,
-                            lane_lock=args.lane_lock)
+                            lane_lock=args.lane_lock, mode_processes=args.mode_processes)
     modes = None if args.modes is None else [m for m in args.modes.split(",") if m]
     return run(args.names, args.out, args.budget_s, modes,
                ROUNDS if args.rounds is None else args.rounds, settings, args.case_budget_s)

@@ -11,6 +11,8 @@ those caches for the timings, memory, accuracy and counts. With `settings.quick`
 that first call itself (after the modes before it, so with their imports done and whatever they
 left: coil's cold call of BART's training step took 33-40 s there after `inductor_ro`, 20-25 s
 alone), and its peak memory is the shared process's; such first calls are not compared.
+`run_modes_apart` (`coil bench --mode-processes`) gives each mode a case process of its own
+instead, so that no mode's compile or timing follows another's in one process.
 
 With `coil bench --precompile` both processes of every mode (Inductor's too) run under torch's
 caching precompile (TORCH_CACHING_PRECOMPILE=1): the cold one saves Dynamo's package after its
@@ -86,13 +88,15 @@ class CaseSettings:
     (`measure.loop_ms`); `deadline`: the `time.time()` by which the case must end (first-call
     processes get at most what is left), None for no limit; `lane_lock`: the lock file the lanes
     of one machine share (`coil.bench.lanes`: timing never overlaps another lane's work), None
-    for a lane alone."""
+    for a lane alone; `mode_processes`: each mode in a case process of its own
+    (`run_modes_apart`)."""
 
     warm_runs: int | None = None
     quick: bool = False
     loop_steps: int = 20
     deadline: float | None = None
     lane_lock: str | None = None
+    mode_processes: bool = False
 
     def __post_init__(self) -> None:
         if self.warm_runs is not None and self.warm_runs < 0:
@@ -476,6 +480,33 @@ def run_model_in_process(case: str, root: Path, modes: tuple[str, ...], settings
     except (OSError, ValueError):
         return {"kind": "model", "error": f"the case's process wrote no result (exit {code})"}
     return unfinished(res, modes, code, limit_s)
+
+
+def run_modes_apart(case: str, root: Path, modes: tuple[str, ...], settings: CaseSettings | None = None,
+                    limit_s: float | None = None) -> dict[str, Any]:
+    """`run_model_in_process` once per mode, each mode alone in a case process of its own (its
+    build, fp64 reference, compile, timing and memory), within `limit_s` seconds for them all;
+    one result, as one process gives. In one process a mode is compiled and timed after the
+    modes before it, and coil's first calls and host-bound steps measured slower there than
+    alone (docs/perf.md, "How we measure"); apart, no mode follows another. A model that fails
+    to build is the case's `error` (the modes after it are not tried)."""
+    deadline = None if limit_s is None else time.time() + limit_s
+    res: dict[str, Any] = {}
+    for mode in modes:
+        left = None if deadline is None else deadline - time.time()
+        if left is not None and left < 1.0:
+            res[mode] = {"error": f"the case's time budget of {limit_s:.0f} s ran out before this mode"}
+            continue
+        one = run_model_in_process(case, root, (mode,), settings, left)
+        if mode not in one:  # it did not get as far as the mode: the build, or a process that wrote nothing
+            if not res:
+                return one
+            res[mode] = {"error": one.get("error", "the mode's process gave no result")}
+            continue
+        res[mode] = one.pop(mode)
+        for key, value in one.items():  # the case's own facts: the same in every mode's process
+            res.setdefault(key, value)
+    return res
 
 
 def run_killing_group(cmd: list[str], limit_s: float | None) -> int | str:

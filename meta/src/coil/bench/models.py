@@ -100,11 +100,13 @@ def compile_and_step(spec: ModelSpec, step: str, model: Any, inputs: Inputs, mod
     return time.perf_counter() - t0, call, out
 
 
-def estimate_s(case: str, modes: tuple[str, ...], *, quick: bool = False, warm_runs: int = 3) -> float:
+def estimate_s(case: str, modes: tuple[str, ...], *, quick: bool = False, warm_runs: int = 3,
+               apart: bool = False) -> float:
     """Rough seconds `case` takes in `modes`: each compiled mode's cold compile in a new process,
     its warm starts and the bench process's compile from the caches (`quick`: one cold compile
-    in the bench's process), plus what compiles nothing. What `--budget-s` skips a case by."""
+    in the bench's process), plus what compiles nothing, once a case (`apart`: once a mode,
+    each mode building the model in a process of its own). What `--budget-s` skips a case by."""
     step = next((k for k in STEPS if case.endswith("_" + k)), "infer_bf16")
     compile_s = _COMPILE_S[step]
     per_mode = compile_s + 5.0 if quick else compile_s * (1.3 + 0.5 * warm_runs)
-    return _FIXED_S + per_mode * sum(1 for m in modes if m != "eager")
+    return _FIXED_S * (len(modes) if apart else 1) + per_mode * sum(1 for m in modes if m != "eager")

@@ -13,7 +13,8 @@ choice (coil.bench.pairs). `inductor_max` (max-autotune without CUDA graphs) run
 for and on the gemm cases, `flex` (the FlexAttention form, compiled by Inductor) on the
 attention cases (`suite.case_modes`).
 
-For each case, on the same inputs, each mode in turn: `torch._dynamo.reset()`, fresh cache folders
+For each case, on the same inputs, each mode in turn (with `--mode-processes`, each mode in a case
+process of its own: `model_runs.run_modes_apart`): `torch._dynamo.reset()`, fresh cache folders
 (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, COIL_CACHE_DIR set to new temp folders before the
 compile, in-memory kernel memos cleared: `measure.cold_caches`), the first call timed from
 `torch.compile` on (for a model case cold and warm, each in new processes, unless the run is
@@ -46,7 +47,12 @@ from coil.bench.kernel_runs import estimate_s as kernel_estimate_s
 from coil.bench.kernel_runs import run_kernel
 from coil.bench.measure import ALL_MODES
 from coil.bench.micro import ROUNDS, Ctx, run_micro
-from coil.bench.model_runs import CaseSettings, precompile_requested, run_model_in_process
+from coil.bench.model_runs import (
+    CaseSettings,
+    precompile_requested,
+    run_model_in_process,
+    run_modes_apart,
+)
 from coil.bench.models import IMPORTED_BEFORE_THE_CLOCK, estimate_s, model_cases
 from coil.bench.report import render
 from coil.bench.suite import case_modes, kernel_cases, select, suite_names
@@ -110,7 +116,8 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
             report["cases"][name] = {"skipped": "none of the modes asked for applies to it"}
             continue
         elapsed = time.perf_counter() - start
-        est = (estimate_s(name, these, quick=settings.quick, warm_runs=runs) if name in models
+        est = (estimate_s(name, these, quick=settings.quick, warm_runs=runs, apart=settings.mode_processes)
+               if name in models
                else kernel_estimate_s(kernels[name], these) if name in kernels else _EST_MICRO)
         if elapsed + min(est, case_budget_s or math.inf) > budget_s:
             report["cases"][name] = {"skipped": f"time budget ({elapsed:.0f} s used of {budget_s:.0f})"}
@@ -120,7 +127,8 @@ def run(names: Sequence[str], out_dir: str, budget_s: float = 480.0, modes: Sequ
         print(f"[bench] {name} ...", flush=True)
         if name in models:
             limit = min(case_budget_s or math.inf, budget_s - elapsed)
-            res = run_model_in_process(name, ctx.root, these, settings, None if math.isinf(limit) else limit)
+            run_case = run_modes_apart if settings.mode_processes else run_model_in_process
+            res = run_case(name, ctx.root, these, settings, None if math.isinf(limit) else limit)
         elif name in kernels:
             res = run_kernel(kernels[name], ctx, these, rounds)
         else:
@@ -158,6 +166,7 @@ def _header(budget_s: float, rounds: int, modes: tuple[str, ...], settings: Case
         "precompile": precompile_requested(), "rounds": rounds, "warm_runs": runs, "modes": list(modes),
         "settings": {"modes": ",".join(modes), "first calls": "bench process (quick)" if settings.quick
                      else f"new processes, {runs} warm", "loop steps": settings.loop_steps,
+                     "mode processes": "one a mode" if settings.mode_processes else "one a case",
                      "case budget s": case_budget_s, "rounds": rounds},
         "rule": "RMSE(mode vs fp64) <= 3 * RMSE(eager vs fp64) + tol/10; tol 1e-2 bf16, 1e-4 fp32",
         "cases": {},
