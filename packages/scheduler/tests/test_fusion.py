@@ -355,3 +355,34 @@ def test_kernels_of_different_devices_never_fuse():
         plan("g", ops[:2], set(), set())
     steps = S.fuse(ops, {"buf2"})
     assert [[m.op.name for m in s.members] for s in steps] == [["op0"], ["op1"], ["op2"]]
+
+
+def _split_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two column sums finished in two stages, as the split rule writes them: one kernel reduces
+    chunks of rows into two partials (it reads `x` once for both), two more finish them."""
+    chunks = x.view(8, -1, x.shape[-1])
+    return chunks.sum(1).sum(0), (chunks * chunks).sum(1).sum(0)
+
+
+def test_siblings_finishing_one_kernels_partials_share_a_kernel(sch):
+    """The finishing sums read the two partials one kernel wrote and share no buffer: fused as
+    siblings (fusion.SIBLINGS_PER_GROUP), they are one launch; the partials' kernel stays apart
+    (another iteration space)."""
+    s = sch.schedule(_split_sums, torch.randn(64, 16))
+    sch.check_topological(s)
+    sch.check_groups(s)
+    kernels = s.kernels()
+    assert len(kernels) == 2, [g.name for g in kernels]
+    finishing = [g for g in kernels if all(m.op.output.layout.numel == 16 for m in g.members)]
+    assert len(finishing) == 1 and len(finishing[0].members) == 2
+
+
+def test_siblings_past_the_size_bound_stay_apart(sch, monkeypatch):
+    """Siblings merge only while their group stays within SIBLING_MAX_OPS operations (readers of
+    a seed-sized output are none: test_readers_of_a_scalar_are_not_fused_for_its_sake)."""
+    from coil.scheduler import fusion
+
+    monkeypatch.setattr(fusion, "SIBLING_MAX_OPS", 1)
+    s = sch.schedule(_split_sums, torch.randn(64, 16))
+    sch.check_groups(s)
+    assert len(s.kernels()) == 3, [g.name for g in s.kernels()]

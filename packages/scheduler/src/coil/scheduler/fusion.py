@@ -3,7 +3,9 @@
 Candidates are pairs of groups that share a buffer: producer -> consumer (vertical) or two
 readers of the same buffer (horizontal; not through a buffer of at most `HORIZONTAL_MIN_BYTES`
 an operation writes, such as an RNG seed). Each is scored by the bytes fusion saves (a buffer that
-need not be written and read back; an input read once instead of twice) and tried best first.
+need not be written and read back; an input read once instead of twice) and tried best first;
+then pairs that share no buffer but read outputs of one group over as many elements (siblings:
+split reductions' finishing sums, padded copies), which save a launch alone.
 A fusion is taken when `group.plan` accepts the merged group (same iteration space, reads at the
 written index) and it makes no cycle among the remaining groups. Every decision, taken or not,
 is recorded with its reason in `FusionLog`. A fusion that would raise the peak of live bytes
@@ -54,6 +56,10 @@ HORIZONTAL_MIN_BYTES = 64
 # reduction (and any scattered load it makes, such as a loss's target logit, runs in one program
 # instead of one per row; in the row kernel, triton-codegen's prefetch issues that load early).
 EPILOGUE_WEIGHT = 4
+# Readers of one group's outputs paired as siblings (`_Fusion.siblings`): a kernel whose outputs
+# feed many others would otherwise give a quadratic number of pairs to try.
+SIBLINGS_PER_GROUP = 16
+SIBLING_MAX_OPS = 8  # operations in a group that siblings' fusion makes
 
 
 @dataclass
@@ -193,6 +199,7 @@ class _Fusion:
         self.empty = {id(op): _empty(op) for op in ops}
         self.nbytes_memo: dict[tuple[int, str], int] = {}
         self.epilogue_memo: dict[tuple[int, int], bool] = {}
+        self.numel_memo: dict[int, sympy.Expr] = {}
         # the cycle check before a merge: `merge_dag` (a topological order of the groups bounds the search)
         self.dag = MergeDag({g: self.compute_preds(g) for g in self.groups})
         self.profile = LiveProfile(ops, graph_outputs, self.nbytes) if peak_slack is not None else None
@@ -257,7 +264,63 @@ class _Fusion:
     def candidates(self) -> list[tuple[int, Operation, Operation, str]]:
         """(bytes saved, first op, second op, shared buffer) of every pair of ops in different
         groups that share a buffer, best first: producer -> consumer (an epilogue weighted by
-        EPILOGUE_WEIGHT), and two readers of a buffer of more than HORIZONTAL_MIN_BYTES."""
+        EPILOGUE_WEIGHT), and two readers of a buffer of more than HORIZONTAL_MIN_BYTES; last,
+        the launch-only pairs (`siblings`)."""
+        cands = self.sharing()
+        cands.sort(key=lambda c: -c[0])
+        return cands + self.siblings()
+
+    def small_enough(self, first_op: Operation, second_op: Operation) -> bool:
+        """Whether the groups of two siblings have at most SIBLING_MAX_OPS operations together:
+        siblings merge pair by pair, and a kernel gathering every reader of a group's outputs
+        would take Triton long to compile for one launch saved per pair."""
+        return len(self.groups[self.gid[id(first_op)]]) + len(self.groups[self.gid[id(second_op)]]) <= SIBLING_MAX_OPS
+
+    def siblings(self) -> list[tuple[int, Operation, Operation, str]]:
+        """Pairs of ops in different groups that read outputs (of more than HORIZONTAL_MIN_BYTES)
+        of one group and run over as many elements: the finishing sums of split reductions whose
+        partials one kernel wrote (a layer norm's weight and bias gradients), the padded copies
+        of tensors one kernel split (an attention's keys and values). Fused, they save a launch,
+        not bytes (score 0, tried after every pair that saves bytes); `plan` decides whether
+        they can share a kernel. Among the first SIBLINGS_PER_GROUP readers of a group, in
+        operation order; the shared buffer named is the second op's read of that group."""
+        by_producer: dict[int, list[tuple[Operation, str]]] = {}
+        for op in self.ops:
+            if not self.fusible(op):
+                continue
+            reads: dict[int, str] = {}
+            for r in self.op_reads[id(op)]:
+                w = self.writer.get(r)
+                if w is not None and self.fusible(w) and self.nbytes(w, r) > HORIZONTAL_MIN_BYTES:  # not a seed
+                    reads.setdefault(self.gid[id(w)], r)
+            for g, r in reads.items():
+                if g != self.gid[id(op)]:
+                    by_producer.setdefault(g, []).append((op, r))
+        pairs: list[tuple[int, Operation, Operation, str]] = []
+        seen: set[tuple[int, int]] = set()
+        for readers in by_producer.values():
+            readers = readers[:SIBLINGS_PER_GROUP]
+            for i, (first, _) in enumerate(readers):
+                for second, read in readers[i + 1:]:
+                    a, b = sorted((self.gid[id(first)], self.gid[id(second)]))
+                    if a == b or (a, b) in seen or self.numel(first) != self.numel(second):
+                        continue
+                    seen.add((a, b))
+                    pairs.append((0, first, second, read))
+        return pairs
+
+    def numel(self, op: Operation) -> sympy.Expr:
+        """The elements `op` (fusible) runs over (its loop ranges' product; a reduction's reduced
+        ones too)."""
+        got = self.numel_memo.get(id(op))
+        if got is None:
+            assert isinstance(op, Pointwise | Reduction)
+            ranges = list(op.ranges) + (list(op.reduction_ranges) if isinstance(op, Reduction) else [])
+            got = self.numel_memo[id(op)] = sympy.Mul(*ranges)
+        return got
+
+    def sharing(self) -> list[tuple[int, Operation, Operation, str]]:
+        """The pairs that share a buffer (`candidates`), unsorted."""
         cands: list[tuple[int, Operation, Operation, str]] = []
         for op in self.ops:
             if not self.fusible(op):
@@ -275,7 +338,6 @@ class _Fusion:
                 for other in self.readers.get(r, []):
                     if other is not op and self.fusible(other) and self.gid[id(other)] != self.gid[id(op)]:
                         cands.append((self.nbytes(self.writer[r], r) if r in self.writer else 1, other, op, r))
-        cands.sort(key=lambda c: -c[0])
         return cands
 
     def record(self, a: int, b: int, taken: bool, reason: str) -> None:
@@ -323,7 +385,9 @@ class _Fusion:
         changed = True
         while changed:
             changed = False
-            for _, first_op, second_op, shared in self.candidates():
+            for saved, first_op, second_op, shared in self.candidates():
+                if saved == 0 and not self.small_enough(first_op, second_op):
+                    continue
                 changed |= self.attempt(first_op, second_op, shared)
 
     def execution_order(self) -> list[int]:
