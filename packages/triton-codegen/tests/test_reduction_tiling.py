@@ -209,8 +209,9 @@ SPLITS = {
     "var_mean_nchw": (lambda x: tuple(torch.var_mean(x, (0, 2, 3))), (3, 5, 6, 7), False, 2),
     "var_mean_channels_last": (lambda x: tuple(torch.var_mean(x, (0, 2, 3))), (3, 5, 6, 7), True, 2),
     "var_mean_dim0_keepdim": (lambda x: tuple(torch.var_mean(x, 0, correction=0, keepdim=True)), (37, 21), False, 2),
-    # std and var: their partial kernels (same input, same chunks) fuse into one
-    "std_var_dim1": (lambda x: (torch.std(x, 1), torch.var(x, 1, correction=0)), (3, 101), False, 3),
+    # std and var: their partial kernels (same input, same chunks) fuse into one, and their
+    # finishing kernels, which read its two partials, fuse as siblings
+    "std_var_dim1": (lambda x: (torch.std(x, 1), torch.var(x, 1, correction=0)), (3, 101), False, 2),
 }
 
 
