@@ -189,13 +189,16 @@ def replay_split(name: str, step: Any, model: Any, path: tuple[tuple[str, str, s
     spent: dict[str, float] = defaultdict(float)
     calls: Counter[str] = Counter()
     saved = []
-    path = tuple((mod, cls, meth) for mod, cls, meth in path
-                 if hasattr(getattr(importlib.import_module(mod), cls) if cls else importlib.import_module(mod), meth))
+    keys = []
     for mod, cls, meth in path:
         module = importlib.import_module(mod)
         owner = getattr(module, cls) if cls else module
+        if not hasattr(owner, meth):  # an entry point this torch lacks
+            continue
+        key = f"{cls or mod}.{meth}"
+        keys.append(key)
         saved.append((owner, meth, getattr(owner, meth)))
-        setattr(owner, meth, _timed(getattr(owner, meth), f"{cls or mod}.{meth}", spent, calls))
+        setattr(owner, meth, _timed(getattr(owner, meth), key, spent, calls))
     try:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -207,8 +210,7 @@ def replay_split(name: str, step: Any, model: Any, path: tuple[tuple[str, str, s
         for owner, meth, fn in saved:
             setattr(owner, meth, fn)
     print(f"\n=== {name}: replay path, {wall:.2f} ms a step over {steps} steps")
-    for mod, cls, meth in path:
-        key = f"{cls or mod}.{meth}"
+    for key in keys:
         n = calls[key] / steps
         per = spent[key] / calls[key] * 1e6 if calls[key] else 0.0
         print(f"  {key:48s} {spent[key] / steps * 1e3:7.2f} ms a step, {n:5.0f} calls, {per:7.1f} us a call")
