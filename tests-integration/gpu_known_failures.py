@@ -19,7 +19,8 @@ ON_CUDA: dict[str, str] = {
 
 # Tests known to fail where Triton is older than 3.9 (its interpreter runs the CPU graphs). Its
 # interpreter cannot take a loop bound from a run-time int under NumPy 2 (an upstream bug); coil's
-# interpreted kernels convert such bounds themselves (triton-codegen `_coil_index`).
+# interpreted launches convert such bounds (coil.runtime.interpreter `_scalar_index`; generated
+# kernels also through triton-codegen's `_coil_index`).
 ON_TRITON_BEFORE_3_9: dict[str, str] = {}
 
 

@@ -6,6 +6,7 @@ overflow check (`_builder_options`)."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -136,3 +137,46 @@ def test_launches_run_without_the_overflow_check_and_put_the_options_back(
         torch.testing.assert_close(out, x.view(2, 4).sum(1).to(torch.int32))
         assert seen and set(seen) == {(False, debug)}
         assert interpreter.interpreter_builder.options is before
+
+
+LOOP_SOURCE = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def loop_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    hi = tl.maximum(n, 0)  # a bound computed from a run-time int, as the attention kernels' are
+    for start in range(0, hi, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(out_ptr, tl.sum(acc, 0))
+'''
+
+
+@pytest.mark.parametrize("n", [1, 7, 40])
+def test_a_loop_over_a_run_time_bound_runs_interpreted(cache_dir: Path, n: int) -> None:
+    """A run-time int reaches the interpreter as a one-element 1-D array; Triton before 3.9 made
+    it a `range` bound with `int(array)`, which NumPy 2 refuses. The conversion coil sets
+    (`_scalar_index`) takes any one-element array, and the interpreter's is back after the launch."""
+    import triton.language as tl
+
+    before = tl.tensor.__dict__.get("__index__")
+    spec = KernelSpec("loop_kernel", LOOP_SOURCE, (TensorArg(torch.float32), TensorArg(torch.float32), 0),
+                      {"BLOCK": 16})
+    x = torch.randn(n)
+    out = torch.empty(1)
+    compile_kernels([spec], CPU)["loop_kernel"]((1,), x, out, n)
+    torch.testing.assert_close(out[0], x.sum(), rtol=1e-5, atol=1e-5)
+    assert tl.tensor.__dict__.get("__index__") is before
+
+
+def test_one_element_arrays_of_any_rank_convert_to_an_int() -> None:
+    import numpy as np
+    from coil.runtime.interpreter import _index
+
+    for data in (np.array(5), np.array([5]), np.array([[5]])):
+        assert _index(SimpleNamespace(handle=SimpleNamespace(data=data))) == 5
+    with pytest.raises(TypeError):
+        _index(SimpleNamespace(handle=SimpleNamespace(data=np.array([1, 2]))))

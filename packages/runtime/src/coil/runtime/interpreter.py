@@ -36,6 +36,11 @@ What coil does, so that CPU kernels work in any process and GPU kernels keep wor
    propagate NaN as those combines do; `np.prod`, whose integer products wrap to the same value
    once cast back). Every other reduction goes to the interpreter unchanged.
 
+6. Triton 3.6's interpreter converts a `range` bound with `int()` of its array, which NumPy 2
+   refuses for a run-time int (a one-element 1-D array there); Triton 3.9 squeezes first. While a
+   coil launch runs, the conversion takes any one-element array (`_scalar_index`), so kernels
+   loop over run-time bounds on both versions.
+
 When TRITON_INTERPRET is already set for the whole process, everything is an `InterpretedFunction`
 from the start and steps 2-3 are no-ops. Uses `triton.runtime.interpreter.InterpretedFunction`
 (present with the same constructor in 3.6 and 3.9) and `triton.JITFunction`.
@@ -118,7 +123,7 @@ def interpreted_run(fn: object, *, debug: bool = False) -> RunFn:
             original = jit_type.__call__
             jit_type.__call__ = _call_interpreted  # type: ignore[method-assign]
             try:
-                with _language_kept(), _builder_options(debug), _fast_reductions():
+                with _language_kept(), _builder_options(debug), _fast_reductions(), _scalar_index():
                     return target_run(*args, **kwargs)
             finally:
                 jit_type.__call__ = original  # type: ignore[method-assign]
@@ -234,3 +239,36 @@ def _fast_reductions() -> Iterator[None]:
         yield
     finally:
         ReduceOps.apply_impl = original
+
+
+def _index(self: Any) -> int:
+    """`int(t)` for an interpreted tensor `t` holding one element, whatever its array's rank."""
+    data = self.handle.data
+    return int(data.reshape(-1)[0] if data.size == 1 else data)
+
+
+@contextlib.contextmanager
+def _scalar_index() -> Iterator[None]:
+    """While the block runs, an interpreted tensor of one element converts to an int whatever its
+    array's rank: a run-time int argument (and what is computed from it) reaches an interpreted
+    kernel as a one-element 1-D array, and Triton before 3.9 converts a `range` bound with
+    `int(array)`, which NumPy 2 refuses ("only 0-dimensional arrays can be converted to Python
+    scalars"); Triton 3.9 squeezes first. The interpreter sets `tl.tensor.__index__` in
+    `_patch_lang_tensor` at each launch (undone after it); this wraps that function to set the
+    conversion above, through the same undo record. Call under `_lock`."""
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None:
+        yield
+        return
+
+    def patch(tensor: Any, scope: Any) -> None:
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", _index)
+
+    interpreter._patch_lang_tensor = patch
+    try:
+        yield
+    finally:
+        interpreter._patch_lang_tensor = original
