@@ -13,8 +13,9 @@
 # (op, dtype), 16 spawned workers, 90 s a pair, COIL_COMPILE_WORKERS=0 in each (the sweep's
 # workers are the parallelism); its arguments replace those defaults one by one (argparse keeps
 # the last), and its results go to $OUT/opinfo (sweep.jsonl and the summaries, written as it goes).
-# Logs go to $OUT (default bench-out): runtime_gpu.log, integration.log, demo.log, pytest.log,
-# opinfo.log. TESTS_S bounds each pytest or sweep run in seconds (default 540).
+# Logs go to $OUT (default bench-out): runtime_gpu.log, integration.log (on a machine of several
+# GPUs the suite's files are dealt out to one pytest a GPU: integration-0.log, ...), demo.log,
+# pytest.log, opinfo.log. TESTS_S bounds each pytest or sweep run in seconds (default 540).
 # Exit status: that of the last run that failed, else 0.
 set -u
 source bench/device_env.sh
@@ -35,7 +36,22 @@ pytest_q=(python3 -m pytest -q -p no:cacheprovider -rfEx)
 
 if [ $# -eq 0 ]; then
   run runtime_gpu.log "${pytest_q[@]}" packages/runtime/tests -m gpu
-  run integration.log "${pytest_q[@]}" tests-integration
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  if [ "$gpus" -le 1 ]; then
+    run integration.log "${pytest_q[@]}" tests-integration
+  else  # the suite's files dealt out round-robin, one pytest a GPU, side by side
+    pids=()
+    mapfile -t files < <(find tests-integration -name 'test_*.py' | sort)
+    for ((lane = 0; lane < gpus; lane++)); do
+      mine=()
+      for ((i = lane; i < ${#files[@]}; i += gpus)); do mine+=("${files[$i]}"); done
+      ( CUDA_VISIBLE_DEVICES=$lane run integration-$lane.log "${pytest_q[@]}" "${mine[@]}"; exit $status ) \
+        > "$OUT/lane-$lane.txt" &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+    cat "$OUT"/lane-*.txt
+  fi
   echo "== coil demo"
   coil demo > "$OUT/demo.log" 2>&1 || { status=$?; echo "   exit $status"; }
   grep -v '^\[transformers\]' "$OUT/demo.log" | tail -20
