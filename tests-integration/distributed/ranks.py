@@ -156,8 +156,10 @@ def ddp(rank: int) -> tuple[Values, Values]:
 
 
 def fsdp2(rank: int) -> tuple[Values, Values]:
-    """FSDP2: `fully_shard` on each Layer of TwoLayer and on the root, per-rank data; the
+    """FSDP2: `fully_shard` on each Layer of TwoLayer and on the root over a CPU mesh of every
+    rank (without one FSDP2 shards onto the accelerator when there is one), per-rank data; the
     compiled run is torch.compile of the root; parameters compared whole."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
@@ -166,9 +168,10 @@ def fsdp2(rank: int) -> tuple[Values, Values]:
     runs = []
     for compiled in (False, True):
         model = copy.deepcopy(base)
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
         for layer in (model.layer1, model.layer2):
-            fully_shard(layer)
-        fully_shard(model)
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
         call = torch.compile(model, backend="coil") if compiled else model
         losses = train(call, model.parameters(), data, compiled)
         runs.append({"loss": losses, **full(model)})

@@ -147,8 +147,8 @@ def test_the_distributed_bench_rows_match_eager_and_report_the_rule(tmp_path: Pa
         env = {**launch.environment(tmp_path / mode), "PYTHONUNBUFFERED": "1"}
         host = ["--host-profile", "1"] if mode == "coil" else []
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
-                               "coil.bench.distributed", "--recipe", "fsdp2", "--model", "llama_style", "--mode",
-                               mode, "--tiny", "--batch", "2", "--seq", "16", "--steps", "3", "--out", str(out),
+                               "coil.bench.distributed", "--cpu", "--recipe", "fsdp2", "--model", "llama_style",
+                               "--mode", mode, "--tiny", "--batch", "2", "--seq", "16", "--steps", "3", "--out", str(out),
                                *host], env=env, check=True, timeout=launch.DEADLINE_S, capture_output=True, text=True)
         if host:
             assert done.stdout.count("=== cProfile of 1 steps on rank 0") == 1, done.stdout[-2000:]
