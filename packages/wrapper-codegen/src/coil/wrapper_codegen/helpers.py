@@ -24,14 +24,33 @@ def reinterpret(base: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ..
     return torch.as_strided(base, size, stride, base.storage_offset() + offset)
 
 
+def _current_cuda_device() -> int:
+    return torch.cuda.current_device()
+
+
+_current_cuda_device = getattr(torch._C, "_cuda_getDevice", _current_cuda_device)
+
+
 def fast_empty(device: torch.device):  # type: ignore[no-untyped-def]
-    """`alloc(size, stride, dtype)` for `device`: torch's C fast path where it is safe (the CPU;
-    CUDA when the process sees one GPU, since the fast path allocates on the current device),
-    else `torch.empty_strided(..., device=device)`."""
+    """`alloc(size, stride, dtype)` for `device`: torch's C fast path where it is safe, else
+    `torch.empty_strided(..., device=device)`. The CUDA fast path allocates on the current device:
+    taken as it is when the process sees one GPU (or `device` names no index); with several (a
+    torchrun rank sees every GPU) each allocation first checks that the current device is
+    `device`, a check far cheaper than the slow path."""
     if device.type == "cpu" and _empty_strided_cpu is not None:
         return _empty_strided_cpu
-    if device.type == "cuda" and _empty_strided_cuda is not None and torch.cuda.device_count() == 1:
-        return _empty_strided_cuda
+    fast = _empty_strided_cuda
+    if device.type == "cuda" and fast is not None:
+        if device.index is None or torch.cuda.device_count() == 1:
+            return fast
+        index, current = device.index, _current_cuda_device
+
+        def alloc_checked(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+            if current() == index:
+                return fast(size, stride, dtype)  # type: ignore[no-any-return]
+            return torch.empty_strided(size, stride, dtype=dtype, device=device)
+
+        return alloc_checked
 
     def alloc(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return torch.empty_strided(size, stride, dtype=dtype, device=device)
