@@ -24,11 +24,8 @@ def reinterpret(base: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ..
     return torch.as_strided(base, size, stride, base.storage_offset() + offset)
 
 
-def _current_cuda_device() -> int:
-    return torch.cuda.current_device()
-
-
-_current_cuda_device = getattr(torch._C, "_cuda_getDevice", _current_cuda_device)
+# the current CUDA device's index: torch's C getter where the build has it
+_current_cuda_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
 def fast_empty(device: torch.device):  # type: ignore[no-untyped-def]
