@@ -32,6 +32,7 @@ from coil.backend.debug.checks import LifetimeTracker, check_outputs, returned_s
 from coil.backend.debug.dump import spans
 from coil.backend.errors import CoilCompileError
 from coil.backend.pipeline import autotune, fallback, indirect_inputs, matmul_templates
+from coil.backend.pipeline.device_guard import on_device
 from coil.backend.pipeline.fake_calls import answering_fake_calls, fake_calls_expected
 from coil.backend.pipeline.progress import compile_with_progress
 from coil.backend.pipeline.static_inputs import dynamo_static_inputs
@@ -343,7 +344,7 @@ def _finish(call: Callable[[list[Any]], Any], name: str, kind: str, stats: Graph
     logs.emit("compile_time", f"{name}: compile time (graph cache {stats.graph_cache})",
               format_stage_times(stats.stage_times))
     measured = (stats, device) if device.type == "cuda" and run is call else None
-    return _boxed(run, name if knobs.check_nan else None, measured)
+    return _boxed(on_device(run, device), name if knobs.check_nan else None, measured)
 
 
 def _cuda_graphs(call: Callable[[list[Any]], Any], kind: str, stats: GraphStats, device: torch.device,
