@@ -9,8 +9,9 @@ For each mode: compile, warm up, profile 5 iterations; prints per-iteration wall
 synchronised at the end), the host's issue time (the same steps' Python return times: near the wall
 time when the step is host-bound), the wall time of 20 more with Python's garbage collector off,
 the median of `triton.testing.do_bench`, the collector's work a step (collections and time by
-generation), the number of kernel launches and their summed GPU time, and the top kernels by GPU
-time. With
+generation), the number of kernel launches and their summed GPU time, the top kernels by GPU
+time, and the CUDA runtime and driver calls a step with their host time (launches, memsets,
+allocations, stream queries: what a host-bound step pays for beside Python). With
 --cprofile N it also runs 10 warm iterations under cProfile and prints the top N functions by
 own time (host overhead between launches: where a launch-bound step spends its CPU time); with
 --host N, the top N ATen operators by host (CPU) time per iteration, their own and with what they
@@ -137,6 +138,10 @@ def profile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
     evs.sort(key=lambda e: -e.self_device_time_total)
     for e in evs[:top]:
         print(f"{e.self_device_time_total / ITERS / 1e3:8.3f} ms {e.count // ITERS:4d}x  {e.key[:110]}")
+    api = sorted((e for e in prof.key_averages() if e.device_time_total == 0 and e.key.startswith("cu")),
+                 key=lambda e: -e.self_cpu_time_total)
+    print("    CUDA runtime and driver calls a step (host): " + ", ".join(
+        f"{e.key} {e.count // ITERS}x {e.self_cpu_time_total / ITERS / 1e3:.2f} ms" for e in api[:12]))
     (out / f"{name}.txt").write_text(prof.key_averages().table(sort_by="self_device_time_total", row_limit=200))
 
 
