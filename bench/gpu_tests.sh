@@ -14,8 +14,8 @@
 # workers are the parallelism); its arguments replace those defaults one by one (argparse keeps
 # the last), and its results go to $OUT/opinfo (sweep.jsonl and the summaries, written as it goes).
 # Logs go to $OUT (default bench-out): runtime_gpu.log, integration.log (on a machine of several
-# GPUs the suite's files are dealt out to one pytest a GPU: integration-0.log, ...), demo.log,
-# pytest.log, opinfo.log. TESTS_S bounds each pytest or sweep run in seconds (default 540).
+# GPUs the suite's files are dealt out to one pytest a GPU, integration-0.log, ..., and then the
+# tests marked two_gpus run with every GPU visible, two_gpus.log), demo.log, pytest.log, opinfo.log. TESTS_S bounds each pytest or sweep run in seconds (default 540).
 # Exit status: that of the last run that failed, else 0.
 set -u
 source bench/device_env.sh
@@ -45,12 +45,13 @@ if [ $# -eq 0 ]; then
     for ((lane = 0; lane < gpus; lane++)); do
       mine=()
       for ((i = lane; i < ${#files[@]}; i += gpus)); do mine+=("${files[$i]}"); done
-      ( CUDA_VISIBLE_DEVICES=$lane run integration-$lane.log "${pytest_q[@]}" "${mine[@]}"; exit $status ) \
-        > "$OUT/lane-$lane.txt" &
+      ( CUDA_VISIBLE_DEVICES=$lane run integration-$lane.log "${pytest_q[@]}" -m "not two_gpus" "${mine[@]}"
+        exit $status ) > "$OUT/lane-$lane.txt" &
       pids+=($!)
     done
     for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
     cat "$OUT"/lane-*.txt
+    run two_gpus.log "${pytest_q[@]}" -m two_gpus tests-integration  # every GPU visible
   fi
   echo "== coil demo"
   coil demo > "$OUT/demo.log" 2>&1 || { status=$?; echo "   exit $status"; }

@@ -13,8 +13,9 @@ from torch import nn
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.two_gpus,
     pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-                       reason="needs two CUDA devices visible (`bash bench/gpu_tests.sh tests-integration/test_other_device.py` on nvidia-h200-x2)"),
+                       reason="needs two CUDA devices visible (bench/gpu_tests.sh on nvidia-h200-x2 runs it)"),
 ]
 
 
