@@ -97,6 +97,25 @@ def test_noop_x_times_one_on_intermediate(trace) -> None:
     assert aten.mul.Tensor not in targets(gm)
 
 
+def test_noop_zero_pad_removed_other_pads_kept(trace) -> None:
+    # Swin's window padding at a size the window divides: constant_pad_nd with every pad 0
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = x.exp()
+        return (torch.constant_pad_nd(h, [0, 0, 0, 0]) * 2, torch.constant_pad_nd(h, [0, 1]),
+                torch.constant_pad_nd(h, [0, -1]), torch.constant_pad_nd(h.t(), [0, 0]) + 1)
+
+    x = torch.randn(4, 6)
+    gm = trace(f, x)
+    assert targets(gm).count(aten.constant_pad_nd.default) == 4
+    assert run(gm, remove_noops, dead_code_elimination)
+    # the zero pads go (ATen's keeps its input's layout, a transpose's too); a real pad and a
+    # negative one (a slice) stay
+    assert targets(gm).count(aten.constant_pad_nd.default) == 2
+    for got, want in zip(gm(x), f(x), strict=True):
+        torch.testing.assert_close(got, want)
+        assert got.shape == want.shape and got.stride() == want.stride()
+
+
 def test_noop_keeps_conj_and_neg_views(trace) -> None:
     # _conj and _neg_view have their input's layout but read it conjugated / negated: removing
     # them as identity views broke fft.ifft, polar's and linalg.eig's gradients (OpInfo sweep)

@@ -83,10 +83,22 @@ def _copy_source(node: Node) -> Node | None:
     return _first_tensor_arg(node)
 
 
+def _zero_pad_source(node: Node) -> Node | None:
+    """A constant_pad_nd whose every pad is 0 (a window padding that the input's size made
+    empty, as Swin's at 224 x 224) copies its input."""
+    if overload_of(node) is not aten.constant_pad_nd.default or len(node.args) < 2:
+        return None
+    pad = node.args[1]
+    if not isinstance(pad, list | tuple) or not all(type(p) is int and p == 0 for p in pad):
+        return None
+    return _first_tensor_arg(node)
+
+
 NOOP_RULES: tuple[NoopRule, ...] = (
     NoopRule("arithmetic-identity", _arith_source),  # x+0, x-0, x*1, x/1, x**1
     NoopRule("identity-view", _view_source),  # view/reshape/expand/permute/slice to the same layout
     NoopRule("metadata-preserving-copy", _copy_source),  # clone, _to_copy to the same dtype
+    NoopRule("zero-pad", _zero_pad_source),  # constant_pad_nd(x, [0, 0, ...])
 )
 
 
