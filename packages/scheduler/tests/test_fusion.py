@@ -386,3 +386,34 @@ def test_siblings_past_the_size_bound_stay_apart(sch, monkeypatch):
     s = sch.schedule(_split_sums, torch.randn(64, 16))
     sch.check_groups(s)
     assert len(s.kernels()) == 3, [g.name for g in s.kernels()]
+
+
+def _counters(v, a, b, c, d):
+    """Four independent single-element updates (a batch norm's step counter in four layers, two
+    of them 1-element vectors) beside a vector op."""
+    return v * 2, a + 1, b + 1, c * 3, d - 1
+
+
+def _counter_inputs():
+    return (torch.randn(16), torch.tensor(5), torch.tensor(7), torch.randn(1), torch.randn(1))
+
+
+def test_independent_single_element_ops_share_one_kernel(sch):
+    """Single-element pointwise ops that share no buffer are one launch (fusion.SCALAR_MAX_OPS);
+    the vector op stays apart."""
+    s = sch.schedule(_counters, *_counter_inputs())
+    sch.check_topological(s)
+    sch.check_groups(s)
+    kernels = s.kernels()
+    assert len(kernels) == 2, [g.name for g in kernels]
+    scalars = [g for g in kernels if all(m.op.output.layout.numel == 1 for m in g.members)]
+    assert len(scalars) == 1 and len(scalars[0].members) == 4
+
+
+def test_single_element_ops_past_the_size_bound_stay_apart(sch, monkeypatch):
+    from coil.scheduler import fusion
+
+    monkeypatch.setattr(fusion, "SCALAR_MAX_OPS", 2)
+    s = sch.schedule(_counters, *_counter_inputs())
+    sch.check_groups(s)
+    assert sorted(len(g.members) for g in s.kernels()) == [1, 2, 2], [g.name for g in s.kernels()]

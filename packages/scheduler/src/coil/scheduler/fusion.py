@@ -5,7 +5,8 @@ readers of the same buffer (horizontal; not through a buffer of at most `HORIZON
 an operation writes, such as an RNG seed). Each is scored by the bytes fusion saves (a buffer that
 need not be written and read back; an input read once instead of twice) and tried best first;
 then pairs that share no buffer but read outputs of one group over as many elements (siblings:
-split reductions' finishing sums, padded copies), which save a launch alone.
+split reductions' finishing sums, padded copies), and groups of single-element pointwise ops
+(scalars: a batch norm's step counter in every layer), which save a launch alone.
 A fusion is taken when `group.plan` accepts the merged group (same iteration space, reads at the
 written index) and it makes no cycle among the remaining groups. Every decision, taken or not,
 is recorded with its reason in `FusionLog`. A fusion that would raise the peak of live bytes
@@ -29,6 +30,7 @@ are tried (`_order_candidates`), each only when it changes some member's nest:
 from __future__ import annotations
 
 import heapq
+import itertools
 import re
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -60,6 +62,10 @@ EPILOGUE_WEIGHT = 4
 # feed many others would otherwise give a quadratic number of pairs to try.
 SIBLINGS_PER_GROUP = 16
 SIBLING_MAX_OPS = 8  # operations in a group that siblings' fusion makes
+# Groups of single-element pointwise operations, independent of each other (a batch norm's
+# step counter, `num_batches_tracked + 1`, once per layer), gathered into one kernel of at most
+# this many operations (`_Fusion.scalars`): each alone is a launch for one element.
+SCALAR_MAX_OPS = 32
 
 
 @dataclass
@@ -265,16 +271,32 @@ class _Fusion:
         """(bytes saved, first op, second op, shared buffer) of every pair of ops in different
         groups that share a buffer, best first: producer -> consumer (an epilogue weighted by
         EPILOGUE_WEIGHT), and two readers of a buffer of more than HORIZONTAL_MIN_BYTES; last,
-        the launch-only pairs (`siblings`)."""
+        the launch-only pairs (`siblings`, then `scalars`)."""
         cands = self.sharing()
         cands.sort(key=lambda c: -c[0])
-        return cands + self.siblings()
+        return cands + self.siblings() + self.scalars()
 
-    def small_enough(self, first_op: Operation, second_op: Operation) -> bool:
-        """Whether the groups of two siblings have at most SIBLING_MAX_OPS operations together:
-        siblings merge pair by pair, and a kernel gathering every reader of a group's outputs
-        would take Triton long to compile for one launch saved per pair."""
-        return len(self.groups[self.gid[id(first_op)]]) + len(self.groups[self.gid[id(second_op)]]) <= SIBLING_MAX_OPS
+    def small_enough(self, first_op: Operation, second_op: Operation, shared: str) -> bool:
+        """Whether the groups of a launch-only pair are small enough together: siblings at most
+        SIBLING_MAX_OPS operations (they merge pair by pair, and a kernel gathering every reader
+        of a group's outputs would take Triton long to compile for one launch saved per pair);
+        scalars (no shared buffer) at most SCALAR_MAX_OPS, every one over a single element."""
+        a, b = self.groups[self.gid[id(first_op)]], self.groups[self.gid[id(second_op)]]
+        if shared:
+            return len(a) + len(b) <= SIBLING_MAX_OPS
+        return len(a) + len(b) <= SCALAR_MAX_OPS and all(self.scalar(o) for o in a + b)
+
+    def scalar(self, op: Operation) -> bool:
+        """Whether `op` is a fusible pointwise op over a single element."""
+        return isinstance(op, Pointwise) and self.fusible(op) and self.numel(op) == 1
+
+    def scalars(self) -> list[tuple[int, Operation, Operation, str]]:
+        """Consecutive single-element pointwise ops (in operation order) in different groups, as
+        launch-only pairs (score 0, no shared buffer, tried last): merged, a run of them is one
+        launch; `small_enough` keeps such groups to scalars alone, the cycle check to
+        independent ones."""
+        ops = [op for op in self.ops if self.scalar(op)]
+        return [(0, a, b, "") for a, b in itertools.pairwise(ops) if self.gid[id(a)] != self.gid[id(b)]]
 
     def siblings(self) -> list[tuple[int, Operation, Operation, str]]:
         """Pairs of ops in different groups that read outputs (of more than HORIZONTAL_MIN_BYTES)
@@ -386,7 +408,7 @@ class _Fusion:
         while changed:
             changed = False
             for saved, first_op, second_op, shared in self.candidates():
-                if saved == 0 and not self.small_enough(first_op, second_op):
+                if saved == 0 and not self.small_enough(first_op, second_op, shared):
                     continue
                 changed |= self.attempt(first_op, second_op, shared)
 
