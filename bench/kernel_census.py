@@ -15,10 +15,11 @@ kernel's name without its number: the ops fused into it) and the externs by op; 
 Knobs apply as in a compile: `COIL_PAD_MM=0 python bench/kernel_census.py swin_t` counts
 without the matmul padding.
 
-What differs from a compile on the GPU: no Dynamo (no graph breaks) and so no pre-grad passes,
-CPU autocast's casts in place of CUDA's, the split rule of an H200 (132 SMs), no matmul
-templates, no autotuning, no memory-planner ordering. Swin-T's training step gave 221 + 418
-kernels here against 224 + 438 on the GPU (docs/perf.md, "Model zoo").
+As in a compile, the forward's saved tensors may change layout (channels-last activations) and
+the backward adopts the layouts the forward's passes gave them. What differs from a compile on
+the GPU: no Dynamo (no graph breaks) and so no pre-grad passes, CPU autocast's casts in place of
+CUDA's, the split rule of an H200 (132 SMs), no matmul templates, no autotuning, no
+memory-planner ordering. docs/perf.md ("Model zoo") compares its counts with the GPU's.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import torch
 from coil.backend.pipeline.partition import partition
 from coil.bench import zoo
 from coil.bench.zoo import builders
-from coil.fx_passes import GRAPH_KIND, run_post_grad_passes
+from coil.fx_passes import GRAPH_KIND, adopt_input_strides, run_post_grad_passes
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
 from coil.knobs import knobs
 from coil.lowering_ir import decomposition_table, lower
@@ -52,9 +53,11 @@ from torch.fx.experimental.proxy_tensor import make_fx
 H200_SMS = 132
 
 
-def census(gm: torch.fx.GraphModule, kind: str) -> dict[str, Any]:
+def census(gm: torch.fx.GraphModule, kind: str, saved: list[torch.Tensor]) -> dict[str, Any]:
     """`gm` (a graph AOTAutograd traced on the CPU) on fake CUDA tensors through coil's pipeline
-    up to wrapper codegen: its kernels and externs, counted by kind."""
+    up to wrapper codegen: its kernels and externs, counted by kind. A forward fills `saved` with
+    what it returns for the backward, laid out as its passes left them; a backward's leading
+    inputs adopt those layouts, as a compile's backward adopts the strides its forward reported."""
     with unset_fake_temporarily():
         with FakeTensorMode(allow_non_fake_inputs=True):
             inputs = [torch.empty_strided(n.meta["val"].shape, n.meta["val"].stride(), dtype=n.meta["val"].dtype,
@@ -67,10 +70,13 @@ def census(gm: torch.fx.GraphModule, kind: str) -> dict[str, Any]:
         cuda.recompile()
         g = make_fx(cuda, tracing_mode="fake")(*inputs)
         g.meta[GRAPH_KIND] = kind
-        if kind == "forward":  # AOTAutograd's forward returns the loss, then what it saves
-            outs = next(n for n in reversed(g.graph.nodes) if n.op == "output").args[0]
-            g.meta[FREE_OUTPUTS] = tuple(range(1, len(outs)))
+        if kind == "forward":  # the buffers' updates (batch norm's statistics), the loss, the saved
+            g.meta[FREE_OUTPUTS] = tuple(range(_loss_position(g) + 1, len(_outputs(g))))
+        elif kind == "backward" and saved:  # its inputs: what the forward saved, then the loss's gradient
+            adopt_input_strides(g, saved + inputs[len(saved):])
         g = run_post_grad_passes(g, is_backward=kind == "backward")
+        if kind == "forward":
+            saved[:] = [o.meta["val"] for o in _outputs(g)[_loss_position(g) + 1:]]
         lowered = lower(g, kind, split=SplitRule(H200_SMS, OUTER_XBLOCK))
         sched = schedule(lowered, fusion=knobs.fusion, visit_order=knobs.fusion_visit_order, order_time_limit=0)
         sources = generate_schedule(sched, lowered.buffers(), "cuda", knobs.reduction_strategy, lowered.symbol_hints,
@@ -79,6 +85,20 @@ def census(gm: torch.fx.GraphModule, kind: str) -> dict[str, Any]:
               reuse=knobs.reuse)  # the wrapper is built, as a compile builds it
     return {"kernels": collections.Counter(re.sub(r"^kernel\d+_", "", s.name) for s in sources),
             "externs": collections.Counter(str(e.kernel) for e in sched.externs())}
+
+
+def _outputs(g: torch.fx.GraphModule) -> list[Any]:
+    return list(next(n for n in reversed(g.graph.nodes) if n.op == "output").args[0])
+
+
+def _loss_position(g: torch.fx.GraphModule) -> int:
+    """Where a training forward returns the loss (its one 0-d floating output): after the
+    updates of the buffers the step mutates, before the tensors saved for the backward."""
+    for i, o in enumerate(_outputs(g)):
+        v = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+        if isinstance(v, torch.Tensor) and v.dim() == 0 and v.is_floating_point():
+            return i
+    raise ValueError("kernel census: the forward returns no loss (no 0-d floating output)")
 
 
 def trace(model_name: str, step: str, size: str) -> list[tuple[str, dict[str, Any]]]:
@@ -90,10 +110,11 @@ def trace(model_name: str, step: str, size: str) -> list[tuple[str, dict[str, An
     builders.no_dropout(model)
     model.train(step == "train")
     found: list[tuple[str, dict[str, Any]]] = []
+    saved: list[torch.Tensor] = []  # the forward's saved tensors, as its passes laid them out
 
     def compiler(kind: str) -> Any:
         def compile_(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-            found.append((kind, census(gm, kind)))
+            found.append((kind, census(gm, kind, saved)))
             return make_boxed_func(functools.partial(_empty_outputs, gm))
         return compile_
 
