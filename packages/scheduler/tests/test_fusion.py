@@ -357,6 +357,16 @@ def test_kernels_of_different_devices_never_fuse():
     assert [[m.op.name for m in s.members] for s in steps] == [["op0"], ["op1"], ["op2"]]
 
 
+def _the_group_over(sch, s, kernels: int, numel: int):
+    """The one kernel group of schedule `s` (checked, of `kernels` kernels) whose every member
+    writes `numel` elements."""
+    sch.check_topological(s)
+    sch.check_groups(s)
+    assert len(s.kernels()) == kernels, [g.name for g in s.kernels()]
+    (group,) = [g for g in s.kernels() if all(m.op.output.layout.numel == numel for m in g.members)]
+    return group
+
+
 def _split_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Two column sums finished in two stages, as the split rule writes them: one kernel reduces
     chunks of rows into two partials (it reads `x` once for both), two more finish them."""
@@ -369,12 +379,7 @@ def test_siblings_finishing_one_kernels_partials_share_a_kernel(sch):
     siblings (fusion.SIBLINGS_PER_GROUP), they are one launch; the partials' kernel stays apart
     (another iteration space)."""
     s = sch.schedule(_split_sums, torch.randn(64, 16))
-    sch.check_topological(s)
-    sch.check_groups(s)
-    kernels = s.kernels()
-    assert len(kernels) == 2, [g.name for g in kernels]
-    finishing = [g for g in kernels if all(m.op.output.layout.numel == 16 for m in g.members)]
-    assert len(finishing) == 1 and len(finishing[0].members) == 2
+    assert len(_the_group_over(sch, s, 2, 16).members) == 2
 
 
 def test_siblings_past_the_size_bound_stay_apart(sch, monkeypatch):
@@ -402,12 +407,7 @@ def test_independent_single_element_ops_share_one_kernel(sch):
     """Single-element pointwise ops that share no buffer are one launch (fusion.SCALAR_MAX_OPS);
     the vector op stays apart."""
     s = sch.schedule(_counters, *_counter_inputs())
-    sch.check_topological(s)
-    sch.check_groups(s)
-    kernels = s.kernels()
-    assert len(kernels) == 2, [g.name for g in kernels]
-    scalars = [g for g in kernels if all(m.op.output.layout.numel == 1 for m in g.members)]
-    assert len(scalars) == 1 and len(scalars[0].members) == 4
+    assert len(_the_group_over(sch, s, 2, 1).members) == 4
 
 
 def test_single_element_ops_past_the_size_bound_stay_apart(sch, monkeypatch):
