@@ -14,7 +14,7 @@
 # workers are the parallelism); its arguments replace those defaults one by one (argparse keeps
 # the last), and its results go to $OUT/opinfo (sweep.jsonl and the summaries, written as it goes).
 # Logs go to $OUT (default bench-out): runtime_gpu.log, integration.log (on a machine of several
-# GPUs the suite's files are dealt out to one pytest a GPU, integration-0.log, ..., and then the
+# GPUs the suite's tests are dealt out to one pytest a GPU, integration-0.log, ..., and then the
 # tests marked two_gpus run with every GPU visible, two_gpus.log), demo.log, pytest.log, opinfo.log. TESTS_S bounds each pytest or sweep run in seconds (default 540).
 # Exit status: that of the last run that failed, else 0.
 set -u
@@ -39,13 +39,14 @@ if [ $# -eq 0 ]; then
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   if [ "$gpus" -le 1 ]; then
     run integration.log "${pytest_q[@]}" tests-integration
-  else  # the suite's files dealt out round-robin, one pytest a GPU, side by side
+  else  # the suite's tests dealt out round-robin (a heavy file's cases spread), one pytest a GPU
     pids=()
-    mapfile -t files < <(find tests-integration -name 'test_*.py' | sort)
+    mapfile -t tests < <(python3 -m pytest -q -p no:cacheprovider --collect-only -m "not two_gpus" \
+      tests-integration 2>/dev/null | grep '::')
     for ((lane = 0; lane < gpus; lane++)); do
       mine=()
-      for ((i = lane; i < ${#files[@]}; i += gpus)); do mine+=("${files[$i]}"); done
-      ( CUDA_VISIBLE_DEVICES=$lane run integration-$lane.log "${pytest_q[@]}" -m "not two_gpus" "${mine[@]}"
+      for ((i = lane; i < ${#tests[@]}; i += gpus)); do mine+=("${tests[$i]}"); done
+      ( CUDA_VISIBLE_DEVICES=$lane run integration-$lane.log "${pytest_q[@]}" "${mine[@]}"
         exit $status ) > "$OUT/lane-$lane.txt" &
       pids+=($!)
     done
