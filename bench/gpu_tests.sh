@@ -15,7 +15,8 @@
 # the last), and its results go to $OUT/opinfo (sweep.jsonl and the summaries, written as it goes).
 # Logs go to $OUT (default bench-out): runtime_gpu.log, integration.log (on a machine of several
 # GPUs the suite's tests are dealt out to one pytest a GPU, integration-0.log, ..., and then the
-# tests marked two_gpus run with every GPU visible, two_gpus.log), demo.log, pytest.log, opinfo.log. TESTS_S bounds each pytest or sweep run in seconds (default 540).
+# tests marked two_gpus run with every GPU visible, two_gpus.log), demo.log, pytest.log,
+# opinfo.log. TESTS_S bounds each pytest or sweep run in seconds (default 540).
 # Exit status: that of the last run that failed, else 0.
 set -u
 source bench/device_env.sh
