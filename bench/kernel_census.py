@@ -6,8 +6,9 @@ A host-bound step without CUDA graphs pays for every launch, so the kernels a gr
 matter beside their speed; this counts them without a GPU. MODEL is a zoo model
 (`coil.bench.zoo`, e.g. swin_t, gpt2); its library must be importable (timm for the timm
 models). Its step is traced whole by AOTAutograd with coil's decompositions and partitioner on
-fake CPU tensors (no weights are initialised: the model is built on the meta device): `train`,
-the zoo's loss under bf16 autocast and its backward (a forward and a backward graph);
+fake CPU tensors (the model is built on the meta device, its weights not initialised, unless
+its constructor computes on tensors: then on the CPU): `train`, the zoo's loss under bf16
+autocast and its backward (a forward and a backward graph);
 `infer`, the model in bf16 under `no_grad` (one graph). Each graph is traced again on fake CUDA
 tensors and run through coil's post-grad passes, lowering, scheduling, Triton codegen for CUDA
 and wrapper codegen. Prints, per graph: its kernels and externs, the kernels by kind (the
@@ -105,7 +106,10 @@ def trace(model_name: str, step: str, size: str) -> list[tuple[str, dict[str, An
     """The census of every graph of `model_name`'s `step` at `size`, in the order traced."""
     entry = zoo.entry(model_name)
     dtype = torch.float32 if step == "train" else torch.bfloat16
-    with torch.device("meta"):
+    try:
+        with torch.device("meta"):
+            model = builders.instantiate(entry.recipe(size))  # type: ignore[arg-type]
+    except NotImplementedError:  # its constructor reads tensors it computes (torchvision's RegNet widths)
         model = builders.instantiate(entry.recipe(size))  # type: ignore[arg-type]
     builders.no_dropout(model)
     model.train(step == "train")
