@@ -71,13 +71,14 @@ def census(gm: torch.fx.GraphModule, kind: str, saved: list[torch.Tensor]) -> di
         cuda.recompile()
         g = make_fx(cuda, tracing_mode="fake")(*inputs)
         g.meta[GRAPH_KIND] = kind
+        loss = _loss_position(g) if kind == "forward" else -1  # the passes keep the outputs' order
         if kind == "forward":  # the buffers' updates (batch norm's statistics), the loss, the saved
-            g.meta[FREE_OUTPUTS] = tuple(range(_loss_position(g) + 1, len(_outputs(g))))
+            g.meta[FREE_OUTPUTS] = tuple(range(loss + 1, len(_outputs(g))))
         elif kind == "backward" and saved:  # its inputs: what the forward saved, then the loss's gradient
             adopt_input_strides(g, saved + inputs[len(saved):])
         g = run_post_grad_passes(g, is_backward=kind == "backward")
         if kind == "forward":
-            saved[:] = [o.meta["val"] for o in _outputs(g)[_loss_position(g) + 1:]]
+            saved[:] = [o.meta["val"] for o in _outputs(g)[loss + 1:]]
         lowered = lower(g, kind, split=SplitRule(H200_SMS, OUTER_XBLOCK))
         sched = schedule(lowered, fusion=knobs.fusion, visit_order=knobs.fusion_visit_order, order_time_limit=0)
         sources = generate_schedule(sched, lowered.buffers(), "cuda", knobs.reduction_strategy, lowered.symbol_hints,
@@ -157,10 +158,9 @@ def trace(model_name: str, step: str, size: str) -> list[tuple[str, dict[str, An
 def _empty_outputs(gm: torch.fx.GraphModule, *args: Any) -> list[Any]:
     """What `gm` returns, as empty tensors of its outputs' shapes and strides: the census runs
     no arithmetic (AOTAutograd calls the forward to reach the backward)."""
-    outs = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
     return [torch.empty_strided(o.meta["val"].shape, o.meta["val"].stride(), dtype=o.meta["val"].dtype)
             if isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor) else None
-            for o in outs]
+            for o in _outputs(gm)]
 
 
 class _Call:

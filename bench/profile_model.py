@@ -129,7 +129,8 @@ def profile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
         for _ in range(ITERS):
             step(model)
         torch.cuda.synchronize()
-    evs = [e for e in prof.key_averages() if e.device_time_total > 0]
+    averages = prof.key_averages()
+    evs = [e for e in averages if e.device_time_total > 0]
     launches = sum(e.count for e in evs) / ITERS
     gpu = sum(e.self_device_time_total for e in evs) / ITERS / 1e3
     print(f"\n=== {name}: wall {wall:.2f} ms/iter (host issue {issued:.2f}, do_bench {bench:.2f}, collector off "
@@ -138,11 +139,11 @@ def profile_one(name: str, step: Any, model: Any, out: Path, top: int) -> None:
     evs.sort(key=lambda e: -e.self_device_time_total)
     for e in evs[:top]:
         print(f"{e.self_device_time_total / ITERS / 1e3:8.3f} ms {e.count // ITERS:4d}x  {e.key[:110]}")
-    api = sorted((e for e in prof.key_averages() if e.device_time_total == 0 and e.key.startswith("cu")),
+    api = sorted((e for e in averages if e.device_time_total == 0 and e.key.startswith("cu")),
                  key=lambda e: -e.self_cpu_time_total)
     print("    CUDA runtime and driver calls a step (host): " + ", ".join(
         f"{e.key} {e.count // ITERS}x {e.self_cpu_time_total / ITERS / 1e3:.2f} ms" for e in api[:12]))
-    (out / f"{name}.txt").write_text(prof.key_averages().table(sort_by="self_device_time_total", row_limit=200))
+    (out / f"{name}.txt").write_text(averages.table(sort_by="self_device_time_total", row_limit=200))
 
 
 def host_one(name: str, step: Any, model: Any, top: int) -> None:
