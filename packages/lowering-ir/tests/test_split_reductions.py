@@ -58,6 +58,19 @@ def test_batch_norm_statistics_split_along_memory_order(ir):
     assert cl_sum == [((32, 8, 256), (7, 56)), ((256,), (32, 8))]
 
 
+def test_a_cut_dim_takes_whole_pieces_when_a_divisor_is_near(ir):
+    # channels-last [64, 512, 7, 7], var_mean: 8 programs want 98 chunks; N gives 64 and no
+    # divisor of H = 7 is within a factor 2 of the 2 still wanted: N alone, no ragged H piece
+    cl = _reductions(ir.lower(_var_mean, _image(64, 512, 7, 7, channels_last=True)))
+    assert cl == [((64, 512), (7, 7))] * 2 + [((512,), (64,))] * 2
+    # a sum over [16, 256, 12, 12]: 84 wanted, N gives 16, 6 more: H = 12 in 6 pieces of 2
+    even = _reductions(ir.lower(lambda t: (t.sum((0, 2, 3)),), _image(16, 256, 12, 12, channels_last=True)))
+    assert even == [((16, 6, 256), (2, 12)), ((256,), (16, 6))]
+    # H = 13 has no divisor near 6: ragged pieces of 3 (the last one short, masked)
+    ragged = _reductions(ir.lower(lambda t: (t.sum((0, 2, 3)),), _image(16, 256, 13, 13, channels_last=True)))
+    assert ragged == [((16, 5, 256), (3, 13)), ((256,), (16, 5))]
+
+
 def test_knob_lowers_and_raises_the_threshold(ir, monkeypatch):
     monkeypatch.setenv("COIL_SPLIT_REDUCTION_MIN", str(1 << 40))
     assert len(_reductions(ir.lower(lambda t: (t.sum(0),), torch.empty(16384, 8192, device=META)))) == 1

@@ -113,9 +113,12 @@ def _identity(ident: str, dtype: torch.dtype) -> float | int | bool:
 #     elements per row, outer ones from 128 rows. docs/perf.md has the timings behind the outer
 #     and var_mean choices.
 # The chunks are cut from the reduced dims in memory order, outermost first: whole dims while they
-# fit in S, then one dim cut into f pieces of width w = ceil(n / ceil(n / remaining)) (the last
-# piece may be shorter; a mask covers it). Every index stays affine in the loop variables (no
-# div/mod), so codegen's loops and tiling see the input's strides. Partials of an "outer" reduction
+# fit in S, then one dim cut into f pieces: f the divisor of n nearest the count still wanted
+# (within a factor 2 of it), so that every piece is whole; without such a divisor, no cut when
+# the whole dims reach half of S, else f = ceil(n / ceil(n / remaining)) pieces (the last may be
+# shorter; a mask covers it, and the masked partial does not fuse with the value's producer).
+# Every index stays affine in the loop variables (no div/mod), so codegen's loops and tiling see
+# the input's strides. Partials of an "outer" reduction
 # are laid out chunk-major ([*chunks, *out]: the contiguous output dim stays innermost for both
 # kernels); of an inner one chunk-minor ([*out, *chunks]).
 
@@ -238,10 +241,14 @@ def _split_plan(x: TensorRef, dims: list[int], val: torch.Tensor | TensorMeta, r
         if n <= remaining:
             chunks.append((k, n, 1))
             remaining = -(-remaining // n)
-        else:
-            w = -(-n // remaining)
-            chunks.append((k, -(-n // w), w))
-            break
+            continue
+        f = _even_pieces(n, remaining)
+        if f is None and remaining <= 2 and chunks:
+            break  # the whole dims reach half the wanted count: no ragged piece
+        if f is None:
+            f = -(-n // -(-n // remaining))
+        chunks.append((k, f, -(-n // f)))
+        break
     if not chunks:
         return None
     cut = [k for k, _, w in chunks if w > 1]
@@ -249,6 +256,14 @@ def _split_plan(x: TensorRef, dims: list[int], val: torch.Tensor | TensorMeta, r
     if not rest:
         return None  # every element its own chunk: nothing left to reduce per chunk
     return _SplitPlan(tuple(int(n) for n in rsizes), tuple(chunks), tuple(rest), outer)
+
+
+def _even_pieces(n: int, wanted: int) -> int | None:
+    """The divisor of `n` nearest `wanted` (by ratio; the larger on a tie) among those within a
+    factor 2 of it that leave pieces of 2 or more, or None: equal pieces need no mask, and a masked partial refuses fusion
+    with the producer of the reduced value."""
+    near = [f for f in range(max(2, -(-wanted // 2)), min(n // 2, 2 * wanted) + 1) if n % f == 0]
+    return min(near, key=lambda f: (max(f / wanted, wanted / f), -f)) if near else None
 
 
 def _split_reduce(lw: Lowerer, x: TensorRef, plan: _SplitPlan, index: Any, rtype: str, val: torch.Tensor | TensorMeta,
