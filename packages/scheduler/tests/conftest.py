@@ -16,7 +16,7 @@ import coil.lowering_ir as L
 import pytest
 import sympy
 import torch
-from coil.scheduler import KernelGroup, LoopNest, Schedule, schedule
+from coil.scheduler import ComboGroup, KernelGroup, LoopNest, Schedule, schedule
 from torch.fx.experimental.proxy_tensor import make_fx
 
 
@@ -133,7 +133,8 @@ class Sched:
             for r in op.reads():
                 readers.setdefault(r, set()).add(id(op))
         outs = output_buffers(s.graph.outputs)
-        for st in s.kernels():
+        # a combo's parts are kernels of their own spaces (coil.scheduler.combo)
+        for st in [p for k in s.kernels() for p in (k.parts if isinstance(k, ComboGroup) else [k])]:
             members = {id(m.op) for m in st.members}
             for m in st.members:
                 want = op_trace(m.op)
@@ -168,6 +169,15 @@ class Sched:
                 needed = b in outs or bool(readers.get(b, set()) - members)
                 assert (b in st.stores) == needed, (st.name, b)
             assert sorted(st.stores + st.internal) == sorted(m.op.output.name for m in st.members)
+
+
+@pytest.fixture
+def no_combos(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No combo kernels (fusion.COMBO_MAX_PARTS = 1): for tests of which ops share a kernel
+    through one iteration space, whose independent groups a combo would otherwise gather."""
+    from coil.scheduler import fusion
+
+    monkeypatch.setattr(fusion, "COMBO_MAX_PARTS", 1)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,8 @@ F = torch.nn.functional
 
 def test_public_api_snapshot():
     assert sorted(S.__all__) == [
+        "COMBO_MAX_PARTS",
+        "ComboGroup",
         "FusionIllegal",
         "FusionLog",
         "KernelGroup",
@@ -221,7 +223,7 @@ def test_fusion_log_records_taken_attempts(sch):
     assert len(taken) == len(s.graph.operations) - len(s.steps)
 
 
-def test_reductions_of_different_shape_stay_apart(sch):
+def test_reductions_of_different_shape_stay_apart(sch, no_combos):
     s = sch.schedule(lambda x: (x.sum(1), x.sum(0)), torch.randn(3, 5))
     assert len(s.kernels()) == 2
     sch.check_groups(s)
@@ -291,7 +293,7 @@ def test_split_sizes_brute_force(sizes, head, ok):
     assert sympy.Mul(*pre) * sympy.Mul(*suf) == sympy.Mul(*sizes)
 
 
-def test_readers_of_a_scalar_are_not_fused_for_its_sake(sch):
+def test_readers_of_a_scalar_are_not_fused_for_its_sake(sch, no_combos):
     """Three products that share only a computed scalar (as dropout masks share the RNG seed)
     stay three kernels: sharing 4 bytes saves nothing, and gathering such readers built one huge
     kernel (fusion.HORIZONTAL_MIN_BYTES). Two readers of a 4 KiB input are still fused."""
@@ -382,7 +384,7 @@ def test_siblings_finishing_one_kernels_partials_share_a_kernel(sch):
     assert len(_the_group_over(sch, s, 2, 16).members) == 2
 
 
-def test_siblings_past_the_size_bound_stay_apart(sch, monkeypatch):
+def test_siblings_past_the_size_bound_stay_apart(sch, monkeypatch, no_combos):
     """Siblings merge only while their group stays within SIBLING_MAX_OPS operations (readers of
     a seed-sized output are none: test_readers_of_a_scalar_are_not_fused_for_its_sake)."""
     from coil.scheduler import fusion
@@ -403,14 +405,14 @@ def _counter_inputs():
     return (torch.randn(16), torch.tensor(5), torch.tensor(7), torch.randn(1), torch.randn(1))
 
 
-def test_independent_single_element_ops_share_one_kernel(sch):
+def test_independent_single_element_ops_share_one_kernel(sch, no_combos):
     """Single-element pointwise ops that share no buffer are one launch (fusion.SCALAR_MAX_OPS);
     the vector op stays apart."""
     s = sch.schedule(_counters, *_counter_inputs())
     assert len(_the_group_over(sch, s, 2, 1).members) == 4
 
 
-def test_single_element_ops_past_the_size_bound_stay_apart(sch, monkeypatch):
+def test_single_element_ops_past_the_size_bound_stay_apart(sch, monkeypatch, no_combos):
     from coil.scheduler import fusion
 
     monkeypatch.setattr(fusion, "SCALAR_MAX_OPS", 2)

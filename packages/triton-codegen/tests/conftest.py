@@ -190,6 +190,15 @@ def steps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> in
 
 
 @pytest.fixture
+def no_combos(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No combo kernels (coil.scheduler's fusion.COMBO_MAX_PARTS = 1): for tests of one
+    kernel's strategy or configurations, whose independent reductions a combo would gather."""
+    from coil.scheduler import fusion
+
+    monkeypatch.setattr(fusion, "COMBO_MAX_PARTS", 1)
+
+
+@pytest.fixture
 def no_split() -> Iterator[None]:
     """Reductions are never split (lowering-ir's split_reduction_min above any size)."""
     with knobs.override(split_reduction_min=1 << 30):

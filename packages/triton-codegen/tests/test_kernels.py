@@ -199,7 +199,7 @@ RED_CASES = {
 
 @pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])
 @pytest.mark.parametrize("case", sorted(RED_CASES))
-def test_reduction_strategies_match_eager(tk, small_blocks, case, strategy):
+def test_reduction_strategies_match_eager(tk, small_blocks, no_combos, case, strategy):
     fn = RED_CASES[case]
     torch.manual_seed(1)
     x = torch.randn(5, 7)  # neither 2 (XBLOCK) nor 4 (looped RBLOCK) divides these

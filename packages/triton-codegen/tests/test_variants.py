@@ -90,7 +90,7 @@ def _groups(tk, fn, x):
 
 @pytest.mark.parametrize("target", ["cuda", "interpret"])
 @pytest.mark.parametrize("strategy", ["persistent", "looped", "outer"])
-def test_one_source_serves_every_candidate(tk, monkeypatch, strategy, target):
+def test_one_source_serves_every_candidate(tk, monkeypatch, no_combos, strategy, target):
     """Generating a kernel with any candidate's configuration gives the same text, and
     `with_config` gives the constexprs, warps and grid that generation gives."""
     s, groups = _groups(tk, lambda x: (x.softmax(-1), *torch.var_mean(x, 1), x.sum(0)), torch.randn(6, 300))

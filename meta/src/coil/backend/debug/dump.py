@@ -26,7 +26,7 @@ from coil.lowering_ir import (
     SymbolInput,
     Value,
 )
-from coil.scheduler import KernelGroup, Schedule, is_matmul_group
+from coil.scheduler import ComboGroup, KernelGroup, Schedule, is_matmul_group
 from coil.wrapper_codegen import WrapperProgram
 
 
@@ -138,7 +138,9 @@ def format_schedule(sched: Schedule) -> str:
     for i, st in enumerate(sched.steps):
         if isinstance(st, KernelGroup):
             # a matmul group runs as a GEMM template: its first member is the product
-            kind = "matmul template" if is_matmul_group(st) else "reduction" if st.is_reduction else "pointwise"
+            kind = ("matmul template" if is_matmul_group(st)
+                    else f"combo of {len(st.parts)}: x [{', '.join(str(p.xnumel) for p in st.parts)}]"
+                    if isinstance(st, ComboGroup) else "reduction" if st.is_reduction else "pointwise")
             xd = ", ".join(map(str, st.x_dims))
             rd = ", ".join(map(str, st.r_dims))
             out.append(f"step {i}: {st.name} ({kind}) x [{xd}] r [{rd}]")

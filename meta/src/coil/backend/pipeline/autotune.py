@@ -84,6 +84,8 @@ def tune_sources(sources: list[KernelSource], lowered: LoweredGraph, device: tor
     tuned: list[tuple[int, list[KernelSource]]] = []
     problems: list[TuningProblem] = []
     for i, ks in enumerate(sources):
+        if ks.strategy == "combo":
+            continue  # one configuration serves its small parts (triton-codegen's combo.py)
         sizes = kernel_sizes(ks, bufs, hints)
         if sizes is None:
             continue  # a size without a hint: keep the default

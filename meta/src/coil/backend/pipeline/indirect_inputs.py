@@ -28,7 +28,7 @@ import torch
 import torch.fx
 from coil.knobs import knobs
 from coil.lowering_ir import InputBuffer, LoweredGraph
-from coil.scheduler import Schedule
+from coil.scheduler import ComboGroup, Schedule
 from coil.triton_codegen import CodegenOptions, KernelSource, generate_like
 from coil.wrapper_codegen import IndirectPlan, InputLayout, KernelCall, Line, plan_indirect
 
@@ -54,9 +54,11 @@ def plan(gm: torch.fx.GraphModule, sched: Schedule, sources: Sequence[KernelSour
     lowered = sched.graph
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     tangents = {i for i, n in enumerate(placeholders) if n.name.startswith("tangents")}
+    # a combo kernel's parts are not generated with a table (triton-codegen's combo.py)
+    combo_reads = {r for g in sched.kernel_groups() if isinstance(g, ComboGroup) for op in g.ops for r in op.reads()}
     candidates: dict[str, InputLayout] = {}
     for b in lowered.inputs:
-        if not isinstance(b, InputBuffer) or b.index not in tangents:
+        if not isinstance(b, InputBuffer) or b.index not in tangents or b.name in combo_reads:
             continue
         lay = b.layout
         size, stride = tuple(int(s) for s in lay.size), tuple(int(s) for s in lay.stride)

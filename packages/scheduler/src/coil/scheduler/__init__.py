@@ -1,6 +1,7 @@
 """coil.scheduler: dependency analysis, fusion into kernel groups, and execution order.
 
-Public API (see README.md): `schedule`, `Schedule`, `KernelGroup`, `Member`, `FusionLog`,
+Public API (see README.md): `schedule`, `Schedule`, `KernelGroup`, `ComboGroup` (independent
+pointwise groups launched as one kernel, `combo.py`; `COMBO_MAX_PARTS`), `Member`, `FusionLog`,
 `FusionIllegal`, `LoopNest`, `canonicalize`, `order_steps`, `planner_graph`, `scatter_groups`
 (a Scatter step's two kernel groups); matrix products as kernel groups with their pointwise
 epilogue (`matmul.py`): `MATMUL_OPS`, `MatmulProduct`, `MatmulCandidate`, `matmul_candidates`,
@@ -11,6 +12,7 @@ epilogue (`matmul.py`): `MATMUL_OPS`, `MatmulProduct`, `MatmulCandidate`, `matmu
 
 from coil.scheduler.canonical import LoopNest, canonicalize
 from coil.scheduler.collectives import in_flight_reads, is_launch, is_wait, launch_steps
+from coil.scheduler.combo import COMBO_MAX_PARTS, ComboGroup
 from coil.scheduler.fusion import FusionLog, fuse
 from coil.scheduler.group import FusionIllegal, KernelGroup, Member, plan
 from coil.scheduler.matmul import (
@@ -31,7 +33,9 @@ from coil.scheduler.scatter import scatter_groups
 from coil.scheduler.schedule import Schedule, Step, output_buffers, schedule
 
 __all__ = [
+    "COMBO_MAX_PARTS",
     "MATMUL_OPS",
+    "ComboGroup",
     "FusionIllegal",
     "FusionLog",
     "KernelGroup",

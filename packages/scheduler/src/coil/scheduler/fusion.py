@@ -40,6 +40,7 @@ import sympy
 from coil.lowering_ir import ExternKernel, Operation, Pointwise, Reduction, loads
 from coil.lowering_ir.nodes import SCAN_TYPES, Scatter, used_symbols
 from coil.scheduler.canonical import LoopOrder, loop_permutation
+from coil.scheduler.combo import COMBO_MAX_PARTS, COMBO_MAX_REDUCED, ComboGroup, combine, name_parts
 from coil.scheduler.group import FusionIllegal, KernelGroup, plan
 from coil.scheduler.merge_dag import MergeDag
 from coil.scheduler.peak_bound import TOLERATED_BYTES, LiveProfile
@@ -94,6 +95,15 @@ def _epilogue(writer: Operation, reader: Operation) -> bool:
     sum after its max). Either can run in the reduction's kernel, one program per row."""
     return (isinstance(writer, Reduction) and not _is_scan(writer) and isinstance(reader, Pointwise | Reduction)
             and not _is_scan(reader) and sympy.Mul(*reader.ranges) == sympy.Mul(*writer.ranges))
+
+
+def _static(op: Pointwise | Reduction) -> bool:
+    """Whether `op` uses no size symbol (only its loop variables p0.. and r0.., Pointwise's and
+    Reduction's docstrings)."""
+    loops = {f"p{i}" for i in range(len(op.ranges))}
+    if isinstance(op, Reduction):
+        loops |= {f"r{i}" for i in range(len(op.reduction_ranges))}
+    return {s.name for s in used_symbols(op)} <= loops
 
 
 def _is_scan(op: Operation) -> bool:
@@ -171,6 +181,7 @@ def fuse(operations: Sequence[Operation], graph_outputs: set[str], enabled: bool
     fusion = _Fusion(operations, graph_outputs, log, peak_slack if enabled else None, visit_order)
     if enabled:
         fusion.merge_greedily()
+        fusion.combine_launches()
     return fusion.steps(fusion.execution_order())
 
 
@@ -377,30 +388,43 @@ class _Fusion:
         if self.dag.creates_cycle(a, b):
             self.record(a, b, False, "would create a cycle through another kernel")
             return False
-        if self.profile is not None:
-            bound = self.profile.unfused_peak * (1.0 + (self.peak_slack or 0.0))
-            after = self.profile.peak_if_merged(self.groups[a], self.groups[b])
-            if after > bound + TOLERATED_BYTES:
-                self.record(a, b, False, f"would raise the peak of live bytes to {after} (bound {int(bound)}, "
-                                         f"the unfused peak)")
-                return False
+        if self.raises_peak(a, b, ""):
+            return False
         try:
             p = self.try_plan(names, merged, shared)
         except FusionIllegal as e:
             self.record(a, b, False, str(e))
             return False
+        self.record(a, b, True, "fused")
+        self.merge(a, b, p)
+        self.order_of.update({id(m.op): m.order for m in p.members})
+        return True
+
+    def raises_peak(self, a: int, b: int, what: str) -> bool:
+        """Whether merging groups `a` and `b` would raise the peak of live bytes past the bound
+        (`fuse`); if so, the refusal is recorded (its reason prefixed by `what`)."""
+        if self.profile is None:
+            return False
+        bound = self.profile.unfused_peak * (1.0 + (self.peak_slack or 0.0))
+        after = self.profile.peak_if_merged(self.groups[a], self.groups[b])
+        if after <= bound + TOLERATED_BYTES:
+            return False
+        self.record(a, b, False, f"{what}would raise the peak of live bytes to {after} (bound {int(bound)}, "
+                                 f"the unfused peak)")
+        return True
+
+    def merge(self, a: int, b: int, p: KernelGroup) -> None:
+        """Merge groups `a` and `b` into one, planned as `p` (the live-bytes profile, the DAG,
+        the groups and their plans)."""
         if self.profile is not None:
             self.profile.merge(self.groups[a], self.groups[b])
-        self.record(a, b, True, "fused")
         keep, drop = min(a, b), max(a, b)
         self.dag.merge(a, b, keep)
-        self.groups[keep] = merged
+        self.groups[keep] = sorted(self.groups[a] + self.groups[b], key=lambda o: self.pos[id(o)])
         for o in self.groups.pop(drop):
             self.gid[id(o)] = keep
         self.plans.pop(drop, None)
         self.plans[keep] = p
-        self.order_of.update({id(m.op): m.order for m in p.members})
-        return True
 
     def merge_greedily(self) -> None:
         """Try every candidate pair, best first, until a pass over them fuses nothing."""
@@ -411,6 +435,56 @@ class _Fusion:
                 if saved == 0 and not self.small_enough(first_op, second_op, shared):
                     continue
                 changed |= self.attempt(first_op, second_op, shared)
+
+    def combinable(self, g: int) -> bool:
+        """Whether group `g` may be a combo's part (combo.py): pointwise ops and reductions of at
+        most COMBO_MAX_REDUCED elements, over static sizes."""
+        return all(self.fusible(o) and _static(o) and (  # type: ignore[arg-type]
+            type(o) is Pointwise or (isinstance(o, Reduction) and self.numel(o) <= COMBO_MAX_REDUCED))
+            for o in self.groups[g])
+
+    def combos(self) -> list[tuple[Operation, Operation]]:
+        """Pairs of combinable groups (combo.py), each named by its first op: consecutive groups
+        that read only the graph's inputs, then consecutive groups whose outputs are graph
+        outputs that no operation outside them reads."""
+        sources: list[Operation] = []
+        sinks: list[Operation] = []
+        for g in sorted(self.groups, key=lambda g: self.pos[id(self.groups[g][0])]):
+            ops = self.groups[g]
+            if not self.combinable(g):
+                continue
+            mine = {b.name for o in ops for b in o.outputs}
+            if all(r not in self.writer or r in mine for o in ops for r in self.op_reads[id(o)]):
+                sources.append(ops[0])
+            elif not self.outside_readers(ops):
+                sinks.append(ops[0])
+        return [*itertools.pairwise(sources), *itertools.pairwise(sinks)]
+
+    def group_plan(self, g: int) -> KernelGroup:
+        """Group `g`'s plan (planned now, and kept, if fusion left it a single operation)."""
+        got = self.plans.get(g)
+        if got is None:
+            members = self.groups[g]
+            got = self.plans[g] = plan(members[0].name, members,  # type: ignore[arg-type]
+                                       self.outside_readers(members), self.graph_outputs)
+        return got
+
+    def combine_launches(self) -> None:
+        """Merge the pairs of `combos` into combo kernels, in order, each when the combo stays
+        within COMBO_MAX_PARTS parts, neither group feeds the other (directly or through a
+        third) and the peak of live bytes stays within the bound."""
+        for first_op, second_op in self.combos():
+            a, b = self.gid[id(first_op)], self.gid[id(second_op)]
+            parts = [self.group_plan(g) for g in (a, b)]
+            if a == b or sum(len(p.parts) if isinstance(p, ComboGroup) else 1 for p in parts) > COMBO_MAX_PARTS:
+                continue
+            if a in self.dag.preds[b] or b in self.dag.preds[a] or self.dag.creates_cycle(a, b):
+                self.record(a, b, False, "combo: one group depends on the other")
+                continue
+            if self.raises_peak(a, b, "combo: "):
+                continue
+            self.record(a, b, True, "combo")
+            self.merge(a, b, combine(f"{parts[0].name}+{parts[1].name}", parts))
 
     def execution_order(self) -> list[int]:
         """The groups in a topological order: Kahn's algorithm, earliest original position first."""
@@ -450,6 +524,8 @@ class _Fusion:
         for i, step in enumerate(result):
             if isinstance(step, KernelGroup):
                 step.name = kernel_name(i, step.origins())
+            if isinstance(step, ComboGroup):
+                name_parts(step)
         return result
 
 

@@ -42,6 +42,7 @@ from coil.lowering_ir import (
 )
 from coil.memory_planner import peak_of_order
 from coil.scheduler.canonical import LoopOrder, syms
+from coil.scheduler.combo import ComboGroup
 from coil.scheduler.group import FusionIllegal, KernelGroup, _same, plan
 from coil.scheduler.ordering import OrderReport, planner_graph, profile, step_reads
 from coil.scheduler.schedule import Schedule, Step, output_buffers
@@ -214,8 +215,9 @@ def row_major_in_group(group: KernelGroup) -> bool:
 
 
 def _pure_pointwise(g: KernelGroup) -> bool:
-    """A group of "x" Pointwise members only (no reduction, scan, scatter or product)."""
-    return all(m.kind == "x" and type(m.op) is Pointwise for m in g.members)
+    """A group of "x" Pointwise members only (no reduction, scan, scatter or product), over one
+    iteration space (not a combo's)."""
+    return not isinstance(g, ComboGroup) and all(m.kind == "x" and type(m.op) is Pointwise for m in g.members)
 
 
 def _product_alone(pm: MatmulProduct, name: str) -> KernelGroup:

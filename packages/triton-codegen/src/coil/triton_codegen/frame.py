@@ -73,6 +73,8 @@ class KernelFrame:
         self.reread: frozenset[str] | None = None
         self.plain_loads = True  # KernelSource.plain_loads, cleared by the first load or store that is not
         self.reduction = group.is_reduction
+        # the program's index: a combo kernel's part takes it as an argument `pid` (combo.py)
+        self.program_id = "tl.program_id(0)"
         xn, rn = group.xnumel, group.rnumel
         self.one_row = bool(sympy.sympify(xn).is_Integer) and int(xn) <= 1  # a whole-tensor reduction: no row shares
         self.cfg = cfg
@@ -174,6 +176,8 @@ class KernelFrame:
         if self.reduction:
             args.append("rnumel")
         args += [s.name for s in syms]
+        if self.program_id != "tl.program_id(0)":
+            args.append(self.program_id)
         args.append("XBLOCK: tl.constexpr")
         if self.reduction:
             args.append("RBLOCK: tl.constexpr")

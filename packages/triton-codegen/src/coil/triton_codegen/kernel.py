@@ -21,7 +21,8 @@ from collections.abc import Mapping
 import sympy
 import torch
 from coil.lowering_ir import Buffer, Expr, Load, loads
-from coil.scheduler import KernelGroup, Member, is_matmul_group
+from coil.scheduler import ComboGroup, KernelGroup, Member, is_matmul_group
+from coil.triton_codegen.combo import generate_combo
 from coil.triton_codegen.config import CodegenOptions, KernelConfig, choose
 from coil.triton_codegen.frame import Scope, member_loads
 from coil.triton_codegen.indirect import IndirectReads
@@ -80,10 +81,11 @@ class KernelWriter(ReductionWriter):
         idx_t = ".to(tl.int64)" if self.int64 else ""
         for name, size in self.static.items():
             self.emit(xs, f"{name} = {size}")
+        pid = self.program_id
         if self.reduction:
-            self.emit(xs, f"xindex = (tl.program_id(0){idx_t} * XBLOCK + tl.arange(0, XBLOCK)[:, None])")
+            self.emit(xs, f"xindex = ({pid}{idx_t} * XBLOCK + tl.arange(0, XBLOCK)[:, None])")
         else:
-            self.emit(xs, f"xindex = tl.program_id(0){idx_t} * XBLOCK + tl.arange(0, XBLOCK)")
+            self.emit(xs, f"xindex = {pid}{idx_t} * XBLOCK + tl.arange(0, XBLOCK)")
         self.index_mask(xs, "x")
         self._dims(xs, "x", "xindex", self.g.x_dims)
 
@@ -257,10 +259,18 @@ def generate(group: KernelGroup, buffers: dict[str, Buffer], target: str, strate
     (default `<group name>_via<slots>`; indirect.py). ValueError for a buffer it stores to or
     does not read.
 
+    A combo group (coil.scheduler's `ComboGroup`) becomes one kernel calling its parts
+    (combo.py), `strategy` that of its reductions; `reread` does not apply to it, and
+    `indirect` raises ValueError.
     A matmul group (coil.scheduler's `is_matmul_group`: a matrix product with its pointwise
     epilogue) becomes a GEMM template kernel (matmul.py, `generate_matmul`: its default
     configuration at `hints`); `strategy` and `reread` do not apply to it.
     """
+    if isinstance(group, ComboGroup):
+        if indirect:
+            raise ValueError(f"generate: combo kernel {group.name} reads no input through a table")
+        ks = generate_combo(group, buffers, target, strategy, hints, options)
+        return dataclasses.replace(ks, source=module(ks.source, target))
     reads = None
     if indirect:
         if table is None:
