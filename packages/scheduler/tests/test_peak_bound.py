@@ -34,10 +34,11 @@ def _bytes(op: L.Operation, name: str) -> int:
     return next(int(b.nbytes_expr) for b in op.outputs if b.name == name)
 
 
-def _recount(graph: L.LoweredGraph, groups: list[list[L.Operation]]) -> int:
-    """Peak of the planner model, brute force: every op runs at its group's first position."""
+def _recount(graph: L.LoweredGraph, groups: list[list[L.Operation]], late: tuple[int, ...] = ()) -> int:
+    """Peak of the planner model, brute force: every op runs at its group's first position (its
+    last for the groups whose index is in `late`)."""
     pos = {id(op): i for i, op in enumerate(graph.operations)}
-    run = {id(op): min(pos[id(o)] for o in g) for g in groups for op in g}
+    run = {id(op): (max if k in late else min)(pos[id(o)] for o in g) for k, g in enumerate(groups) for op in g}
     grp = {id(op): k for k, g in enumerate(groups) for op in g}
     outs = output_buffers(graph.outputs)
     n = len(graph.operations)
@@ -88,4 +89,18 @@ def test_profile_matches_a_brute_force_recount(sch) -> None:
         assert prof.peak_if_merged(a, b) == want
         prof.merge(a, b)
         groups = [g for g in groups if g is not a and g is not b] + [a + b]
+        assert prof.peak == want
+
+
+def test_a_late_merge_matches_a_brute_force_recount(sch) -> None:
+    """Merged at its last member's position (a combo of groups whose outputs nothing reads),
+    the group's inputs live until then."""
+    graph = sch.lower(_three_phases, torch.randn(64, 64))
+    ops = list(graph.operations)
+    for i, j in [(0, len(ops) - 1), (1, len(ops) - 1), (0, 2)]:
+        prof = LiveProfile(ops, output_buffers(graph.outputs), _bytes)
+        rest = [[op] for k, op in enumerate(ops) if k not in (i, j)]
+        want = _recount(graph, [*rest, [ops[i], ops[j]]], late=(len(rest),))
+        assert prof.peak_if_merged([ops[i]], [ops[j]], late=True) == want
+        prof.merge([ops[i]], [ops[j]], late=True)
         assert prof.peak == want

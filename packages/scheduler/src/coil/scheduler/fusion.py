@@ -400,24 +400,25 @@ class _Fusion:
         self.order_of.update({id(m.op): m.order for m in p.members})
         return True
 
-    def raises_peak(self, a: int, b: int, what: str) -> bool:
-        """Whether merging groups `a` and `b` would raise the peak of live bytes past the bound
-        (`fuse`); if so, the refusal is recorded (its reason prefixed by `what`)."""
+    def raises_peak(self, a: int, b: int, what: str, late: bool = False) -> bool:
+        """Whether merging groups `a` and `b` (at the later one's position with `late`:
+        `LiveProfile.peak_if_merged`) would raise the peak of live bytes past the bound (`fuse`);
+        if so, the refusal is recorded (its reason prefixed by `what`)."""
         if self.profile is None:
             return False
         bound = self.profile.unfused_peak * (1.0 + (self.peak_slack or 0.0))
-        after = self.profile.peak_if_merged(self.groups[a], self.groups[b])
+        after = self.profile.peak_if_merged(self.groups[a], self.groups[b], late)
         if after <= bound + TOLERATED_BYTES:
             return False
         self.record(a, b, False, f"{what}would raise the peak of live bytes to {after} (bound {int(bound)}, "
                                  f"the unfused peak)")
         return True
 
-    def merge(self, a: int, b: int, p: KernelGroup) -> None:
-        """Merge groups `a` and `b` into one, planned as `p` (the live-bytes profile, the DAG,
-        the groups and their plans)."""
+    def merge(self, a: int, b: int, p: KernelGroup, late: bool = False) -> None:
+        """Merge groups `a` and `b` into one, planned as `p` (the live-bytes profile, at the
+        later one's position with `late`, the DAG, the groups and their plans)."""
         if self.profile is not None:
-            self.profile.merge(self.groups[a], self.groups[b])
+            self.profile.merge(self.groups[a], self.groups[b], late)
         keep, drop = min(a, b), max(a, b)
         self.dag.merge(a, b, keep)
         self.groups[keep] = sorted(self.groups[a] + self.groups[b], key=lambda o: self.pos[id(o)])
@@ -443,10 +444,11 @@ class _Fusion:
             type(o) is Pointwise or (isinstance(o, Reduction) and self.numel(o) <= COMBO_MAX_REDUCED))
             for o in self.groups[g])
 
-    def combos(self) -> list[tuple[Operation, Operation]]:
-        """Pairs of combinable groups (combo.py), each named by its first op: consecutive groups
-        that read only the graph's inputs, then consecutive groups whose outputs are graph
-        outputs that no operation outside them reads."""
+    def combos(self) -> list[tuple[Operation, Operation, bool]]:
+        """Pairs of combinable groups (combo.py), each named by its first op, and whether the
+        combo runs late (at its last member's position): consecutive groups that read only the
+        graph's inputs (early), then consecutive groups whose outputs are graph outputs that no
+        operation outside them reads (late)."""
         sources: list[Operation] = []
         sinks: list[Operation] = []
         for g in sorted(self.groups, key=lambda g: self.pos[id(self.groups[g][0])]):
@@ -458,7 +460,8 @@ class _Fusion:
                 sources.append(ops[0])
             elif not self.outside_readers(ops):
                 sinks.append(ops[0])
-        return [*itertools.pairwise(sources), *itertools.pairwise(sinks)]
+        return [(a, b, False) for a, b in itertools.pairwise(sources)] + [
+            (a, b, True) for a, b in itertools.pairwise(sinks)]
 
     def group_plan(self, g: int) -> KernelGroup:
         """Group `g`'s plan (planned now, and kept, if fusion left it a single operation)."""
@@ -473,7 +476,7 @@ class _Fusion:
         """Merge the pairs of `combos` into combo kernels, in order, each when the combo stays
         within COMBO_MAX_PARTS parts, neither group feeds the other (directly or through a
         third) and the peak of live bytes stays within the bound."""
-        for first_op, second_op in self.combos():
+        for first_op, second_op, late in self.combos():
             a, b = self.gid[id(first_op)], self.gid[id(second_op)]
             parts = [self.group_plan(g) for g in (a, b)]
             if a == b or sum(len(p.parts) if isinstance(p, ComboGroup) else 1 for p in parts) > COMBO_MAX_PARTS:
@@ -481,10 +484,10 @@ class _Fusion:
             if a in self.dag.preds[b] or b in self.dag.preds[a] or self.dag.creates_cycle(a, b):
                 self.record(a, b, False, "combo: one group depends on the other")
                 continue
-            if self.raises_peak(a, b, "combo: "):
+            if self.raises_peak(a, b, "combo: ", late):
                 continue
             self.record(a, b, True, "combo")
-            self.merge(a, b, combine(f"{parts[0].name}+{parts[1].name}", parts))
+            self.merge(a, b, combine(f"{parts[0].name}+{parts[1].name}", parts), late)
 
     def execution_order(self) -> list[int]:
         """The groups in a topological order: Kahn's algorithm, earliest original position first."""

@@ -11,6 +11,9 @@ moves every member of the later one earlier. That changes three kinds of lifetim
 - a buffer written by a moved member is allocated earlier: live over a longer span;
 - a buffer read by a moved member may die earlier (its last reader moved up).
 
+A combo of groups whose outputs nothing in the graph reads (scheduler combo.py) runs where its
+last member ran instead (`late`): it waits for every member's inputs, which then live longer.
+
 `LiveProfile.peak_if_merged` recomputes exactly those lifetimes and returns the profile's peak
 with them, over the positions that changed (elsewhere the profile is as it was); `merge` applies
 them. `fuse` takes a fusion only when its peak stays at most the bound `unfused_peak` (the
@@ -90,12 +93,13 @@ class LiveProfile:
         end = self.n - 1 if name in self.outputs else max([eo.get(id(r), cur_eff[id(r)]) for r in rs], default=start)
         return (start, max(start, end))
 
-    def _changes(self, a: list[Operation], b: list[Operation]
+    def _changes(self, a: list[Operation], b: list[Operation], late: bool = False
                  ) -> tuple[dict[int, int], dict[int, int], dict[str, tuple[int, int] | None]]:
         """The effective positions, group ids and lifetimes that merging groups a and b gives,
-        for the buffers whose lifetime may change."""
+        for the buffers whose lifetime may change (`late`: see `peak_if_merged`)."""
         members = a + b
-        first = min(self.eff[id(o)] for o in members)
+        where = max if late else min
+        first = where(self.eff[id(o)] for o in members)
         gid = self.group_of[id(a[0])]
         eff = {id(o): first for o in members}
         group_of = {id(o): gid for o in members}
@@ -105,9 +109,11 @@ class LiveProfile:
             names.update(r for r in o.reads() if r in self.writer)
         return eff, group_of, {n: self._interval(n, eff, group_of) for n in names}
 
-    def peak_if_merged(self, a: list[Operation], b: list[Operation]) -> int:
-        """The profile's peak if groups `a` and `b` merged (see the module docstring)."""
-        _, _, spans = self._changes(a, b)
+    def peak_if_merged(self, a: list[Operation], b: list[Operation], late: bool = False) -> int:
+        """The profile's peak if groups `a` and `b` merged (see the module docstring). `late`:
+        the merged group runs where its last member ran, not its first (a combo of groups whose
+        outputs nothing reads waits for the last one's inputs; scheduler combo.py)."""
+        _, _, spans = self._changes(a, b, late)
         delta: dict[int, int] = {}
         lo, hi = self.n, -1
         for name, new in spans.items():
@@ -134,9 +140,9 @@ class LiveProfile:
         outside = max(max(live[:lo], default=0), max(live[hi + 1:], default=0))
         return max(best, outside)
 
-    def merge(self, a: list[Operation], b: list[Operation]) -> None:
-        """Record that groups `a` and `b` merged."""
-        eff, group_of, spans = self._changes(a, b)
+    def merge(self, a: list[Operation], b: list[Operation], late: bool = False) -> None:
+        """Record that groups `a` and `b` merged (at the last member's position with `late`)."""
+        eff, group_of, spans = self._changes(a, b, late)
         self.eff.update(eff)
         self.group_of.update(group_of)
         for name, new in spans.items():
