@@ -18,6 +18,7 @@ import torch
 from coil.backend import COMPILED, GraphStats
 from coil.knobs import knobs
 from coil.runtime import autotune, timing
+from coil.scheduler import fusion
 from coil.triton_codegen import KernelConfig, KernelSource
 
 
@@ -50,6 +51,13 @@ def small_blocks_fast(spec: Any) -> float:
     default (its blocks are as big as the budget allows)."""
     c = spec.constexprs
     return 1.0 + c["XBLOCK"] + c.get("RBLOCK", 1) / 1e4 + spec.num_warps / 1e6
+
+
+@pytest.fixture(autouse=True)
+def _no_combos(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The small reductions these tests tune with a lowered byte threshold would otherwise join
+    combo kernels (coil.scheduler.combo), which are not tuned."""
+    monkeypatch.setattr(fusion, "COMBO_MAX_PARTS", 1)
 
 
 @pytest.fixture

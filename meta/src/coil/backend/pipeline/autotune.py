@@ -17,7 +17,9 @@ COIL_AUTOTUNE: `auto` (default; also 1/on/true/yes) tunes graphs whose kernels a
 GPU, never under Triton's interpreter (timings meaningless there); `always` tunes under the
 interpreter too (tests); 0/off/false/no never tunes. Either way only kernels whose buffers hold
 at least COIL_AUTOTUNE_MIN_BYTES are tuned: tuning every reduction kernel of a model's training
-graph adds minutes to a cold compile, while the gains come from the largest kernels.
+graph adds minutes to a cold compile, while the gains come from the largest kernels. Combo
+kernels (coil.scheduler.combo) are never tuned: their reductions are small enough to stay below
+the default threshold.
 Pointwise kernels and the read-again alternative need COIL_AUTOTUNE_EXTRA_MIN_BYTES, a higher
 bar: their gains are small (docs/perf.md), worth their compiles only on the biggest kernels, and
 a model has dozens of mid-sized pointwise kernels (e.g. each layer's GELU).
