@@ -41,8 +41,8 @@ def test_a_combo_has_at_most_combo_max_parts(sch):
 
 def test_gradient_casts_at_the_end_are_one_combo_and_dependent_groups_are_not(sch):
     """The casts of two products' results that nothing else reads (a backward's weight
-    gradients) form a combo; the cast each product reads is a source of its own combo; the
-    ReLU between the products feeds the second one and joins none."""
+    gradients) form a combo; the casts of the weights the products read form another; the ReLU
+    between the products feeds the second one and joins none."""
     def step(x, w1, w2):
         c1, c2 = w1.to(torch.bfloat16), w2.to(torch.bfloat16)
         h = torch.relu(x @ c1)
@@ -95,6 +95,7 @@ def test_combine_refuses_a_part_that_reads_another_a_scan_and_one_part(sch):
 
 
 def test_symbolic_sizes_form_no_combo():
+    """A part's programs must be counted at compile time: casts over symbolic sizes stay apart."""
     import coil.lowering_ir as L
     from coil.scheduler import schedule
     from torch.fx.experimental.proxy_tensor import make_fx

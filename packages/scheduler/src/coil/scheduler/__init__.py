@@ -1,7 +1,7 @@
 """coil.scheduler: dependency analysis, fusion into kernel groups, and execution order.
 
 Public API (see README.md): `schedule`, `Schedule`, `KernelGroup`, `ComboGroup` (independent
-pointwise groups launched as one kernel, `combo.py`; `COMBO_MAX_PARTS`), `Member`, `FusionLog`,
+small groups launched as one kernel, `combo.py`; `COMBO_MAX_PARTS`), `Member`, `FusionLog`,
 `FusionIllegal`, `LoopNest`, `canonicalize`, `order_steps`, `planner_graph`, `scatter_groups`
 (a Scatter step's two kernel groups); matrix products as kernel groups with their pointwise
 epilogue (`matmul.py`): `MATMUL_OPS`, `MatmulProduct`, `MatmulCandidate`, `matmul_candidates`,

@@ -13,10 +13,10 @@ reductions over at most `COMBO_MAX_REDUCED` elements (the finishing sums of spli
 bias gradient's; a larger reduction keeps its own kernel and autotuning), no scan, that read
 only the graph's inputs (the casts of parameters: they can all run first), or whose outputs are
 only graph outputs that nothing in the graph reads (the gradients' casts and finishing sums:
-they can all run last);
-pairs of consecutive ones of each kind, merged while the combo has at most `COMBO_MAX_PARTS`
-parts, with the cycle check and the peak bound of every fusion, and never two groups of which
-one reads what the other writes (parts run side by side, not in order).
+they can all run last, and the peak bound models them there). Pairs of consecutive ones of each
+kind merge while the combo has at most `COMBO_MAX_PARTS` parts, with the cycle check and the
+peak bound of every fusion, and never two groups of which one reads what the other writes
+(parts run side by side, not in order).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Each part is generated as the kernel it would be alone (pointwise, or a small reduction), with
 its launch configuration, as a `@triton.jit` function that takes its program's index `pid` as
-an argument instead of reading it; the combo kernel reads its program's index once and calls the part
-whose range of programs holds it, with the index counted from that range's start:
+an argument instead of reading it; the combo kernel reads its program's index once and calls
+the part whose range of programs holds it, with the index counted from that range's start:
 
     pid = tl.program_id(0)
     if pid < G0:
@@ -13,9 +13,9 @@ whose range of programs holds it, with the index counted from that range's start
 
 Every size is static (the scheduler combines only such parts), so each part's element counts
 are literals and the grid is the sum of the parts' grids. The kernel takes the parts' buffers,
-each once, in the order of first use; it runs with the most warps any part asks for. Combos are not
-autotuned (`strategy` "combo"): the reductions among the parts are small by construction, and
-one configuration serves every part.
+each once, in the order of first use; it runs with the most warps any part asks for. Combos
+are not autotuned (`strategy` "combo"): the reductions among the parts are small by
+construction, and one configuration serves every part.
 """
 
 from __future__ import annotations

@@ -118,9 +118,9 @@ def _identity(ident: str, dtype: torch.dtype) -> float | int | bool:
 # the whole dims reach half of S, else f = ceil(n / ceil(n / remaining)) pieces (the last may be
 # shorter; a mask covers it, and the masked partial does not fuse with the value's producer).
 # Every index stays affine in the loop variables (no div/mod), so codegen's loops and tiling see
-# the input's strides. Partials of an "outer" reduction
-# are laid out chunk-major ([*chunks, *out]: the contiguous output dim stays innermost for both
-# kernels); of an inner one chunk-minor ([*out, *chunks]).
+# the input's strides. Partials of an "outer" reduction are laid out chunk-major ([*chunks,
+# *out]: the contiguous output dim stays innermost for both kernels); of an inner one
+# chunk-minor ([*out, *chunks]).
 
 
 @dataclass(frozen=True)
@@ -260,8 +260,8 @@ def _split_plan(x: TensorRef, dims: list[int], val: torch.Tensor | TensorMeta, r
 
 def _even_pieces(n: int, wanted: int) -> int | None:
     """The divisor of `n` nearest `wanted` (by ratio; the larger on a tie) among those within a
-    factor 2 of it that leave pieces of 2 or more, or None: equal pieces need no mask, and a masked partial refuses fusion
-    with the producer of the reduced value."""
+    factor 2 of it that leave pieces of 2 or more, or None: equal pieces need no mask, and a
+    masked partial refuses fusion with the producer of the reduced value."""
     near = [f for f in range(max(2, -(-wanted // 2)), min(n // 2, 2 * wanted) + 1) if n % f == 0]
     return min(near, key=lambda f: (max(f / wanted, wanted / f), -f)) if near else None
 
