@@ -43,16 +43,15 @@ def run_both(model: torch.nn.Module, x: torch.Tensor, *, train: bool = True, ato
         torch.testing.assert_close(b_cmp, b_ref, atol=atol, rtol=rtol)
 
 
-def compiled_anew(step: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor], model: torch.nn.Module,
-                  x: torch.Tensor) -> tuple[list[Any], torch.Tensor]:
-    """`step(torch.compile(model, backend="coil"), x)` compiled from scratch (Dynamo reset; no
-    graph, AOT or frontend cache, so each call schedules anew instead of loading an earlier
-    compile's graph; a compile failure raises): the graphs it compiled (coil.backend.COMPILED
-    entries) and what it returned."""
+def compiled_anew(fn: Callable[..., Any], call: Callable[[Any], Any]) -> tuple[list[Any], Any]:
+    """`call(torch.compile(fn, backend="coil"))` compiled from scratch (Dynamo reset; no graph,
+    AOT or frontend cache, so each call schedules anew instead of loading an earlier compile's
+    graph; a compile failure raises): the graphs it compiled (coil.backend.COMPILED entries) and
+    what it returned."""
     from coil.backend import COMPILED
 
     first = len(COMPILED)
     torch._dynamo.reset()
     with knobs.override(fallback_on_error=False, graph_cache=False, aot_cache=False, frontend_cache=False):
-        out = step(torch.compile(model, backend="coil"), x)
+        out = call(torch.compile(fn, backend="coil"))
     return list(COMPILED[first:]), out

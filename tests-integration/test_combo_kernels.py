@@ -38,7 +38,7 @@ def _step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def _compiled(model: nn.Module, x: torch.Tensor) -> tuple[int, torch.Tensor]:
     """The kernels of the step's forward and backward graphs, and its loss."""
-    graphs, loss = compiled_anew(_step, model, x)
+    graphs, loss = compiled_anew(model, lambda m: _step(m, x))
     assert sorted(g.name.split("_")[0] for g in graphs) == ["backward", "forward"], [g.name for g in graphs]
     return sum(g.kernels for g in graphs), loss
 

@@ -36,7 +36,7 @@ def _step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def _compiled(model: nn.Module, x: torch.Tensor) -> tuple[int, torch.Tensor]:
     """The forward graph's kernels and the loss of one compiled training step."""
-    graphs, loss = compiled_anew(_step, model, x)
+    graphs, loss = compiled_anew(model, lambda m: _step(m, x))
     forward = [g for g in graphs if g.name.startswith("forward")]
     assert len(forward) == 1, [g.name for g in graphs]
     return forward[0].kernels, loss

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from coil.backend import COMPILED
-from coil.knobs import knobs
+from check import compiled_anew
 from coil.scheduler import fusion
 
 
@@ -22,12 +21,7 @@ def _split_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _compiled_kernels(x: torch.Tensor) -> tuple[int, tuple[torch.Tensor, ...]]:
-    first = len(COMPILED)
-    torch._dynamo.reset()
-    # no cache: each compile schedules anew instead of loading the last one's graph
-    with knobs.override(fallback_on_error=False, graph_cache=False, aot_cache=False, frontend_cache=False):
-        got = torch.compile(_split_sums, backend="coil")(x)
-    (graph,) = COMPILED[first:]
+    (graph,), got = compiled_anew(_split_sums, lambda f: f(x))
     return graph.kernels, got
 
 

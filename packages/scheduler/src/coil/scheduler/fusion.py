@@ -478,8 +478,10 @@ class _Fusion:
         third) and the peak of live bytes stays within the bound."""
         for first_op, second_op, late in self.combos():
             a, b = self.gid[id(first_op)], self.gid[id(second_op)]
+            if a == b:
+                continue
             parts = [self.group_plan(g) for g in (a, b)]
-            if a == b or sum(len(p.parts) if isinstance(p, ComboGroup) else 1 for p in parts) > COMBO_MAX_PARTS:
+            if sum(len(p.parts) if isinstance(p, ComboGroup) else 1 for p in parts) > COMBO_MAX_PARTS:
                 continue
             if a in self.dag.preds[b] or b in self.dag.preds[a] or self.dag.creates_cycle(a, b):
                 self.record(a, b, False, "combo: one group depends on the other")

@@ -24,6 +24,7 @@ import sympy
 from coil.lowering_ir import Buffer
 from coil.scheduler import ComboGroup
 from coil.triton_codegen.config import CodegenOptions
+from coil.triton_codegen.frame import PROGRAM_ID
 from coil.triton_codegen.kernel_source import KernelSource
 
 
@@ -60,7 +61,7 @@ def generate_combo(group: ComboGroup, buffers: dict[str, Buffer], target: str, s
         f"# kernel {group.name}: combo of {len(calls)} kernels; fused FX nodes: {', '.join(group.origins())}",
         "@triton.jit",
         f"def {group.name}({', '.join(args.values())}):",
-        "    pid = tl.program_id(0)",
+        f"    pid = {PROGRAM_ID}",
     ]
     start = 0
     for i, (programs, call) in enumerate(calls):

@@ -24,6 +24,7 @@ from coil.triton_codegen.indirect import IndirectReads
 from coil.triton_codegen.online import online_pairs, unread_after
 
 KERNEL_VAR = re.compile(r"^(x|rd|tmp|ind)\d+$")  # the kernel's own variables (not size arguments)
+PROGRAM_ID = "tl.program_id(0)"  # how a kernel reads its program index (a combo's part takes `pid` instead)
 
 
 def has_loop_var(e: Expr) -> bool:
@@ -74,7 +75,7 @@ class KernelFrame:
         self.plain_loads = True  # KernelSource.plain_loads, cleared by the first load or store that is not
         self.reduction = group.is_reduction
         # the program's index: a combo kernel's part takes it as an argument `pid` (combo.py)
-        self.program_id = "tl.program_id(0)"
+        self.program_id = PROGRAM_ID
         xn, rn = group.xnumel, group.rnumel
         self.one_row = bool(sympy.sympify(xn).is_Integer) and int(xn) <= 1  # a whole-tensor reduction: no row shares
         self.cfg = cfg
@@ -176,7 +177,7 @@ class KernelFrame:
         if self.reduction:
             args.append("rnumel")
         args += [s.name for s in syms]
-        if self.program_id != "tl.program_id(0)":
+        if self.program_id != PROGRAM_ID:
             args.append(self.program_id)
         args.append("XBLOCK: tl.constexpr")
         if self.reduction:
