@@ -10,14 +10,21 @@ Against eager in fp64.
 The pass rewrites only CUDA products of at least 2**27 multiply-adds. On CUDA the test uses
 Swin-T's stage-1 sizes (skipped elsewhere, with that reason); the `_cpu` test lets the pass onto
 small CPU products, so that CI's interpreter runs the rewritten graph through lowering, codegen
-and the wrapper.
+and the wrapper. In a training step, the backward's copy that splits a gradient's heads for two
+products is made in its padded buffer (fx-passes `pad_owner`).
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
+from check import compiled_anew
 from coil.backend import COMPILED
+from coil.fx_passes.passes import pad_mm
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="CUDA only: pad_matmul_strides rewrites CUDA products of Swin's size")
@@ -85,3 +92,45 @@ def test_swin_t_stage_1_window_attention() -> None:
     got, want = _run(windows=64, batch=16, dim=96, heads=3, device="cuda", dtype=torch.bfloat16)
     torch.testing.assert_close(got.double().cpu(), want, rtol=3e-2, atol=3e-2)
     _check_one_softmax_kernel()
+
+
+def _training_step(x: torch.Tensor, mask: torch.Tensor) -> Callable[[Any], torch.Tensor]:
+    """Call the compiled model on ``x`` and back-propagate the sum of its squares."""
+
+    def call(compiled: Any) -> torch.Tensor:
+        out: torch.Tensor = compiled(x, mask)
+        out.square().sum().backward()
+        return out
+    return call
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in subtract:RuntimeWarning")
+def test_a_backward_copy_that_is_padded_is_one_kernel(pad_mm_on_cpu: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A training step: the backward splits a gradient's heads with a copy that two products
+    read, one of them on a zero-padded operand; the copy is made in its padded buffer, one
+    kernel less than with the pad a copy of its own (fx-passes `pad_owner`). Output and
+    gradients against eager in fp64, both ways."""
+    torch.manual_seed(0)
+    model = WindowAttention(64, 2, 2)
+    mask = torch.zeros(2, 49, 49)
+    mask[1:, :, 20:] = -100.0
+    x0 = torch.randn(4, 49, 64)
+    ref = copy.deepcopy(model).double()
+    xr = x0.double().requires_grad_(True)
+    want = ref(xr, mask.double())
+    want.square().sum().backward()
+    kernels = []
+    for absorbed in (True, False):
+        if not absorbed:
+            monkeypatch.setattr(pad_mm, "absorb_pad", lambda *args: False)
+        model.zero_grad()
+        x = x0.clone().requires_grad_(True)
+        graphs, got = compiled_anew(model, _training_step(x, mask))
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(x.grad.double(), xr.grad, rtol=1e-4, atol=1e-4)
+        for (name, p), (_, pr) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+            torch.testing.assert_close(p.grad.double(), pr.grad, rtol=1e-4, atol=1e-4, msg=name)
+        assert [g.name.split("_")[0] for g in graphs] == ["forward", "backward"]
+        kernels.append([g.kernels for g in graphs])
+    (fwd, bwd), (fwd_copied, bwd_copied) = kernels
+    assert fwd == fwd_copied and bwd == bwd_copied - 1, kernels

@@ -51,6 +51,12 @@ runs); ``N`` is the result's row length, ``K`` the inner length, ``M`` the row c
   ``V``'s heads, or a copy of an input). ``M`` is padded only for free; the result's first
   ``M`` rows are what users read.
 
+A pad these rules add, of a tensor this graph computes and also reads elsewhere (a backward's
+keys, split off by a copy that two products read), is then moved onto that tensor's buffer
+(:mod:`.pad_owner`): the tensor is computed padded, in one kernel, and its other readers read
+the slice. Not when a graph output is or views the tensor: a saved activation would stay
+padded until the backward runs (Swin-T's keys and values: 1/7 more bytes held).
+
 Graph outputs keep their strides: where an output's strides would change, the output is a
 contiguous clone, except the outputs free to change layout: every output of a graph marked
 :data:`PADDED_OUTPUTS` (an inference graph: its outputs go to the caller alone, as Inductor's
@@ -74,6 +80,7 @@ from coil.fx_passes.fake_meta import fake_mode_of, refresh_meta
 from coil.fx_passes.infra import PassResult, Stage, graph_pass
 from coil.fx_passes.ops import overload_of
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
+from coil.fx_passes.passes.pad_owner import absorb_pad
 from coil.fx_passes.passes.softmax_rows import Softmax, recompute_on_padded_rows, softmax_of
 from coil.knobs import knobs
 from torch.fx import GraphModule, Node
@@ -609,6 +616,7 @@ def pad_matmul_strides_for(gm: GraphModule, devices: Collection[str] = ("cuda",)
     if fake_mode_of(gm) is None:
         return False
     changed = False
+    existing = set(gm.graph.nodes)
     for mm in list(gm.graph.nodes):
         if overload_of(mm) not in _MATMULS:
             continue
@@ -656,6 +664,9 @@ def pad_matmul_strides_for(gm: GraphModule, devices: Collection[str] = ("cuda",)
         inner = _pad_inner(gm, mm)
         if inner is not None:
             changed |= _try(gm, inner, _output_strides(gm))
+    for pad in [n for n in gm.graph.nodes if n not in existing]:
+        if overload_of(pad) is aten.constant_pad_nd.default:
+            absorb_pad(gm, pad, lambda t: not _aliased_by_output(t))
     return changed
 
 
