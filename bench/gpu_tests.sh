@@ -14,9 +14,11 @@
 # workers are the parallelism); its arguments replace those defaults one by one (argparse keeps
 # the last), and its results go to $OUT/opinfo (sweep.jsonl and the summaries, written as it goes).
 # Logs go to $OUT (default bench-out): runtime_gpu.log, integration.log (on a machine of several
-# GPUs the suite's tests are dealt out to one pytest a GPU, integration-0.log, ..., and then the
-# tests marked two_gpus run with every GPU visible, two_gpus.log), demo.log, pytest.log,
-# opinfo.log. TESTS_S bounds each pytest or sweep run in seconds (default 540).
+# GPUs the suite's tests are dealt out to one pytest a GPU, integration-0.log, ..., the runtime's
+# GPU tests running beside them, and then the tests marked two_gpus run with every GPU visible,
+# two_gpus.log), demo.log, pytest.log, opinfo.log. TESTS_S bounds each pytest or sweep run in
+# seconds (default 540; on two GPUs, where a lane takes 400-450 s, TESTS_S=500 leaves the
+# two_gpus tests and the demo room inside one 10-minute device call).
 # Exit status: that of the last run that failed, else 0.
 set -u
 source bench/device_env.sh
@@ -36,12 +38,15 @@ run() {  # run LOG CMD...: CMD with its output in $OUT/LOG, its summary lines pr
 pytest_q=(python3 -m pytest -q -p no:cacheprovider -rfEx)
 
 if [ $# -eq 0 ]; then
-  run runtime_gpu.log "${pytest_q[@]}" packages/runtime/tests -m gpu
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   if [ "$gpus" -le 1 ]; then
+    run runtime_gpu.log "${pytest_q[@]}" packages/runtime/tests -m gpu
     run integration.log "${pytest_q[@]}" tests-integration
-  else  # the suite's tests dealt out round-robin (a heavy file's cases spread), one pytest a GPU
-    pids=()
+  else  # the suite's tests dealt out round-robin (a heavy file's cases spread), one pytest a GPU;
+    # the runtime's GPU tests beside them on the last GPU, so that nothing runs before the lanes
+    ( CUDA_VISIBLE_DEVICES=$((gpus - 1)) run runtime_gpu.log "${pytest_q[@]}" packages/runtime/tests -m gpu
+      exit $status ) > "$OUT/runtime.txt" &
+    pids=($!)
     mapfile -t tests < <(python3 -m pytest -q -p no:cacheprovider --collect-only -m "not two_gpus" \
       tests-integration 2>/dev/null | grep '::')
     for ((lane = 0; lane < gpus; lane++)); do
@@ -52,7 +57,7 @@ if [ $# -eq 0 ]; then
       pids+=($!)
     done
     for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
-    cat "$OUT"/lane-*.txt
+    cat "$OUT"/runtime.txt "$OUT"/lane-*.txt
     run two_gpus.log "${pytest_q[@]}" -m two_gpus tests-integration  # every GPU visible
   fi
   echo "== coil demo"
