@@ -87,10 +87,12 @@ def _graph(f: Callable[..., object], *shapes: tuple[int, ...]) -> GraphModule:
     return make_fx(f, tracing_mode="fake")(*(torch.randn(s) for s in shapes))
 
 
-@pytest.mark.parametrize("case", ["only reader", "an input", "a reshape cuts the dim", "a view"])
+@pytest.mark.parametrize("case", ["only reader", "an input", "a reshape cuts the dim", "a view",
+                                  "a reader cannot take the slice"])
 def test_pads_it_leaves_alone(case: str) -> None:
     """Nothing to move: the pad is the tensor's only reader (it fuses already); the tensor is an
-    input (the caller's storage); a reshape merges the padded dim; the padded tensor is a view."""
+    input (the caller's storage); a reshape merges the padded dim; the padded tensor is a view;
+    another reader's view merges the padded dim, which the slice's strides cannot (undone)."""
 
     def only_reader(x: torch.Tensor) -> torch.Tensor:
         return torch.constant_pad_nd(x * 2, [0, 3])
@@ -106,8 +108,12 @@ def test_pads_it_leaves_alone(case: str) -> None:
         y = (x * 2)[:, :40]
         return torch.constant_pad_nd(y, [0, 3]), y + 1
 
+    def flat_reader(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * 2
+        return torch.constant_pad_nd(y, [0, 3]), y.view(6 * 49) + 1
+
     f = {"only reader": only_reader, "an input": an_input, "a reshape cuts the dim": reshape_cuts,
-         "a view": a_view}[case]
+         "a view": a_view, "a reader cannot take the slice": flat_reader}[case]
     gm = _graph(f, (6, 49))
     (pad,) = _pads(gm)
     before = str(gm.graph)
