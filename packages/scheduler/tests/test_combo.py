@@ -32,6 +32,20 @@ def test_casts_of_inputs_of_different_sizes_are_one_combo(sch):
     assert sorted(combo.stores) == sorted(st for p in combo.parts for st in p.stores)
 
 
+def test_a_large_cast_of_an_input_joins_no_combo(sch):
+    """A cast writing more than COMBO_MAX_EARLY_BYTES stays a kernel at its own place (run
+    ahead, its buffer would split the allocator's segments); the small casts around it still
+    form one combo."""
+    from coil.scheduler.combo import COMBO_MAX_EARLY_BYTES
+
+    big = torch.randn(COMBO_MAX_EARLY_BYTES // 2 + 512)  # bf16: 1 KiB more than the bound
+    s = sch.schedule(_casts, torch.randn(7), big, torch.randn(64))
+    sch.check_topological(s)
+    (combo,) = _combos(s)
+    assert sorted(int(p.xnumel) for p in combo.parts) == [7, 64]
+    assert [int(k.xnumel) for k in s.kernels() if k is not combo] == [big.numel()]
+
+
 def test_a_combo_has_at_most_combo_max_parts(sch):
     ws = [torch.randn(n + 1) for n in range(COMBO_MAX_PARTS + 3)]
     s = sch.schedule(_casts, *ws)

@@ -40,7 +40,14 @@ import sympy
 from coil.lowering_ir import ExternKernel, Operation, Pointwise, Reduction, loads
 from coil.lowering_ir.nodes import SCAN_TYPES, Scatter, used_symbols
 from coil.scheduler.canonical import LoopOrder, loop_permutation
-from coil.scheduler.combo import COMBO_MAX_PARTS, COMBO_MAX_REDUCED, ComboGroup, combine, name_parts
+from coil.scheduler.combo import (
+    COMBO_MAX_EARLY_BYTES,
+    COMBO_MAX_PARTS,
+    COMBO_MAX_REDUCED,
+    ComboGroup,
+    combine,
+    name_parts,
+)
 from coil.scheduler.group import FusionIllegal, KernelGroup, plan
 from coil.scheduler.merge_dag import MergeDag
 from coil.scheduler.peak_bound import TOLERATED_BYTES, LiveProfile
@@ -447,8 +454,8 @@ class _Fusion:
     def combos(self) -> list[tuple[Operation, Operation, bool]]:
         """Pairs of combinable groups (combo.py), each named by its first op, and whether the
         combo runs late (at its last member's position): consecutive groups that read only the
-        graph's inputs (early), then consecutive groups whose outputs are graph outputs that no
-        operation outside them reads (late)."""
+        graph's inputs and write at most COMBO_MAX_EARLY_BYTES (early), then consecutive groups
+        whose outputs are graph outputs that no operation outside them reads (late)."""
         sources: list[Operation] = []
         sinks: list[Operation] = []
         for g in sorted(self.groups, key=lambda g: self.pos[id(self.groups[g][0])]):
@@ -457,7 +464,8 @@ class _Fusion:
                 continue
             mine = {b.name for o in ops for b in o.outputs}
             if all(r not in self.writer or r in mine for o in ops for r in self.op_reads[id(o)]):
-                sources.append(ops[0])
+                if sum(self.nbytes(o, b.name) for o in ops for b in o.outputs) <= COMBO_MAX_EARLY_BYTES:
+                    sources.append(ops[0])
             elif not self.outside_readers(ops):
                 sinks.append(ops[0])
         return [(a, b, False) for a, b in itertools.pairwise(sources)] + [
