@@ -80,7 +80,7 @@ from coil.fx_passes.fake_meta import fake_mode_of, refresh_meta
 from coil.fx_passes.infra import PassResult, Stage, graph_pass
 from coil.fx_passes.ops import overload_of
 from coil.fx_passes.passes.channels_last import FREE_OUTPUTS
-from coil.fx_passes.passes.pad_owner import absorb_pad
+from coil.fx_passes.passes.pad_owner import CHAIN_VIEWS, absorb_pad
 from coil.fx_passes.passes.softmax_rows import Softmax, recompute_on_padded_rows, softmax_of
 from coil.knobs import knobs
 from torch.fx import GraphModule, Node
@@ -348,10 +348,6 @@ def _weight_owner(b: Node, bv: torch.Tensor) -> Node | None:
     return owner
 
 
-_CHAIN_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.t.default, aten.transpose.int,
-                          aten.permute.default, aten.expand.default})
-
-
 def _zero_pad_length(x: Argument, d: int, fill: float = 0.0) -> int | None:
     """The length along ``d`` of what ``x`` pads when ``x`` is a ``constant_pad_nd`` by ``fill``
     that only extends the end of ``d``; else None."""
@@ -436,7 +432,7 @@ def _zero_extended(gm: GraphModule, x: Node, dim: int, length: int, added: list[
     chain: list[Node] = []
     node = x
     while (base := _zero_padded_base(node, batched)) is None:
-        if overload_of(node) not in _CHAIN_VIEWS or not isinstance(node.args[0], Node):
+        if overload_of(node) not in CHAIN_VIEWS or not isinstance(node.args[0], Node):
             return None
         chain.append(node)
         node = node.args[0]

@@ -30,12 +30,13 @@ from coil.fx_passes.passes.softmax_rows import softmax_of
 from torch.fx import GraphModule, Node
 from torch.fx.node import Argument
 
-__all__ = ["absorb_pad"]
+__all__ = ["CHAIN_VIEWS", "absorb_pad"]
 
 aten = torch.ops.aten
 
-_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.t.default,
-                    aten.transpose.int, aten.permute.default, aten.expand.default})
+# the views a pad is followed back through (pad_mm's zero-extended operands follow the same)
+CHAIN_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.t.default,
+                         aten.transpose.int, aten.permute.default, aten.expand.default})
 _RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.expand.default)
 
 
@@ -122,7 +123,7 @@ def absorb_pad(gm: GraphModule, pad: Node, allowed: Callable[[Node], bool]) -> b
     chain: list[tuple[Node, int]] = []  # (view, the padded dim of its result), from the pad back
     node = pad.args[0]
     assert isinstance(node, Node)
-    while overload_of(node) in _VIEWS and isinstance(node.args[0], Node):
+    while overload_of(node) in CHAIN_VIEWS and isinstance(node.args[0], Node):
         below = _input_dim(node, d)
         if below is None:
             return False
