@@ -9,7 +9,8 @@ allocation's Python stack. At each mode's warm peak it prints one JSON line: the
 (`peak_mib`, `peak_allocated_mib`, memory by pool), and the blocks still allocated after the call,
 per pool, grouped by the first stack frame in coil (else the first outside torch), largest first;
 plus, per pool, the free bytes inside segments that also hold a live block (what `empty_cache`
-cannot return). The recording slows the compile and the step; the memory figures are unchanged.
+cannot return), and coil's CUDA-graph runners by pool (`coil.bench.measure.runner_lines`: which
+graph a pool's memory serves). The recording slows the compile and the step; the memory figures are unchanged.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def summarise(path: str) -> None:
                 print("     ", mib, site[:120])
             for site, mib in h.get("pinned_by", [])[:6]:
                 print("      pinned", mib, site[:300])
+        for line in d.get("runners", []):
+            print("  runner", line[:300])
 
 
 def main(argv: list[str]) -> int:
@@ -116,7 +119,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"case": case, "mode": current[-1] if current else "?",
                           "peak_mib": round(out["peak_mib"], 1),
                           "peak_allocated_mib": round(out["peak_allocated_mib"], 1),
-                          "by_pool": out["after_call_by_pool"], "holders": holders()}), flush=True)
+                          "by_pool": out["after_call_by_pool"], "holders": holders(),
+                          "runners": measure.runner_lines()}), flush=True)
         return out
 
     measure.warm_peak = probed  # type: ignore[assignment]  # run_model looks it up per call
