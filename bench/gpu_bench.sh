@@ -8,10 +8,10 @@
 # SUITE: micro (the default: the 16 micro cases), gemm (the GEMM cases: eager, Inductor, coil and
 # Inductor max-autotune), attention (the attention cases: eager, Inductor, coil and FlexAttention),
 # infer (the five hand-picked models' bf16 inference), train (their AMP training steps), models
-# (both), zoo (every zoo case: inference, training, gradient accumulation), zoo-decoder,
+# (both), zoo (every zoo case: inference, training, gradient accumulation, training with AdamW), zoo-decoder,
 # zoo-encoder, zoo-encdec, zoo-vision, all; or any name `python -m coil.bench --list NAME`
 # accepts: a case, a model (gpt2, zoo_llama, llama), a family (gpt-neox), a micro op (softmax),
-# an attention form (attn_causal), NAME:infer, NAME:train or NAME:accum for one step kind.
+# an attention form (attn_causal), NAME:infer, NAME:train, NAME:accum or NAME:opt for one step kind.
 #
 # The micro, gemm and attention cases run in one call (timed in interleaved rounds), the model
 # cases in another, each model case in a process of its own that is stopped after CASE_S seconds (default 300; the modes
@@ -49,7 +49,7 @@ cases=$(python3 -m coil.bench --list "${suites[@]}") || { echo "no coil bench ca
 micro=()
 models=()
 for c in $cases; do
-  if [[ $c == *_infer_bf16 || $c == *_train_amp || $c == *_train_accum ]]; then models+=("$c"); else micro+=("$c"); fi
+  if [[ $c == *_infer_bf16 || $c == *_train_amp || $c == *_train_accum || $c == *_train_opt ]]; then models+=("$c"); else micro+=("$c"); fi
 done
 
 status=0

@@ -34,7 +34,7 @@ def test_bench_selects_subsets() -> None:
     assert select(["resnet50"]) == ["resnet50_infer_bf16", "resnet50_train_amp"]
     # without names: the micro cases and the five hand-picked models; the zoo is asked for by name
     assert select([]) == select(["micro", "models"]) and len(select([])) == 16 + 10
-    assert select(["all"]) == suite_names() and len(suite_names()) == 16 + 12 + 15 + 10 + 3 * len(zoo.names())
+    assert select(["all"]) == suite_names() and len(suite_names()) == 16 + 12 + 15 + 10 + 4 * len(zoo.names())
     with pytest.raises(ValueError, match="unknown case"):
         select(["nope"])
 

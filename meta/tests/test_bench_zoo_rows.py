@@ -28,22 +28,26 @@ from coil.bench.report import render
 from coil.bench.spec import ModelSpec
 from coil.bench.suite import select, suite_names
 
+STEPS = ("infer_bf16", "train_amp", "train_accum", "train_opt")
 
-def test_every_zoo_model_is_three_cases_after_the_five() -> None:
+
+def test_every_zoo_model_is_four_cases_after_the_five() -> None:
     names = suite_names()
     for n in zoo.names():
-        for step in ("infer_bf16", "train_amp", "train_accum"):
+        for step in STEPS:
             assert f"zoo_{n}_{step}" in names
     spec, step = models.split(f"zoo_{zoo.names()[0]}_train_accum")
     assert (spec.group, spec.kind, step) == ("zoo", zoo.entry(zoo.names()[0]).kind, "train_accum")
     assert names.index("vit_b16_train_amp") < names.index(f"zoo_{zoo.names()[0]}_infer_bf16")
     with pytest.raises(ValueError, match="not a model case"):
         models.split("gpt2_train_accum")  # the five have no accumulation case
+    with pytest.raises(ValueError, match="not a model case"):
+        models.split("gpt2_train_opt")  # nor an optimizer step
 
 
 def test_names_select_zoo_models_groups_families_and_steps() -> None:
     assert select(["gpt2"]) == ["gpt2_infer_bf16", "gpt2_train_amp"]  # the hand-picked GPT-2
-    steps = ("infer_bf16", "train_amp", "train_accum")
+    steps = STEPS
     for n in zoo.names():
         assert select([f"zoo_{n}"]) == [f"zoo_{n}_{s}" for s in steps]
         if n not in models.SPECS:  # a zoo model's own name, where no hand-picked model has it
@@ -51,7 +55,7 @@ def test_names_select_zoo_models_groups_families_and_steps() -> None:
     kinds = {zoo.entry(n).kind for n in zoo.names()}
     for kind in kinds:
         want = [f"zoo_{n}_{s}" for n in zoo.names() if zoo.entry(n).kind == kind
-                for s in ("infer_bf16", "train_amp", "train_accum")]
+                for s in STEPS]
         assert select([f"zoo-{kind}"]) == want
     assert select(["zoo"]) == [c for c in suite_names() if c.startswith("zoo_")]
     family = zoo.entry(zoo.names()[-1]).family  # any case will do: "GPT-NeoX" or "gpt-neox"
@@ -62,7 +66,9 @@ def test_names_select_zoo_models_groups_families_and_steps() -> None:
                                                                    "vit_b16")]
     first = zoo.names()[0]
     assert select(["zoo:accum", f"zoo_{first}"]) == [
-        *(f"zoo_{n}_train_accum" for n in zoo.names()), f"zoo_{first}_infer_bf16", f"zoo_{first}_train_amp"]
+        *(f"zoo_{n}_train_accum" for n in zoo.names()), f"zoo_{first}_infer_bf16", f"zoo_{first}_train_amp",
+        f"zoo_{first}_train_opt"]
+    assert select(["zoo-vision:opt"]) == [f"zoo_{n}_train_opt" for n in zoo.names() if zoo.entry(n).kind == "vision"]
     for bad in ("softmax:infer", "zoo-robots", "gpt2:eval"):
         with pytest.raises(ValueError):
             select([bad])
@@ -110,7 +116,7 @@ def _broken() -> tuple[Any, Any]:
 
 def _spec(name: str, make: Any) -> ModelSpec:
     return ModelSpec(name, "a tiny MLP", make, lambda m, x: m(*x), lambda m, x: m(*x).float().pow(2).mean(),
-                     steps=("infer_bf16", "train_amp", "train_accum"), family="Tiny", kind="vision", group="zoo")
+                     steps=STEPS, family="Tiny", kind="vision", group="zoo")
 
 
 @pytest.fixture
@@ -141,7 +147,7 @@ def _cold(tag: str) -> Any:
     return contextlib.nullcontext({})
 
 
-@pytest.mark.parametrize("step", ["infer_bf16", "train_amp", "train_accum"])
+@pytest.mark.parametrize("step", STEPS)
 def test_a_row_keeps_every_mode_and_a_failed_modes_error(cpu_bench: None, step: str) -> None:
     written: list[str | None] = []
     res = run_model(f"tiny_{step}", _cold, ("eager", "inductor", "coil", "coil_nocg"),

@@ -26,7 +26,7 @@ DESCRIPTION = ("Run eager, torch.compile (TorchInductor: default, reduce-overhea
 EPILOG = ("names: a case, a micro op (softmax), an attention form (attn_causal), a model (gpt2, zoo_llama, "
           "llama), a group (all, micro, gemm, attention, models, zoo, zoo-decoder, zoo-encoder, zoo-encdec, "
           "zoo-vision) or a family (gpt-neox, swin); "
-          "NAME:infer, NAME:train or NAME:accum keeps one step kind (zoo-vision:infer). Default: micro models. "
+          "NAME:infer, NAME:train, NAME:accum or NAME:opt keeps one step kind (zoo-vision:infer). Default: micro models. "
           "`--list NAMES` prints what they select.")
 
 

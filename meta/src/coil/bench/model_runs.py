@@ -56,6 +56,7 @@ from coil.bench.models import IMPORTED_BEFORE_THE_CLOCK, compile_and_step, first
 from coil.bench.spec import ModelSpec
 from coil.bench.steps import (
     ACCURACY_CALL,
+    OPT_LR,
     TOL,
     checked,
     make_step,
@@ -341,8 +342,10 @@ def _prepare_case(case: str, spec: ModelSpec, step: str, res: dict[str, Any]) ->
         traceback.print_exc()
     if step != "infer_bf16":
         res["dtype"] = "fp32 weights, autocast bf16"
-        res["step_does"] = "zero_grad + forward + loss + backward (no optimizer)" + (
-            "" if step == "train_amp" else ", micro-steps accumulated")
+        res["step_does"] = {"train_amp": "zero_grad + forward + loss + backward (no optimizer)",
+                            "train_accum": "zero_grad + forward + loss + backward (no optimizer), micro-steps "
+                                           "accumulated",
+                            "train_opt": f"zero_grad + forward + loss + backward + AdamW step (lr {OPT_LR})"}[step]
     else:
         res["dtype"] = "bf16"
     # the references and the master copy of the model wait on the host, so that a mode's warm
@@ -373,7 +376,8 @@ def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSet
 
             cb.reset()
         counters.clear()
-        m = c.infer_model if c.step == "infer_bf16" else copy.deepcopy(c.base).to(_spec.DEVICE)
+        m = c.infer_model if c.step == "infer_bf16" else prepare(copy.deepcopy(c.base).to(_spec.DEVICE), c.inputs,
+                                                                 c.step)[0]
         own_peak: dict[str, Any] | None = None
         held.enter_context(lanes.working(settings.lane_lock))  # side by side with other lanes (coil.bench.lanes)
         with cold(f"{c.name}-{mode}") as env:

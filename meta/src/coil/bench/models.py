@@ -31,7 +31,7 @@ IMPORTED_BEFORE_THE_CLOCK = "coil.backend.pipeline.backend"
 
 # rough seconds of one cold compile and first step of a compiled mode, by step kind, and the
 # seconds of everything that compiles nothing (build, reference, eager's timings)
-_COMPILE_S = {"infer_bf16": 25.0, "train_amp": 45.0, "train_accum": 55.0}
+_COMPILE_S = {"infer_bf16": 25.0, "train_amp": 45.0, "train_accum": 55.0, "train_opt": 45.0}
 _FIXED_S = 15.0
 
 

@@ -7,7 +7,13 @@ Step kinds (`STEPS`; a case is `<spec>_<step>`):
   `torch.autocast(bfloat16)` with fp32 weights, backward (no optimizer);
 * `train_accum`: gradient accumulation: `zero_grad`, then ACCUM_MICRO_STEPS micro-steps of
   forward, loss and backward under the same autocast, without `zero_grad` between them (the
-  gradients add up in `.grad`); one call is the whole accumulation, its result the summed loss.
+  gradients add up in `.grad`); one call is the whole accumulation, its result the summed loss;
+* `train_opt`: the loop people write: `train_amp`'s step, then `torch.optim.AdamW`'s step over
+  the model's parameters (torch's default implementation, eager, between the compiled graphs).
+  Its learning rate is OPT_LR = 0: every kernel of a real step runs and its temporaries take
+  their memory, but the weights stay, so the accuracy rule still compares one step at the
+  reference's weights (`train_amp`'s reference). The optimizer's state is made before a mode's
+  memory baseline (`prepare`), as a model's gradients are part of it: a mode's growth is its own.
 
 Before each step the mode's step marker runs (`measure.mark_step`: Inductor's CUDA-graph trees
 learn that an iteration begins), as a training loop under that mode would.
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -30,8 +37,9 @@ from coil.bench import spec as _spec
 from coil.bench.measure import mark_step
 from coil.bench.spec import Inputs, ModelSpec, cast_inputs
 
-STEPS = ("infer_bf16", "train_amp", "train_accum")
+STEPS = ("infer_bf16", "train_amp", "train_accum", "train_opt")
 ACCUM_MICRO_STEPS = 4
+OPT_LR = 0.0
 TOL = 1e-2
 MULTIPLIER = 3.0
 ACCURACY_CALL = 3
@@ -43,12 +51,40 @@ def _device_type() -> str:
 
 def prepare(model: Any, inputs: Inputs, step: str) -> tuple[Any, Inputs]:
     """The model and inputs as `step` runs them: bf16 and `eval()` for inference (the inputs'
-    floating tensors cast once), the fp32 training model and inputs otherwise."""
+    floating tensors cast once), the fp32 training model and inputs otherwise (`train_opt`: with
+    its optimizer's state made, `optimizer_of`)."""
     import torch
 
     if step == "infer_bf16":
         return model.to(torch.bfloat16).eval(), cast_inputs(inputs, torch.bfloat16)
+    if step == "train_opt":
+        optimizer_of(model, with_state=True)
     return model, inputs
+
+
+_OPTIMIZERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def optimizer_of(model: Any, with_state: bool = False) -> Any:
+    """The AdamW optimizer (learning rate OPT_LR) of `model`'s parameters, made at the first ask
+    and kept as long as the model (a compiled module's is its original module's). `with_state`:
+    its state (step count, both moments of every parameter) made now, by a step on zero
+    gradients, which moves no weight; the gradients are then dropped."""
+    import torch
+
+    module = getattr(model, "_orig_mod", model)
+    opt = _OPTIMIZERS.get(module)
+    if opt is None:
+        opt = torch.optim.AdamW(module.parameters(), lr=OPT_LR)
+        _OPTIMIZERS[module] = opt
+    if with_state and not opt.state:
+        params = [p for p in module.parameters() if p.requires_grad]
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        opt.step()
+        for p in params:
+            p.grad = None
+    return opt
 
 
 def infer_step(spec: ModelSpec, model: Any, inputs: Inputs, mode: str = "eager") -> Any:
@@ -89,8 +125,15 @@ def accum_step(spec: ModelSpec, model: Any, inputs: Inputs, mode: str = "eager",
     return total
 
 
+def opt_step(spec: ModelSpec, model: Any, inputs: Inputs, mode: str = "eager", *, amp: bool = True) -> Any:
+    """`train_step`, then the optimizer's step (`optimizer_of`); the loss."""
+    loss = train_step(spec, model, inputs, mode, amp=amp)
+    optimizer_of(model).step()
+    return loss
+
+
 _STEP_FNS: dict[str, Callable[..., Any]] = {"infer_bf16": infer_step, "train_amp": train_step,
-                                            "train_accum": accum_step}
+                                            "train_accum": accum_step, "train_opt": opt_step}
 
 
 def make_step(spec: ModelSpec, step: str, model: Any, inputs: Inputs, mode: str = "eager") -> Callable[[], Any]:
@@ -119,7 +162,7 @@ def reference(spec: ModelSpec, step: str, base: Any, inputs: Inputs) -> list[Any
     if step == "infer_bf16":
         m64.eval()
         return [infer_step(spec, m64, x64)]
-    fn = train_step if step == "train_amp" else accum_step
+    fn = accum_step if step == "train_accum" else train_step  # train_opt at OPT_LR: train_amp's
     out = fn(spec, m64, x64, amp=False)
     return checked(step, out, m64)
 

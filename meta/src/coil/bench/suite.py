@@ -15,7 +15,8 @@ A name selects (`select`), the selections joined in the order given, each case o
 - a group: `all`, `micro`, `gemm`, `attention`, `models`, `zoo`, `zoo-<kind>` (`zoo-decoder`,
   `zoo-encoder`, `zoo-encdec`, `zoo-vision`), or a family, in any case (`llama`, `gpt-neox`, `swin`);
 - any of these with `:<step>` keeps one step kind of its model cases: `:infer` (infer_bf16),
-  `:train` (train_amp) or `:accum` (train_accum), e.g. `zoo-vision:infer`, `models:train`.
+  `:train` (train_amp), `:accum` (train_accum) or `:opt` (train_opt), e.g. `zoo-vision:infer`,
+  `models:train`.
 
 `case_modes(case, asked)` gives the modes a case runs: without `--modes` its group's (`MODES`,
 plus `inductor_max` and `coil_max` for a gemm case and `flex` for an attention case), with `--modes` those of
@@ -34,7 +35,7 @@ from coil.bench.micro import DTYPES, MICRO
 from coil.bench.models import model_cases, specs, split
 
 DEFAULT = ("micro", "models")
-STEP_NAMES = {"infer": "infer_bf16", "train": "train_amp", "accum": "train_accum"}
+STEP_NAMES = {"infer": "infer_bf16", "train": "train_amp", "accum": "train_accum", "opt": "train_opt"}
 
 
 def micro_names() -> list[str]:

@@ -1,6 +1,6 @@
 """The zoo's models as `coil bench` model cases (group "zoo"): every model of coil.bench.zoo at
-its "real" size, as `zoo_<name>_infer_bf16`, `zoo_<name>_train_amp` and `zoo_<name>_train_accum`
-(coil.bench.steps).
+its "real" size, as `zoo_<name>_infer_bf16`, `zoo_<name>_train_amp`, `zoo_<name>_train_accum` and
+`zoo_<name>_train_opt` (coil.bench.steps).
 
 The prefix keeps the zoo's cases apart from the five hand-picked ones where a zoo model has
 the same name (gpt2, resnet50, vit_b16) but other sizes and attention. Each spec builds through
@@ -19,7 +19,7 @@ from coil.bench import zoo
 from coil.bench.spec import Inputs, ModelSpec
 
 PREFIX = "zoo_"
-STEPS = ("infer_bf16", "train_amp", "train_accum")
+STEPS = ("infer_bf16", "train_amp", "train_accum", "train_opt")
 
 
 def _make(name: str) -> tuple[Any, Inputs]:
