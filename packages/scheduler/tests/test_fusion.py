@@ -419,3 +419,49 @@ def test_single_element_ops_past_the_size_bound_stay_apart(sch, monkeypatch, no_
     s = sch.schedule(_counters, *_counter_inputs())
     sch.check_groups(s)
     assert sorted(len(g.members) for g in s.kernels()) == [1, 2, 2], [g.name for g in s.kernels()]
+
+
+def test_a_refused_pair_tried_again_is_not_planned_again(sch, monkeypatch):
+    """merge_greedily tries every pair again after a pass that fused anything; two groups that
+    did not plan, unchanged, refuse again for the same reason without being planned again. The
+    oracle: the same schedule and log with the refusals forgotten, at the cost of more plans."""
+    from coil.scheduler import fusion
+
+    monkeypatch.setenv("COIL_INLINE", "0")  # y stays a buffer its transposed reader cannot fuse with
+
+    def fn(x, v):
+        y = x + 1
+        return (y + y.t(), (v * 2).exp())  # the second output fuses in the first pass, apart
+
+    planned: list[str] = []
+    real_plan = fusion.plan
+
+    def counting(name, *args, **kwargs):
+        planned.append(name)
+        return real_plan(name, *args, **kwargs)
+
+    monkeypatch.setattr(fusion, "plan", counting)
+    x, v = torch.randn(4, 4), torch.randn(4, 4)
+    remembered = sch.schedule(fn, x, v)
+    with_memo = list(planned)
+
+    class Forgetful(dict):
+        def __setitem__(self, key, value):
+            pass
+
+    real_init = fusion._Fusion.__init__
+
+    def forgetting(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.illegal = Forgetful()
+
+    monkeypatch.setattr(fusion._Fusion, "__init__", forgetting)
+    planned.clear()
+    forgot = sch.schedule(fn, x, v)
+    assert remembered.log.attempts == forgot.log.attempts
+    assert [[m.op.name for m in k.members] for k in remembered.kernels()] == [
+        [m.op.name for m in k.members] for k in forgot.kernels()]
+    refusals = [a for a in remembered.log.attempts if not a[2]]
+    repeated = [a for a in refusals if refusals.count(a) > 1]
+    assert repeated, remembered.log.attempts  # a refused pair was tried again ...
+    assert len(with_memo) < len(planned)  # ... and not planned again

@@ -104,3 +104,35 @@ def test_a_late_merge_matches_a_brute_force_recount(sch) -> None:
         assert prof.peak_if_merged([ops[i]], [ops[j]], late=True) == want
         prof.merge([ops[i]], [ops[j]], late=True)
         assert prof.peak == want
+
+
+def _chain(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    a = x.sin()
+    b = a * 2               # returned
+    c = b.exp()
+    d = (a + c).sum(0)      # a lives until here
+    e = c.cos() + x.t()
+    return d, e, b
+
+
+@pytest.mark.parametrize("fn", [_three_phases, _chain])
+@pytest.mark.parametrize("seed", range(4))
+def test_merges_in_any_order_match_a_brute_force_recount(sch, fn, seed: int) -> None:
+    """Groups merged pair by pair in a random order until one is left (groups of several ops
+    moving onto each other, either one first): the profile's peak, before and after each merge,
+    is the brute-force recount's."""
+    import random
+
+    graph = sch.lower(fn, torch.randn(16, 16))
+    ops = list(graph.operations)
+    prof = LiveProfile(ops, output_buffers(graph.outputs), _bytes)
+    groups = [[op] for op in ops]
+    rng = random.Random(seed)
+    while len(groups) > 1:
+        a, b = rng.sample(groups, 2)
+        rest = [g for g in groups if g is not a and g is not b]
+        want = _recount(graph, [*rest, a + b])
+        assert prof.peak_if_merged(a, b) == want
+        prof.merge(a, b)
+        groups = [*rest, a + b]
+        assert prof.peak == want

@@ -106,11 +106,17 @@ def _epilogue(writer: Operation, reader: Operation) -> bool:
 
 def _static(op: Pointwise | Reduction) -> bool:
     """Whether `op` uses no size symbol (only its loop variables p0.. and r0.., Pointwise's and
-    Reduction's docstrings)."""
-    loops = {f"p{i}" for i in range(len(op.ranges))}
-    if isinstance(op, Reduction):
-        loops |= {f"r{i}" for i in range(len(op.reduction_ranges))}
-    return {s.name for s in used_symbols(op)} <= loops
+    Reduction's docstrings), memoised per op (a walk of its whole body)."""
+    known = _STATIC.get(op)
+    if known is None:
+        loops = {f"p{i}" for i in range(len(op.ranges))}
+        if isinstance(op, Reduction):
+            loops |= {f"r{i}" for i in range(len(op.reduction_ranges))}
+        known = _STATIC[op] = {s.name for s in used_symbols(op)} <= loops
+    return known
+
+
+_STATIC: weakref.WeakKeyDictionary[Pointwise | Reduction, bool] = weakref.WeakKeyDictionary()
 
 
 def _is_scan(op: Operation) -> bool:
@@ -229,6 +235,10 @@ class _Fusion:
         self.profile = LiveProfile(ops, graph_outputs, self.nbytes) if peak_slack is not None else None
         self.plans: dict[int, KernelGroup] = {}
         self.order_of: dict[int, LoopOrder] = {}  # op id -> the loop order of its group's plan (default "store")
+        # (members, shared buffer, name) -> why they did not plan. Groups only grow, so the same
+        # members again are the same two groups, unchanged, with the same loop orders: the same
+        # refusal (merge_greedily's later passes try every refused pair again)
+        self.illegal: dict[tuple[frozenset[int], str, str], FusionIllegal] = {}
 
     def nbytes(self, op: Operation, name: str) -> int:
         key = (id(op), name)
@@ -397,10 +407,15 @@ class _Fusion:
             return False
         if self.raises_peak(a, b, ""):
             return False
-        try:
-            p = self.try_plan(names, merged, shared)
-        except FusionIllegal as e:
-            self.record(a, b, False, str(e))
+        key = (frozenset(id(o) for o in merged), shared, names)
+        refused = self.illegal.get(key)
+        if refused is None:
+            try:
+                p = self.try_plan(names, merged, shared)
+            except FusionIllegal as e:
+                refused = self.illegal[key] = e
+        if refused is not None:
+            self.record(a, b, False, str(refused))
             return False
         self.record(a, b, True, "fused")
         self.merge(a, b, p)
@@ -447,9 +462,9 @@ class _Fusion:
     def combinable(self, g: int) -> bool:
         """Whether group `g` may be a combo's part (combo.py): pointwise ops and reductions of at
         most COMBO_MAX_REDUCED elements, over static sizes."""
-        return all(self.fusible(o) and _static(o) and (  # type: ignore[arg-type]
+        return all(self.fusible(o) and (  # the cheap tests first: _static walks the op's body
             type(o) is Pointwise or (isinstance(o, Reduction) and self.numel(o) <= COMBO_MAX_REDUCED))
-            for o in self.groups[g])
+            and _static(o) for o in self.groups[g])  # type: ignore[arg-type]
 
     def combos(self) -> list[tuple[Operation, Operation, bool]]:
         """Pairs of combinable groups (combo.py), each named by its first op, and whether the
@@ -460,13 +475,12 @@ class _Fusion:
         sinks: list[Operation] = []
         for g in sorted(self.groups, key=lambda g: self.pos[id(self.groups[g][0])]):
             ops = self.groups[g]
-            if not self.combinable(g):
-                continue
             mine = {b.name for o in ops for b in o.outputs}
             if all(r not in self.writer or r in mine for o in ops for r in self.op_reads[id(o)]):
-                if sum(self.nbytes(o, b.name) for o in ops for b in o.outputs) <= COMBO_MAX_EARLY_BYTES:
+                if (sum(self.nbytes(o, b.name) for o in ops for b in o.outputs) <= COMBO_MAX_EARLY_BYTES
+                        and self.combinable(g)):  # last: the costliest test
                     sources.append(ops[0])
-            elif not self.outside_readers(ops):
+            elif not self.outside_readers(ops) and self.combinable(g):
                 sinks.append(ops[0])
         return [(a, b, False) for a, b in itertools.pairwise(sources)] + [
             (a, b, True) for a, b in itertools.pairwise(sinks)]

@@ -96,7 +96,12 @@ class LiveProfile:
     def _changes(self, a: list[Operation], b: list[Operation], late: bool = False
                  ) -> tuple[dict[int, int], dict[int, int], dict[str, tuple[int, int] | None]]:
         """The effective positions, group ids and lifetimes that merging groups a and b gives,
-        for the buffers whose lifetime may change (`late`: see `peak_if_merged`)."""
+        for the buffers whose lifetime may change (`late`: see `peak_if_merged`). Those are the
+        buffers the moving group's members write or read: every member of a group runs at the
+        group's position, so one of the two groups keeps its position, and a buffer only the
+        staying group touches keeps its lifetime (its writer and readers stay where they run,
+        and whether every reader shares the writer's group does not change when the whole
+        group takes the merged group's id)."""
         members = a + b
         where = max if late else min
         first = where(self.eff[id(o)] for o in members)
@@ -105,8 +110,9 @@ class LiveProfile:
         group_of = {id(o): gid for o in members}
         names: set[str] = set()
         for o in members:
-            names.update(x.name for x in o.outputs)
-            names.update(r for r in o.reads() if r in self.writer)
+            if self.eff[id(o)] != first:
+                names.update(x.name for x in o.outputs)
+                names.update(r for r in o.reads() if r in self.writer)
         return eff, group_of, {n: self._interval(n, eff, group_of) for n in names}
 
     def peak_if_merged(self, a: list[Operation], b: list[Operation], late: bool = False) -> int:
