@@ -119,3 +119,21 @@ def test_symbolic_sizes_form_no_combo():
     s = schedule(L.lower(gm))
     assert len(s.kernels()) == 2 and not _combos(s)
     assert all(not sympy.sympify(k.xnumel).is_Integer for k in s.kernels())
+
+
+def test_reductions_over_symbolic_sizes_form_no_combo():
+    """Reductions of the graph's inputs over symbolic sizes are tested for static sizes before
+    their element count is compared with COMBO_MAX_REDUCED (a symbolic count has no truth
+    value): they stay apart, and scheduling does not fail."""
+    import coil.lowering_ir as L
+    from coil.scheduler import schedule
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def sums(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return a.sum(), b.sum()
+
+    gm = make_fx(sums, decomposition_table=L.decomposition_table(), tracing_mode="symbolic")(
+        torch.randn(6, 3), torch.randn(10, 5))
+    s = schedule(L.lower(gm))
+    assert not _combos(s)
+    assert all(k.is_reduction for k in s.kernels())

@@ -462,9 +462,9 @@ class _Fusion:
     def combinable(self, g: int) -> bool:
         """Whether group `g` may be a combo's part (combo.py): pointwise ops and reductions of at
         most COMBO_MAX_REDUCED elements, over static sizes."""
-        return all(self.fusible(o) and (  # the cheap tests first: _static walks the op's body
+        return all(self.fusible(o) and _static(o) and (  # type: ignore[arg-type]
             type(o) is Pointwise or (isinstance(o, Reduction) and self.numel(o) <= COMBO_MAX_REDUCED))
-            and _static(o) for o in self.groups[g])  # type: ignore[arg-type]
+            for o in self.groups[g])  # static first: a symbolic count cannot be compared
 
     def combos(self) -> list[tuple[Operation, Operation, bool]]:
         """Pairs of combinable groups (combo.py), each named by its first op, and whether the
