@@ -157,6 +157,35 @@ def test_cuda_graph_runner_mutated_inputs_and_extern_ops(cache_dir: Path) -> Non
         assert torch.allclose(out, x @ m, rtol=1e-3, atol=1e-3)
 
 
+def test_a_captured_matmul_keeps_no_workspace_in_the_ordinary_pool(cache_dir: Path) -> None:
+    """cuBLAS's workspace of a capture is memory of the graph's pool: the ordinary pool holds no
+    workspace after the capture, and tensors the caller then allocates there (over any memory a
+    cached workspace could have had) are untouched by replays."""
+    def call(args: list[Any]) -> tuple[Any, ...]:
+        a, b = args
+        return ((a @ b).relu(),)
+
+    a, b = torch.randn(512, 1024, device="cuda"), torch.randn(1024, 768, device="cuda")
+    torch.cuda.synchronize()
+    torch._C._cuda_clearCublasWorkspaces()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    run = cudagraphify(call, CaptureSpec(static_input_indices=(1,)))
+    run([a, b])
+    torch.cuda.synchronize()
+    held = a.nbytes + 512 * 768 * 4  # the pool's static input buffer and static output
+    assert torch.cuda.memory_allocated() - before <= held + (1 << 20), "a cuBLAS workspace was kept"
+    torch.cuda.empty_cache()
+    fills = [torch.full((8 << 20,), float(i), device="cuda") for i in range(8)]  # 256 MiB, the ordinary pool
+    for _ in range(3):
+        a = torch.randn(512, 1024, device="cuda")
+        (out,) = run([a, b])
+        torch.testing.assert_close(out, (a @ b).relu(), rtol=1e-3, atol=1e-3)
+    torch.cuda.synchronize()
+    for i, f in enumerate(fills):
+        assert bool((f == float(i)).all()), "a replay wrote over memory of the ordinary pool"
+
+
 def test_cuda_graph_runner_without_clones_aliases_static_outputs(cache_dir: Path) -> None:
     runner = CudaGraphRunner(lambda args: (args[0] * 2,), [torch.ones(8, device="cuda")],
                              policy=ReplayPolicy(clone_outputs=False))

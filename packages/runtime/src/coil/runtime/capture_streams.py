@@ -1,15 +1,17 @@
 """The CUDA streams and device state around CUDA-graph warm-ups, captures and replays.
 
 Every `CudaGraphRunner` on a device warms up and captures on one shared side stream
-(`side_stream`): cuBLAS keeps a workspace per stream and the caching allocator caches blocks per
-stream, so a stream per runner would hold both once per runner. Replays run on the caller's
+(`side_stream`): the caching allocator caches blocks per stream, so a stream per runner would
+hold them once per runner; cuBLAS's workspaces are dropped around each warm-up and capture
+(`blas_workspaces_dropped`). Replays run on the caller's
 current stream; `after_last_replay` orders a call from another stream after the last replay.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,7 +20,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("coil.runtime")
 
 _SIDE_STREAMS: dict[int, Any] = {}
-_BLAS_READY: set[tuple[int, int]] = set()  # (thread, device) whose side-stream cuBLAS workspace exists
 _LAST_REPLAY: dict[int, tuple[int, Any]] = {}  # device index -> the last replay's stream (raw handle, object)
 
 
@@ -57,27 +58,28 @@ def after_last_replay(device: torch.device) -> None:
     _LAST_REPLAY[key] = (raw, current)
 
 
-def blas_workspace_apart(device: torch.device, side: torch.cuda.Stream) -> None:
-    """Make this thread's cuBLAS workspace for `side` in a segment of its own, once per thread and
-    device, before a warm-up runs there.
+@contextlib.contextmanager
+def blas_workspaces_dropped() -> Iterator[None]:
+    """torch's cached cuBLAS workspaces freed on entry and on exit (every handle and stream).
 
-    torch allocates one workspace per handle and stream, at the first matmul, and keeps it for the
-    process's life. Allocated during a warm-up, it would land in whatever free block the side
-    stream cached from an earlier runner's warm-up, and that whole segment of freed warm-up
-    buffers could then never be released (`empty_cache` frees whole segments only). So the cached
-    free blocks are released first (`empty_cache`, first calls only) and the workspace is made
-    right away (docs/perf.md has the memory this saves on a training step)."""
+    cuBLAS keeps one workspace per handle and stream, made at the first matmul there and kept.
+    Made in a warm-up it would pin a segment of the side stream's freed warm-up buffers; found
+    cached at a capture, the graph would read and write that memory of the ordinary pool at every
+    replay, for good. Dropped around each warm-up and capture, a capture makes its own workspace
+    from the graph's pool, and it is freed there at the end like the graph's other scratch
+    buffers (later captures into the pool may reuse it, under the pool's rules); a warm-up's is
+    freed when the warm-up ends. Other streams make theirs again at their next matmul. A torch
+    without `_cuda_clearCublasWorkspaces` keeps its workspaces (nothing is done)."""
     import torch
 
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    key = (threading.get_ident(), index)
-    if key in _BLAS_READY or torch.cuda.is_current_stream_capturing():
-        return
-    _BLAS_READY.add(key)
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    with torch.cuda.device(device), torch.cuda.stream(side):
-        torch.cuda.current_blas_handle()  # type: ignore[no-untyped-call]
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+    try:
+        yield
+    finally:
+        if clear is not None:
+            clear()
 
 
 def generators_out_of_capture() -> None:

@@ -161,7 +161,7 @@ from typing import TYPE_CHECKING, Any
 
 from coil.runtime.capture_streams import (
     after_last_replay,
-    blas_workspace_apart,
+    blas_workspaces_dropped,
     generators_out_of_capture,
     record_stream,
     side_stream,
@@ -328,8 +328,7 @@ class CudaGraphRunner:
         current = torch.cuda.current_stream(self.device)
         side = side_stream(self.device)
         side.wait_stream(current)
-        blas_workspace_apart(self.device, side)
-        with torch.cuda.device(self.device), torch.cuda.stream(side):
+        with torch.cuda.device(self.device), torch.cuda.stream(side), blas_workspaces_dropped():
             first = tuple(self._call(list(inputs)))
         current.wait_stream(side)
         for out in first:
@@ -399,7 +398,7 @@ class CudaGraphRunner:
             current = torch.cuda.current_stream(self.device)
             side = side_stream(self.device)
             side.wait_stream(current)
-            with torch.cuda.device(self.device), torch.cuda.stream(side):
+            with torch.cuda.device(self.device), torch.cuda.stream(side), blas_workspaces_dropped():
                 self._call(temporary)
             current.wait_stream(side)
         return in_capture
@@ -444,7 +443,7 @@ class CudaGraphRunner:
         torch.cuda.synchronize(self.device)
         graph = torch.cuda.CUDAGraph()
         args = list(self._static_inputs)
-        with torch.cuda.device(self.device), expandable_capture(), \
+        with torch.cuda.device(self.device), expandable_capture(), blas_workspaces_dropped(), \
                 torch.cuda.graph(graph, pool=self._pool, stream=side_stream(self.device)):
             for i in sorted(in_capture):
                 size, stride, dtype = self._input_meta[i]
