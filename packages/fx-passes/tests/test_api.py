@@ -15,7 +15,7 @@ EXPECTED = [
     "match_rule", "operand_copies_in_source_order", "pad_matmul_strides", "pad_matmul_strides_for", "pattern_pass", "post_grad_passes", "pre_grad_passes", "refresh_meta",
     "reinplace", "remove_noops", "run_post_grad_passes", "run_pre_grad_passes",
     "scatter_to_where", "simplify_view_pairs", "stable_topological_sort", "unfold_addmm",
-    "unfold_conv_bias", "unfold_conv_bias_for",
+    "unfold_conv_bias", "unfold_conv_bias_for", "widen_broadcast_kv",
 ]  # fmt: skip
 
 
@@ -38,7 +38,7 @@ def test_no_namespace_init() -> None:
 
 def test_every_pass_documents_its_contract() -> None:
     passes = [getattr(fx, n) for n in fx.__all__ if isinstance(getattr(fx, n), fx.GraphPass)]
-    assert len(passes) == 17
+    assert len(passes) == 18
     for p in passes:
         doc = p.fn.__doc__ or ""
         for section in ("Stage:", "Args:", "Returns:", "Example::", "Soundness"):

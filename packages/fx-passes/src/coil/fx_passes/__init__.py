@@ -25,6 +25,7 @@ from coil.fx_passes.passes.operand_copies import operand_copies_in_source_order
 from coil.fx_passes.passes.pad_mm import pad_matmul_strides, pad_matmul_strides_for
 from coil.fx_passes.passes.reinplace import reinplace
 from coil.fx_passes.passes.scatter_fill import scatter_to_where
+from coil.fx_passes.passes.sdpa_broadcast import widen_broadcast_kv
 from coil.fx_passes.passes.topo_sort import stable_topological_sort
 from coil.fx_passes.passes.view_pairs import simplify_view_pairs
 from coil.fx_passes.patterns.matcher import apply_rule, match_rule, pattern_pass
@@ -87,4 +88,5 @@ __all__ = [
     "unfold_addmm",
     "unfold_conv_bias",
     "unfold_conv_bias_for",
+    "widen_broadcast_kv",
 ]

@@ -21,6 +21,7 @@ from coil.fx_passes.passes.operand_copies import operand_copies_in_source_order
 from coil.fx_passes.passes.pad_mm import pad_matmul_strides
 from coil.fx_passes.passes.reinplace import reinplace as reinplace_pass
 from coil.fx_passes.passes.scatter_fill import scatter_to_where
+from coil.fx_passes.passes.sdpa_broadcast import widen_broadcast_kv
 from coil.fx_passes.passes.topo_sort import stable_topological_sort
 from coil.fx_passes.passes.view_pairs import simplify_view_pairs
 from coil.knobs import knobs
@@ -39,8 +40,10 @@ def pre_grad_passes(*, attention: GraphPass | None = None) -> tuple[GraphPass, .
 
     ``attention`` (an :func:`~coil.fx_passes.passes.attention_op.attention_to_op` pass) runs
     first: it decides what becomes the attention op, and `causal_masks` then turns the causal
-    masks of the SDPA calls it left into ``is_causal=True``."""
-    return (*([attention] if attention is not None else []), causal_masks, dead_code_elimination)
+    masks of the SDPA calls it left into ``is_causal=True``; `widen_broadcast_kv` gives those
+    calls keys and values as wide as their queries (CUDA's fused kernels need that)."""
+    return (*([attention] if attention is not None else []), causal_masks, widen_broadcast_kv,
+            dead_code_elimination)
 
 
 def post_grad_passes(*, is_backward: bool, reinplace: bool | None = None) -> tuple[GraphPass, ...]:
@@ -84,8 +87,10 @@ def run_pre_grad_passes(gm: GraphModule, example_inputs: Sequence[object], *,
     Returns:
         An equivalent graph module (``gm``, edited in place). Only passes that respect
         mutation and aliasing run here: attention masks that are the causal mask become
-        ``is_causal=True`` (:func:`~coil.fx_passes.passes.causal_mask.causal_masks`), then
-        dead-code elimination of effect-free nodes.
+        ``is_causal=True`` (:func:`~coil.fx_passes.passes.causal_mask.causal_masks`), keys
+        and values broadcast over the query's heads are widened on CUDA
+        (:func:`~coil.fx_passes.passes.sdpa_broadcast.widen_broadcast_kv`), then dead-code
+        elimination of effect-free nodes.
     """
     del example_inputs
     return PassManager(pre_grad_passes(attention=attention), stage=Stage.PRE_GRAD).run(gm).graph_module

@@ -1,0 +1,134 @@
+"""Keys and values that SDPA broadcasts over the query's batch or heads are widened first.
+
+``scaled_dot_product_attention`` accepts a key and value whose leading (batch, head) dims are 1
+where the query's are larger: multi-query attention written without ``repeat_kv`` (HF Falcon's
+older architecture passes one key/value head to 32 query heads). On CUDA its fused kernels
+(flash, memory-efficient, cuDNN) take only equal batch and head counts, so such a call runs the
+math path: the full (batch, heads, L, S) score matrix is materialised, in time and memory
+(Falcon's 8 x 1024 tokens: 512 MiB a layer in bf16). Widening the key and value to the query's
+leading dims (a copy of k and v, 1/S of the scores' size per element of E) lets the fused
+kernels take the call; the backward sums the widened gradients back over the broadcast dims.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Collection
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from coil.fx_passes.infra import PassResult, Stage, graph_pass
+from coil.fx_passes.passes.causal_mask import value_of
+from torch.fx import GraphModule, Node
+
+__all__ = ["FUSED_NEED_EQUAL_HEADS", "broadcast_kv_widened", "widen_broadcast_kv"]
+
+# devices whose fused SDPA kernels refuse keys and values broadcast over batch or heads (on the
+# CPU the flash kernel broadcasts them itself: widening would only add a copy)
+FUSED_NEED_EQUAL_HEADS = frozenset({"cuda"})
+_SDPA = (F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
+_KEYS = ("example_value", "val")  # where Dynamo (example_value) and make_fx (val) keep a node's value
+
+
+@graph_pass("widen_broadcast_kv", stages=frozenset({Stage.PRE_GRAD}))
+def widen_broadcast_kv(gm: GraphModule) -> PassResult:
+    """Widen the keys and values of SDPA calls on CUDA (:data:`FUSED_NEED_EQUAL_HEADS`) that
+    broadcast over the query's leading dims: :func:`broadcast_kv_widened` on those devices.
+
+    Stage: pre-grad (Dynamo's torch IR), so that AOTAutograd traces the widened call in the
+    forward and the backward alike and SDPA chooses its kernel on the widened shapes.
+
+    Args:
+        gm: a torch-IR graph module, edited in place.
+
+    Returns:
+        ``PassResult(gm, modified)``; modified when a call was widened.
+
+    Example::
+
+        before: sdpa(q[8, 32, L, 64], k[8, 1, L, 64], v[8, 1, L, 64], is_causal=True)
+        after:  sdpa(q, k.expand(8, 32, -1, -1).contiguous(), v.expand(8, 32, -1, -1).contiguous(),
+                     is_causal=True)
+
+    Soundness: SDPA broadcasts k and v over q's leading dims exactly as ``expand`` does, so
+    the call computes the same values; autograd sums the widened gradients back over the
+    broadcast dims, as the broadcast does. Only size-1 dims are widened, to static sizes.
+    """
+    return broadcast_kv_widened(gm, FUSED_NEED_EQUAL_HEADS)
+
+
+def broadcast_kv_widened(gm: GraphModule, devices: Collection[str]) -> PassResult:
+    """The rule of :func:`widen_broadcast_kv` on ``devices``: every
+    ``scaled_dot_product_attention(q, k, v, ...)`` there whose ``k`` or
+    ``v`` broadcasts over ``q``'s leading dims ``k.expand(*q.shape[:-2], *k.shape[-2:])
+    .contiguous()`` (and ``v`` likewise) in their place.
+
+    Applies when q, k and v have static sizes and the same number of dims (at least 3), each
+    leading dim of k and v is 1 or q's, some differs, and ``enable_gqa`` is not set (grouped
+    heads are the kernels' own business). The values are unchanged: SDPA broadcasts exactly so.
+
+    Args:
+        gm: a torch-IR graph module, edited in place.
+        devices: device types (``"cuda"``) whose calls are widened.
+
+    Returns:
+        ``PassResult(gm, modified)``; modified when a call was widened.
+    """
+    modified = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _SDPA or node.kwargs.get("enable_gqa", False):
+            continue
+        if len(node.args) < 3 or not all(isinstance(a, Node) for a in node.args[:3]):
+            continue
+        q, k, v = (value_of(a) for a in node.args[:3])
+        if q is None or k is None or v is None or q.device.type not in devices:
+            continue
+        lead = _widened_lead(q, k, v)
+        if lead is None:
+            continue
+        args = list(node.args)
+        with gm.graph.inserting_before(node):
+            for i in (1, 2):
+                args[i] = _widen(gm, args[i], lead, node)
+        node.args = tuple(args)
+        modified = True
+    if modified:
+        gm.recompile()
+    return PassResult(gm, modified)
+
+
+def _widened_lead(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, ...] | None:
+    """q's leading dims when k or v broadcasts over them (and both can), else None."""
+    if not (q.dim() == k.dim() == v.dim() >= 3):
+        return None
+    sizes = [tuple(t.shape[:-2]) for t in (q, k, v)]
+    if not all(isinstance(s, int) for lead in sizes for s in lead):
+        return None
+    lead = sizes[0]
+    if sizes[1] == lead and sizes[2] == lead:
+        return None
+    if not all(s in (1, w) for other in sizes[1:] for s, w in zip(other, lead, strict=True)):
+        return None
+    return lead
+
+
+def _widen(gm: GraphModule, source: Any, lead: tuple[int, ...], at: Node) -> Any:
+    """``source.expand(*lead, -1, -1).contiguous()`` as two new nodes, their values stored."""
+    value = value_of(source)
+    assert isinstance(source, Node) and value is not None
+    if tuple(value.shape[:-2]) == lead:
+        return source
+    copied: dict[str, Any] = {key: at.meta[key] for key in ("stack_trace", "nn_module_stack") if key in at.meta}
+    keys: list[str] = [key for key in _KEYS if key in source.meta] or ["example_value"]
+    fake = getattr(value, "fake_mode", None)
+    expanded = gm.graph.call_method("expand", (source, *lead, -1, -1))
+    dense = gm.graph.call_method("contiguous", (expanded,))
+    with fake if fake is not None else contextlib.nullcontext():
+        wide = value.expand(*lead, -1, -1)
+        values = (wide, wide.contiguous())
+    for node, val in zip((expanded, dense), values, strict=True):
+        node.meta.update(copied)
+        node.meta.update(dict.fromkeys(keys, val))
+    return dense
+
