@@ -19,7 +19,7 @@ from torch.fx import GraphModule
 Fn = Callable[..., torch.Tensor]
 
 
-def _capture(fn: Fn, *args: torch.Tensor) -> tuple[GraphModule, list[Any]]:
+def _capture(fn: Fn, *args: torch.Tensor, dynamic: bool = False) -> tuple[GraphModule, list[Any]]:
     """Dynamo's torch-IR graph of `fn` and its example inputs."""
     got: list[tuple[GraphModule, list[Any]]] = []
 
@@ -28,7 +28,7 @@ def _capture(fn: Fn, *args: torch.Tensor) -> tuple[GraphModule, list[Any]]:
         return gm.forward
 
     torch._dynamo.reset()
-    torch.compile(fn, backend=backend, fullgraph=True)(*args)
+    torch.compile(fn, backend=backend, dynamic=dynamic, fullgraph=True)(*args)
     return got[0]
 
 
@@ -98,3 +98,26 @@ def test_the_pipeline_widens_only_on_devices_whose_fused_kernels_need_it() -> No
     assert not widen_broadcast_kv(gm).modified
     gm = run_pre_grad_passes(gm, example)
     assert _sdpa_shapes(gm) == [((2, 4, 6, 8), (2, 1, 6, 8), (2, 1, 6, 8))]
+
+
+def one_input_mqa(x: torch.Tensor) -> torch.Tensor:
+    """Queries, one key head and one value head from one tensor, so that their batch and length
+    are one symbol each when traced with symbolic sizes (as a model's projections are)."""
+    return F.scaled_dot_product_attention(x * 0.5, x[:, :1], x[:, 1:2], attn_mask=x[..., :1] * 0.1)
+
+
+def test_symbolic_sizes_are_read_from_the_query() -> None:
+    """A graph traced with symbolic batch and length widens to the query's symbolic batch (a
+    `size` node), and the rewritten graph serves other sizes equal to eager."""
+    x = torch.randn(2, 4, 6, 8, generator=torch.Generator().manual_seed(0))
+    gm, example = _capture(one_input_mqa, x, dynamic=True)
+    assert any(not isinstance(s, int) for s in _sdpa_shapes(gm)[0][0])  # traced with symbols
+    assert broadcast_kv_widened(gm, {"cpu"}).modified
+    assert _sdpa_shapes(gm)[0][1] == _sdpa_shapes(gm)[0][0]
+    assert "size" in [n.target for n in gm.graph.nodes if n.op == "call_method"]
+    for batch, length in ((3, 5), (5, 9)):
+        y = torch.randn(batch, 4, length, 8, generator=torch.Generator().manual_seed(batch))
+        sizes = iter(y.shape)
+        args = [y if isinstance(a, torch.Tensor) else next(sizes) for a in example]
+        (out,) = gm(*args)
+        torch.testing.assert_close(out, one_input_mqa(y))

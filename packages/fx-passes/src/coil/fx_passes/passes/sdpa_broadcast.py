@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from coil.fx_passes.infra import PassResult, Stage, graph_pass
 from coil.fx_passes.passes.causal_mask import value_of
 from torch.fx import GraphModule, Node
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 __all__ = ["FUSED_NEED_EQUAL_HEADS", "broadcast_kv_widened", "widen_broadcast_kv"]
 
@@ -53,7 +54,7 @@ def widen_broadcast_kv(gm: GraphModule) -> PassResult:
 
     Soundness: SDPA broadcasts k and v over q's leading dims exactly as ``expand`` does, so
     the call computes the same values; autograd sums the widened gradients back over the
-    broadcast dims, as the broadcast does. Only size-1 dims are widened, to static sizes.
+    broadcast dims, as the broadcast does. Only size-1 dims are widened, to q's sizes.
     """
     return broadcast_kv_widened(gm, FUSED_NEED_EQUAL_HEADS)
 
@@ -64,9 +65,10 @@ def broadcast_kv_widened(gm: GraphModule, devices: Collection[str]) -> PassResul
     ``v`` broadcasts over ``q``'s leading dims ``k.expand(*q.shape[:-2], *k.shape[-2:])
     .contiguous()`` (and ``v`` likewise) in their place.
 
-    Applies when q, k and v have static sizes and the same number of dims (at least 3), each
-    leading dim of k and v is 1 or q's, some differs, and ``enable_gqa`` is not set (grouped
-    heads are the kernels' own business). The values are unchanged: SDPA broadcasts exactly so.
+    Applies when q, k and v have the same number of dims (at least 3), each leading dim of k and
+    v is 1 or q's (equal for every value of the size symbols: symbolic sizes are read from q),
+    some is 1 where q's is not known to be 1, and ``enable_gqa`` is not set (grouped heads are
+    the kernels' own business). The values are unchanged: SDPA broadcasts exactly so.
 
     Args:
         gm: a torch-IR graph module, edited in place.
@@ -84,13 +86,12 @@ def broadcast_kv_widened(gm: GraphModule, devices: Collection[str]) -> PassResul
         q, k, v = (value_of(a) for a in node.args[:3])
         if q is None or k is None or v is None or q.device.type not in devices:
             continue
-        lead = _widened_lead(q, k, v)
-        if lead is None:
+        if not _widens(q, k, v):
             continue
         args = list(node.args)
         with gm.graph.inserting_before(node):
             for i in (1, 2):
-                args[i] = _widen(gm, args[i], lead, node)
+                args[i] = _widen(gm, args[i], node.args[0], node)
         node.args = tuple(args)
         modified = True
     if modified:
@@ -98,37 +99,62 @@ def broadcast_kv_widened(gm: GraphModule, devices: Collection[str]) -> PassResul
     return PassResult(gm, modified)
 
 
-def _widened_lead(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, ...] | None:
-    """q's leading dims when k or v broadcasts over them (and both can), else None."""
+def _same(a: int | torch.SymInt, b: int | torch.SymInt) -> bool:
+    """``a == b`` for every value of the size symbols (no guard is added)."""
+    return bool(statically_known_true(a == b))
+
+
+def _widens(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """k or v broadcasts over q's leading dims, and both can be widened to them: the same
+    number of dims (at least 3), each leading dim of k and v 1 or (for every value of the size
+    symbols) q's, and some 1 where q's is not known to be 1."""
     if not (q.dim() == k.dim() == v.dim() >= 3):
-        return None
-    sizes = [tuple(t.shape[:-2]) for t in (q, k, v)]
-    if not all(isinstance(s, int) for lead in sizes for s in lead):
-        return None
-    lead = sizes[0]
-    if sizes[1] == lead and sizes[2] == lead:
-        return None
-    if not all(s in (1, w) for other in sizes[1:] for s, w in zip(other, lead, strict=True)):
-        return None
-    return lead
+        return False
+    wider = False
+    for t in (k, v):
+        for s, w in zip(t.shape[:-2], q.shape[:-2], strict=True):
+            if _same(s, w):
+                continue
+            if not _same(s, 1):
+                return False
+            wider = True
+    return wider
 
 
-def _widen(gm: GraphModule, source: Any, lead: tuple[int, ...], at: Node) -> Any:
-    """``source.expand(*lead, -1, -1).contiguous()`` as two new nodes, their values stored."""
-    value = value_of(source)
-    assert isinstance(source, Node) and value is not None
-    if tuple(value.shape[:-2]) == lead:
+def _widen(gm: GraphModule, source: Any, query: Any, at: Node) -> Any:
+    """``source.expand(*sizes, -1, -1).contiguous()`` as new nodes, their values stored, where
+    ``sizes`` are the query's leading dims where ``source`` has 1 and -1 (kept) elsewhere; a
+    symbolic size of the query is read from it by a ``size`` node. ``source`` when it has the
+    query's leading dims already."""
+    value, qv = value_of(source), value_of(query)
+    assert isinstance(source, Node) and isinstance(query, Node) and value is not None and qv is not None
+    widen = [not _same(s, w) for s, w in zip(value.shape[:-2], qv.shape[:-2], strict=True)]
+    if not any(widen):
         return source
     copied: dict[str, Any] = {key: at.meta[key] for key in ("stack_trace", "nn_module_stack") if key in at.meta}
     keys: list[str] = [key for key in _KEYS if key in source.meta] or ["example_value"]
     fake = getattr(value, "fake_mode", None)
-    expanded = gm.graph.call_method("expand", (source, *lead, -1, -1))
-    dense = gm.graph.call_method("contiguous", (expanded,))
-    with fake if fake is not None else contextlib.nullcontext():
-        wide = value.expand(*lead, -1, -1)
-        values = (wide, wide.contiguous())
-    for node, val in zip((expanded, dense), values, strict=True):
+
+    def add(method: str, args: tuple[Any, ...], val: Any) -> Node:
+        node = gm.graph.call_method(method, args)
         node.meta.update(copied)
         node.meta.update(dict.fromkeys(keys, val))
-    return dense
+        return node
 
+    sizes: list[Any] = []
+    values: list[Any] = []
+    for i, (w, size) in enumerate(zip(widen, qv.shape[:-2], strict=True)):
+        if not w:
+            sizes.append(-1)
+            values.append(-1)
+        elif isinstance(size, int):
+            sizes.append(size)
+            values.append(size)
+        else:
+            sizes.append(add("size", (query, i), size))
+            values.append(size)
+    with fake if fake is not None else contextlib.nullcontext():
+        wide = value.expand(*values, -1, -1)
+        dense_value = wide.contiguous()
+    expanded = add("expand", (source, *sizes, -1, -1), wide)
+    return add("contiguous", (expanded,), dense_value)
