@@ -107,6 +107,7 @@ def test_cuda_graph_counts_read_the_live_runners() -> None:
     assert {k: got[k] - before[k] for k in ("cuda_graphs", "cuda_graphs_stopped", "uncaptured_calls")} == {
         "cuda_graphs": 1, "cuda_graphs_stopped": 2, "uncaptured_calls": 7}
     assert got["cuda_graph_pools"] >= 2
+    assert measure.cuda_graph_stops().get("RuntimeError: moved", 0) >= 2  # both stopped runners say why
     del live
 
 

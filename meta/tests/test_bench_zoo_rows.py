@@ -264,13 +264,15 @@ def test_a_coil_row_counts_the_timed_calls_run_without_their_cuda_graph(cpu_benc
                 "cuda_graph_pools": 2}
 
     monkeypatch.setattr(measure, "cuda_graph_counts", counts)
+    monkeypatch.setattr(measure, "cuda_graph_stops", lambda: {"RuntimeError: static input 3 moved": 1})
     res = run_model("tiny_train_amp", _cold, ("eager", "coil_nocg"), CaseSettings(quick=True, loop_steps=2))
     r = res["coil_nocg"]
     assert (r["cuda_graphs"], r["cuda_graphs_stopped"], r["uncaptured_calls_timed"]) == (4, 1, 2), r
+    assert r["cuda_graph_stops"] == {"RuntimeError: static input 3 moved": 1}
     assert "cuda_graphs" not in res["eager"]
     report = {"date": "d", "gpu": "g", "torch": "t", "triton": "x", "modes": ["eager", "coil_nocg"],
               "cases": {"tiny_train_amp": res}}
-    assert "CUDA graphs 4, stopped 1, uncaptured calls timed 2" in render(report)
+    assert "CUDA graphs 4, stopped 1, uncaptured calls timed 2 (why: 1 x RuntimeError: static input 3 moved)" in render(report)
 
 
 def test_settings_travel_to_the_case_process_as_json() -> None:

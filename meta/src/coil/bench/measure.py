@@ -236,7 +236,8 @@ def runner_lines() -> list[str]:
     lines = []
     for r in sorted(live_runners(), key=lambda r: str(r._pool)):
         copied = (r.handouts.evacuated if r.handouts is not None else 0) + (r._lazy.evacuated if r._lazy else 0)
-        state = "captured" if r.graph is not None else f"not captured ({r.capture_error})"
+        state = ("captured" if r.capture_error is None else f"stopped ({r.capture_error})") if r.graph is not None \
+            else f"not captured ({r.capture_error})"
         guard = getattr(r, "_guard", None)
         checks = (f"; checks {len(guard.consumed)} consumed inputs and {sum(len(e) for _, e in guard._exposed)} outputs "
                   f"of {len(guard._exposed)} earlier members" if guard is not None else "")
@@ -258,6 +259,17 @@ def cuda_graph_counts() -> dict[str, int]:
             "cuda_graphs_stopped": sum(1 for r in live if r.graph is None or r.capture_error is not None),
             "uncaptured_calls": sum(r.uncaptured_calls for r in live),
             "cuda_graph_pools": len({str(r._pool) for r in live})}
+
+
+def cuda_graph_stops() -> dict[str, int]:
+    """Why `live_runners()` stopped or never captured: each distinct `capture_error` (its type and
+    the first 160 characters of its message) and how many runners it stopped."""
+    out: dict[str, int] = {}
+    for r in live_runners():
+        if r.capture_error is not None:
+            why = f"{type(r.capture_error).__name__}: {r.capture_error}"[:160]
+            out[why] = out.get(why, 0) + 1
+    return out
 
 
 def dynamo_graphs() -> int:

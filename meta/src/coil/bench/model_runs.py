@@ -362,8 +362,9 @@ def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSet
     """One mode of one case: its first calls, accuracy on call ACCURACY_CALL, `ms` (do_bench),
     `loop_ms`, for coil_nocg each graph's planned against measured peak (`peak_check`,
     coil.bench.planned_peaks), peak memory and its growth, and for coil its graphs and counts,
-    its CUDA graphs (`measure.cuda_graph_counts`) and `uncaptured_calls_timed` (the graph calls
-    run without their CUDA graph during do_bench and the loop); `error` when any of it raised.
+    its CUDA graphs (`measure.cuda_graph_counts`; `cuda_graph_stops`, why any stopped) and
+    `uncaptured_calls_timed` (the graph calls run without their CUDA graph during do_bench and
+    the loop); `error` when any of it raised.
     Frees what the mode left before returning."""
     from torch._dynamo.utils import counters
 
@@ -411,6 +412,8 @@ def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSet
         if before is not None:  # the CUDA graphs, and the timed calls they ran without their graph
             after = measure.cuda_graph_counts()
             r.update(after, uncaptured_calls_timed=after["uncaptured_calls"] - before["uncaptured_calls"])
+            if stops := measure.cuda_graph_stops():
+                r["cuda_graph_stops"] = stops
         if mode == planned_peaks.MODE:  # warm calls measured apart from the timed loop
             r["peak_check"] = planned_peaks.check(step)
         r["shared_process"] = measure.warm_peak(step, base)
