@@ -1,10 +1,13 @@
-"""Shared fixtures: the verifier is on in every test; helpers capture real AOTAutograd graphs."""
+"""Shared fixtures: the verifier is on in every test; helpers capture real AOTAutograd graphs
+(and `dynamo_capture.capture`, imported by the tests that need Dynamo's own graphs)."""
 
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +16,8 @@ from coil.fx_passes import knobs
 from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
 from torch.fx import GraphModule
 from torch.fx.experimental.proxy_tensor import make_fx
+
+sys.path.insert(0, str(Path(__file__).parent))  # the tests' helper modules (dynamo_capture)
 
 
 @pytest.fixture(autouse=True)

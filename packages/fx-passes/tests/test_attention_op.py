@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from coil.fx_passes import attention_to_op, run_pre_grad_passes
 from coil.fx_passes.fake_meta import describe_mismatch
+from dynamo_capture import capture
 from torch import Tensor, nn
 from torch.fx import GraphModule, Node
 
@@ -82,18 +83,6 @@ def test_the_stand_in_has_the_contracts_schema() -> None:
         "float scale, bool causal, SymInt window, float softcap) -> (Tensor, Tensor)")
 
 
-def _capture(fn: Fn, *args: Any) -> tuple[GraphModule, list[Any]]:
-    got: list[tuple[GraphModule, list[Any]]] = []
-
-    def backend(gm: GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        got.append((gm, list(example_inputs)))
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.compile(fn, backend=backend, fullgraph=True)(*args)
-    return got[0]
-
-
 def _calls(gm: GraphModule) -> list[Node]:
     return [n for n in gm.graph.nodes if n.target is OP]
 
@@ -111,7 +100,7 @@ def _meta_is_current(gm: GraphModule) -> None:
 def _rewrite(fn: Fn, *args: Any, mode: str = "always", atol: float = 1e-5) -> list[Node]:
     """Capture ``fn``, rewrite, check outputs against eager; the op calls left in the graph."""
     want = fn(*args)
-    gm, inputs = _capture(fn, *args)
+    gm, inputs = capture(fn, *args)
     attention_to_op(OP, mode)(gm)
     _meta_is_current(gm)
     got = gm(*inputs)
@@ -195,7 +184,7 @@ def test_a_static_additive_band_with_lowest_fill() -> None:
 
 
 def test_sdpa_with_dropout_stays() -> None:
-    gm, _ = _capture(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.1), *_qkv())
+    gm, _ = capture(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.1), *_qkv())
     assert not attention_to_op(OP)(gm).modified
 
 
@@ -269,7 +258,7 @@ def test_bf16_eager_chain_within_bf16_tolerance() -> None:
 
 def test_training_dropout_and_returned_weights_stay() -> None:
     q, k, v = _qkv()
-    gm, _ = _capture(LlamaEagerAttention().train(), q, k, v, _padding_mask(6, 6))
+    gm, _ = capture(LlamaEagerAttention().train(), q, k, v, _padding_mask(6, 6))
     assert not attention_to_op(OP)(gm).modified
 
     def weights_returned(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -281,7 +270,7 @@ def test_training_dropout_and_returned_weights_stay() -> None:
         return torch.softmax(s, -1) @ v + s.sum()
 
     for fn in (weights_returned, scores_read_twice):
-        gm, _ = _capture(fn, q, k, v)
+        gm, _ = capture(fn, q, k, v)
         assert not attention_to_op(OP)(gm).modified, fn.__name__
 
 
@@ -299,7 +288,7 @@ def test_forms_that_do_not_match_stay() -> None:
         return torch.softmax(s, dim=-1) @ v
 
     for fn in (softmax_over_queries, scale_from_an_input, finite_fill):
-        gm, _ = _capture(fn, q, k, v)
+        gm, _ = capture(fn, q, k, v)
         assert not attention_to_op(OP)(gm).modified, fn.__name__
 
 
@@ -334,7 +323,7 @@ def test_t5_relative_bias_forward_and_backward() -> None:
 
     want = module(q, k, v, mask)
     want_grads = torch.autograd.grad(want.square().sum(), [q, k, v, module.relative.weight])
-    gm, inputs = _capture(module, q, k, v, mask)
+    gm, inputs = capture(module, q, k, v, mask)
     assert attention_to_op(OP)(gm).modified
     (got,) = gm(*inputs)
     weight = next(t for t in inputs if t is module.relative.weight)
@@ -422,7 +411,7 @@ def test_an_unknown_mode_is_refused() -> None:
 
 def test_the_pre_grad_pipeline_runs_it_first() -> None:
     q, k, v = _qkv()
-    gm, inputs = _capture(_band_sdpa, q, k, v)
+    gm, inputs = capture(_band_sdpa, q, k, v)
     want = _band_sdpa(q, k, v)
     out = run_pre_grad_passes(gm, inputs, attention=attention_to_op(OP, "auto"))
     assert len(_calls(out)) == 1  # the band; causal_masks then makes the tril is_causal

@@ -5,29 +5,16 @@ rewrite (the masked SDPA call), and eager SDPA with `is_causal=True`."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 from coil.fx_passes import causal_masks, run_pre_grad_passes
+from dynamo_capture import capture
 from torch.fx import GraphModule
 
 L = S = 12
 Fn = Callable[..., torch.Tensor]
-
-
-def _capture(fn: Fn, *args: torch.Tensor, dynamic: bool = False) -> tuple[GraphModule, list[Any]]:
-    """Dynamo's torch-IR graph of `fn` and its example inputs."""
-    got: list[tuple[GraphModule, list[Any]]] = []
-
-    def backend(gm: GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        got.append((gm, list(example_inputs)))
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.compile(fn, backend=backend, dynamic=dynamic, fullgraph=True)(*args)
-    return got[0]
 
 
 def _sdpa(gm: GraphModule) -> list[torch.fx.Node]:
@@ -84,7 +71,7 @@ def bottom_right(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Ten
                          ids=lambda f: f.__name__)
 def test_a_causal_mask_from_sizes_becomes_is_causal(fn: Fn) -> None:
     q, k, v = _qkv()
-    gm, inputs = _capture(fn, q, k, v)
+    gm, inputs = capture(fn, q, k, v)
     (want,) = gm(*inputs)
     assert causal_masks(gm).modified
     (node,) = _sdpa(gm)
@@ -99,7 +86,7 @@ def test_a_causal_mask_from_sizes_becomes_is_causal(fn: Fn) -> None:
 
 @pytest.mark.parametrize("fn", [sliding_window, from_an_input], ids=lambda f: f.__name__)
 def test_other_masks_stay(fn: Fn) -> None:
-    gm, _ = _capture(fn, *_qkv())
+    gm, _ = capture(fn, *_qkv())
     assert not causal_masks(gm).modified
     assert all(n.kwargs.get("is_causal") in (None, False) for n in _sdpa(gm))
 
@@ -107,9 +94,9 @@ def test_other_masks_stay(fn: Fn) -> None:
 def test_a_shorter_query_keeps_a_bottom_right_mask_and_takes_a_top_left_one() -> None:
     """SDPA's is_causal is the top-left `tril` of L x S: a mask aligned to the last keys differs."""
     q, k, v = _qkv(lq=5)
-    gm, _ = _capture(bottom_right, q, k, v)
+    gm, _ = capture(bottom_right, q, k, v)
     assert not causal_masks(gm).modified
-    gm, inputs = _capture(causal_bool, q, k, v)
+    gm, inputs = capture(causal_bool, q, k, v)
     (want,) = gm(*inputs)
     assert causal_masks(gm).modified
     torch.testing.assert_close(gm(*inputs)[0], want)
@@ -117,13 +104,13 @@ def test_a_shorter_query_keeps_a_bottom_right_mask_and_takes_a_top_left_one() ->
 
 def test_symbolic_sizes_leave_the_mask_alone() -> None:
     q, k, v = _qkv()
-    gm, _ = _capture(causal_bool, q, k, v, dynamic=True)
+    gm, _ = capture(causal_bool, q, k, v, dynamic=True)
     assert not causal_masks(gm).modified
 
 
 def test_the_pre_grad_pipeline_rewrites_and_drops_the_mask() -> None:
     q, k, v = _qkv()
-    gm, inputs = _capture(causal_bool, q, k, v)
+    gm, inputs = capture(causal_bool, q, k, v)
     (want,) = gm(*inputs)
     out = run_pre_grad_passes(gm, inputs)
     assert [n.kwargs.get("is_causal") for n in _sdpa(out)] == [True]

@@ -6,7 +6,6 @@ receiving keys as wide as its queries."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import torch
@@ -14,22 +13,10 @@ import torch.nn.functional as F
 from coil.fx_passes import run_pre_grad_passes, widen_broadcast_kv
 from coil.fx_passes.passes.causal_mask import value_of
 from coil.fx_passes.passes.sdpa_broadcast import FUSED_NEED_EQUAL_HEADS, broadcast_kv_widened
+from dynamo_capture import capture
 from torch.fx import GraphModule
 
 Fn = Callable[..., torch.Tensor]
-
-
-def _capture(fn: Fn, *args: torch.Tensor, dynamic: bool = False) -> tuple[GraphModule, list[Any]]:
-    """Dynamo's torch-IR graph of `fn` and its example inputs."""
-    got: list[tuple[GraphModule, list[Any]]] = []
-
-    def backend(gm: GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        got.append((gm, list(example_inputs)))
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.compile(fn, backend=backend, dynamic=dynamic, fullgraph=True)(*args)
-    return got[0]
 
 
 def _sdpa_shapes(gm: GraphModule) -> list[tuple[tuple[int, ...], ...]]:
@@ -63,7 +50,7 @@ def _inputs(kv_lead: tuple[int, int], requires_grad: bool = False) -> tuple[torc
 @pytest.mark.parametrize("fn", [multi_query, masked])
 @pytest.mark.parametrize("kv_lead", [(2, 1), (1, 4), (1, 1)])
 def test_broadcast_keys_are_widened_and_values_and_gradients_match_eager(fn: Fn, kv_lead: tuple[int, int]) -> None:
-    gm, _ = _capture(fn, *_inputs(kv_lead))
+    gm, _ = capture(fn, *_inputs(kv_lead))
     res = broadcast_kv_widened(gm, {"cpu"})
     assert res.modified
     assert _sdpa_shapes(gm) == [((2, 4, 6, 8),) * 3]
@@ -81,20 +68,20 @@ def test_broadcast_keys_are_widened_and_values_and_gradients_match_eager(fn: Fn,
 
 
 def test_equal_heads_and_grouped_heads_are_left_alone() -> None:
-    gm, _ = _capture(multi_query, *_inputs((2, 4)))
+    gm, _ = capture(multi_query, *_inputs((2, 4)))
     assert not broadcast_kv_widened(gm, {"cpu"}).modified
 
     def grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
-    gm, _ = _capture(grouped, *_inputs((2, 2)))
+    gm, _ = capture(grouped, *_inputs((2, 2)))
     assert not broadcast_kv_widened(gm, {"cpu"}).modified
 
 
 def test_the_pipeline_widens_only_on_devices_whose_fused_kernels_need_it() -> None:
     """On the CPU, whose flash kernel broadcasts itself, the pre-grad pipeline changes nothing."""
     assert "cpu" not in FUSED_NEED_EQUAL_HEADS and "cuda" in FUSED_NEED_EQUAL_HEADS
-    gm, example = _capture(multi_query, *_inputs((2, 1)))
+    gm, example = capture(multi_query, *_inputs((2, 1)))
     assert not widen_broadcast_kv(gm).modified
     gm = run_pre_grad_passes(gm, example)
     assert _sdpa_shapes(gm) == [((2, 4, 6, 8), (2, 1, 6, 8), (2, 1, 6, 8))]
@@ -110,7 +97,7 @@ def test_symbolic_sizes_are_read_from_the_query() -> None:
     """A graph traced with symbolic batch and length widens to the query's symbolic batch (a
     `size` node), and the rewritten graph serves other sizes equal to eager."""
     x = torch.randn(2, 4, 6, 8, generator=torch.Generator().manual_seed(0))
-    gm, example = _capture(one_input_mqa, x, dynamic=True)
+    gm, example = capture(one_input_mqa, x, dynamic=True)
     assert any(not isinstance(s, int) for s in _sdpa_shapes(gm)[0][0])  # traced with symbols
     assert broadcast_kv_widened(gm, {"cpu"}).modified
     assert _sdpa_shapes(gm)[0][1] == _sdpa_shapes(gm)[0][0]
