@@ -55,3 +55,23 @@ def compiled_anew(fn: Callable[..., Any], call: Callable[[Any], Any]) -> tuple[l
     with knobs.override(fallback_on_error=False, graph_cache=False, aot_cache=False, frontend_cache=False):
         out = call(torch.compile(fn, backend="coil"))
     return list(COMPILED[first:]), out
+
+
+def zoo_training_step_matches_eager(name: str, device: torch.device) -> list[str]:
+    """One training step of zoo model `name` (tiny, fp32) compiled by coil (a compile failure
+    raises) against eager from the same weights: every parameter's gradient must agree. Returns
+    the lines of the wrappers coil generated for it that call SDPA."""
+    from coil.backend import COMPILED
+    from coil.bench import zoo
+
+    torch.manual_seed(0)
+    model, inputs = zoo.build(name, "tiny", str(device), torch.float32)
+    compiled, _ = zoo.build(name, "tiny", str(device), torch.float32)
+    compiled.load_state_dict(model.state_dict())
+    first = len(COMPILED)
+    zoo.loss(name, model, inputs).backward()
+    with knobs.override(fallback_on_error=False):
+        zoo.loss(name, torch.compile(compiled, backend="coil"), inputs).backward()
+    for (n, a), b in zip(compiled.named_parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=n)
+    return [ln.strip() for s in COMPILED[first:] for ln in s.wrapper_source.splitlines() if "scaled_dot_product" in ln]

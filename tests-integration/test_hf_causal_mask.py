@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from check import zoo_training_step_matches_eager
 from coil.backend import COMPILED
 from coil.bench import zoo
 from coil.knobs import knobs
@@ -34,15 +35,5 @@ def test_a_decoders_traced_mask_runs_causal_sdpa(device: torch.device, name: str
 
 
 def test_a_training_step_through_the_causal_kernel_matches_eager(device: torch.device) -> None:
-    torch.manual_seed(0)
-    model, inputs = zoo.build("llama", "tiny", str(device), torch.float32)
-    compiled, _ = zoo.build("llama", "tiny", str(device), torch.float32)
-    compiled.load_state_dict(model.state_dict())
-    first = len(COMPILED)
-    zoo.loss("llama", model, inputs).backward()
-    with knobs.override(fallback_on_error=False):
-        zoo.loss("llama", torch.compile(compiled, backend="coil"), inputs).backward()
-    for (n, a), b in zip(compiled.named_parameters(), model.parameters(), strict=True):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=n)
-    lines = _sdpa_lines(first)
+    lines = zoo_training_step_matches_eager("llama", device)
     assert any("backward" in ln for ln in lines) and all("attn_mask" not in ln for ln in lines), lines
