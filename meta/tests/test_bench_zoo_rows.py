@@ -255,13 +255,15 @@ def test_a_row_timed_beside_another_lanes_work_says_so(cpu_bench: None, monkeypa
 
 def test_a_coil_row_counts_the_timed_calls_run_without_their_cuda_graph(cpu_bench: None,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """A coil mode's row carries its CUDA graphs and how many graph calls ran uncaptured while it
-    was timed (the counts after the timed calls less those before), and bench.md shows them."""
-    uncaptured = iter([3, 5])  # before and after do_bench and the loop
+    """A coil mode's row carries its CUDA graphs, how many graph calls ran uncaptured and how
+    many outputs were copied away while it was timed (the counts after the timed calls less those
+    before) and in the warm peak's call, why a graph stopped, and bench.md shows them."""
+    uncaptured = iter([3, 5, 5])  # before and after do_bench and the loop, after the warm peak's call
+    copied = iter([1, 4, 6])
 
     def counts() -> dict[str, int]:
         return {"cuda_graphs": 4, "cuda_graphs_stopped": 1, "uncaptured_calls": next(uncaptured),
-                "cuda_graph_pools": 2}
+                "outputs_copied_away": next(copied), "cuda_graph_pools": 2}
 
     monkeypatch.setattr(measure, "cuda_graph_counts", counts)
     monkeypatch.setattr(measure, "cuda_graph_stops", lambda: {"RuntimeError: static input 3 moved": 1})
@@ -269,10 +271,12 @@ def test_a_coil_row_counts_the_timed_calls_run_without_their_cuda_graph(cpu_benc
     r = res["coil_nocg"]
     assert (r["cuda_graphs"], r["cuda_graphs_stopped"], r["uncaptured_calls_timed"]) == (4, 1, 2), r
     assert r["cuda_graph_stops"] == {"RuntimeError: static input 3 moved": 1}
+    assert (r["outputs_copied_away"], r["outputs_copied_away_timed"], r["peak_outputs_copied_away"]) == (4, 3, 2), r
     assert "cuda_graphs" not in res["eager"]
     report = {"date": "d", "gpu": "g", "torch": "t", "triton": "x", "modes": ["eager", "coil_nocg"],
               "cases": {"tiny_train_amp": res}}
-    assert "CUDA graphs 4, stopped 1, uncaptured calls timed 2 (why: 1 x RuntimeError: static input 3 moved)" in render(report)
+    assert ("CUDA graphs 4, stopped 1, uncaptured calls timed 2, outputs copied away 4 (3 timed) "
+            "(why: 1 x RuntimeError: static input 3 moved)") in render(report)
 
 
 def test_settings_travel_to_the_case_process_as_json() -> None:

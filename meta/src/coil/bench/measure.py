@@ -235,7 +235,7 @@ def runner_lines() -> list[str]:
     checks before a replay, the calls it ran uncaptured, the outputs it copied away."""
     lines = []
     for r in sorted(live_runners(), key=lambda r: str(r._pool)):
-        copied = (r.handouts.evacuated if r.handouts is not None else 0) + (r._lazy.evacuated if r._lazy else 0)
+        copied = _copied_away(r)
         state = ("captured" if r.capture_error is None else f"stopped ({r.capture_error})") if r.graph is not None \
             else f"not captured ({r.capture_error})"
         guard = getattr(r, "_guard", None)
@@ -250,14 +250,23 @@ def runner_lines() -> list[str]:
     return lines
 
 
+def _copied_away(r: Any) -> int:
+    """The output storages runner `r` copied away before a replay because a caller held them."""
+    handouts, lazy = getattr(r, "handouts", None), getattr(r, "_lazy", None)
+    return (handouts.evacuated if handouts is not None else 0) + (lazy.evacuated if lazy else 0)
+
+
 def cuda_graph_counts() -> dict[str, int]:
     """Of `live_runners()`: `cuda_graphs` captured and replaying, `cuda_graphs_stopped` not
     captured or no longer replaying (`capture_error`), `uncaptured_calls` the calls they ran
-    without their graph (the liveness rule), `cuda_graph_pools` the memory pools they hold."""
+    without their graph (the liveness rule), `outputs_copied_away` the output storages they
+    copied away before a replay because a caller still held them (lazy clones, hand-outs),
+    `cuda_graph_pools` the memory pools they hold."""
     live = live_runners()
     return {"cuda_graphs": sum(1 for r in live if r.graph is not None and r.capture_error is None),
             "cuda_graphs_stopped": sum(1 for r in live if r.graph is None or r.capture_error is not None),
             "uncaptured_calls": sum(r.uncaptured_calls for r in live),
+            "outputs_copied_away": sum(_copied_away(r) for r in live),
             "cuda_graph_pools": len({str(r._pool) for r in live})}
 
 

@@ -363,8 +363,9 @@ def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSet
     `loop_ms`, for coil_nocg each graph's planned against measured peak (`peak_check`,
     coil.bench.planned_peaks), peak memory and its growth, and for coil its graphs and counts,
     its CUDA graphs (`measure.cuda_graph_counts`; `cuda_graph_stops`, why any stopped) and
-    `uncaptured_calls_timed` (the graph calls run without their CUDA graph during do_bench and
-    the loop); `error` when any of it raised.
+    `uncaptured_calls_timed` and `outputs_copied_away_timed` (the graph calls run without their
+    CUDA graph, the outputs copied away before a replay, during do_bench and the loop); `error`
+    when any of it raised.
     Frees what the mode left before returning."""
     from torch._dynamo.utils import counters
 
@@ -411,12 +412,16 @@ def _run_mode(c: _Case, mode: str, cold: Callable[[str], Any], settings: CaseSet
             r["timed_beside_lanes"] = True
         if before is not None:  # the CUDA graphs, and the timed calls they ran without their graph
             after = measure.cuda_graph_counts()
-            r.update(after, uncaptured_calls_timed=after["uncaptured_calls"] - before["uncaptured_calls"])
+            r.update(after, uncaptured_calls_timed=after["uncaptured_calls"] - before["uncaptured_calls"],
+                     outputs_copied_away_timed=after["outputs_copied_away"] - before["outputs_copied_away"])
             if stops := measure.cuda_graph_stops():
                 r["cuda_graph_stops"] = stops
         if mode == planned_peaks.MODE:  # warm calls measured apart from the timed loop
             r["peak_check"] = planned_peaks.check(step)
         r["shared_process"] = measure.warm_peak(step, base)
+        if before is not None:  # the peak's call paid for a copy of outputs a caller held
+            r["shared_process"]["peak_outputs_copied_away"] = (measure.cuda_graph_counts()["outputs_copied_away"]
+                                                               - r["outputs_copied_away"])
         _peak(r, own_peak, settings)
         if is_coil(mode):
             r["graphs"] = measure.coil_graphs()

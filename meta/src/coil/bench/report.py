@@ -74,6 +74,9 @@ def _counts(r: dict[str, Any]) -> str:
     if r.get("cuda_graphs") or r.get("cuda_graphs_stopped"):
         text += (f"; CUDA graphs {r['cuda_graphs']}, stopped {r['cuda_graphs_stopped']}, "
                  f"uncaptured calls timed {r.get('uncaptured_calls_timed', '—')}")
+        if r.get("outputs_copied_away"):
+            text += (f", outputs copied away {r['outputs_copied_away']} "
+                     f"({r.get('outputs_copied_away_timed', '—')} timed)")
     if r.get("cuda_graph_stops"):
         text += " (why: " + "; ".join(f"{n} x {why}" for why, n in r["cuda_graph_stops"].items()) + ")"
     return text
