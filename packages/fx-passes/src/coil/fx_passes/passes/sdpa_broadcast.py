@@ -6,8 +6,9 @@ older architecture passes one key/value head to 32 query heads). On CUDA its fus
 (flash, memory-efficient, cuDNN) take only equal batch and head counts, so such a call runs the
 math path: the full (batch, heads, L, S) score matrix is materialised, in time and memory
 (Falcon's 8 x 1024 tokens: 512 MiB a layer in bf16). Widening the key and value to the query's
-leading dims (a copy of k and v, 1/S of the scores' size per element of E) lets the fused
-kernels take the call; the backward sums the widened gradients back over the broadcast dims.
+leading dims (copies of B*H*S*E elements each, against the math path's B*H*L*S scores) lets the
+fused kernels take the call; the backward sums the widened gradients back over the broadcast
+dims.
 """
 
 from __future__ import annotations
