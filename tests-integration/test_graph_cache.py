@@ -71,8 +71,10 @@ def _statuses() -> list[str]:
 
 def test_changed_knob_or_input_dtype_misses() -> None:
     _compile_mlp()
+    compiled = COMPILED[-1].extern_ops
     assert _statuses() == ["miss"]
     _compile_mlp()
+    assert COMPILED[-1].extern_ops == compiled and sum(compiled.values()) == COMPILED[-1].externs > 0
     assert _statuses() == ["hit"]
     with knobs.override(fusion=False):
         _compile_mlp()

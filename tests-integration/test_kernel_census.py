@@ -29,4 +29,5 @@ def test_the_census_counts_what_a_compile_makes() -> None:
     (graph,) = COMPILED
     assert graph.eager_fallback is None
     assert (sum(counts["kernels"].values()), sum(counts["externs"].values())) == (graph.kernels, graph.externs)
+    assert graph.extern_ops == dict(counts["externs"])  # the extern calls by op, as the compile records them
     assert graph.kernels > 0 and graph.externs > 0

@@ -14,6 +14,9 @@ class GraphStats:
     ir_ops: int = 0            # Pointwise + Reduction operations after lowering
     kernels: int = 0           # Triton kernels generated
     externs: int = 0           # extern calls (matmul/conv through ATen)
+    # the extern calls by op (`aten.mm.default`: 12): which SDPA kernel a graph calls, if any
+    # (on CUDA, attention that SDPA runs on its math path is no SDPA call but its decomposition)
+    extern_ops: dict[str, int] = field(default_factory=dict)
     fallbacks: list[str] = field(default_factory=list)  # ATen ops run as fallbacks
     kernel_origins: list[list[str]] = field(default_factory=list)  # FX nodes per kernel
     kernel_sources: dict[str, str] = field(default_factory=dict)

@@ -205,7 +205,8 @@ def coil_graphs() -> list[dict[str, Any]]:
     import coil.backend as cb
 
     return [{"name": s.name, "kernels": s.kernels, "ir_ops": s.ir_ops, "externs": s.externs,
-             "fallbacks": s.fallbacks, "eager_fallback": s.eager_fallback} for s in cb.COMPILED]
+             "extern_ops": s.extern_ops, "fallbacks": s.fallbacks, "eager_fallback": s.eager_fallback}
+            for s in cb.COMPILED]
 
 
 def coil_counts(graphs: list[dict[str, Any]]) -> dict[str, int]:

@@ -13,6 +13,7 @@ calls this for each graph AOTAutograd hands it.
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import logging
@@ -450,7 +451,7 @@ def load_portable(kind: str, cached: graph_cache.CachedGraph, constants: dict[st
 
 
 # GraphStats fields a graph-cache entry keeps (kernel_sources and wrapper_source come with the code)
-_CACHED_STATS = ("ir_ops", "kernels", "externs", "fallbacks", "kernel_origins", "reused_buffers", "arena_bytes",
+_CACHED_STATS = ("ir_ops", "kernels", "externs", "extern_ops", "fallbacks", "kernel_origins", "reused_buffers", "arena_bytes",
                  "planned_peak", "planned_inputs", "planned_profile", "output_strides", "autotuned", "autotune_switched",
                  "autotune_choices")
 
@@ -482,6 +483,7 @@ def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: 
     stats.ir_ops = sum(isinstance(op, Pointwise | Reduction) for op in lowered.operations)
     stats.kernels = len(sources)
     stats.externs = len(sched.externs())
+    stats.extern_ops = dict(collections.Counter(str(e.kernel) for e in sched.externs()))
     stats.fallbacks = list(program.fallback_ops)
     stats.kernel_origins = [list(s.origins) for s in sources]
     stats.kernel_sources = {s.name: s.source for s in sources}
