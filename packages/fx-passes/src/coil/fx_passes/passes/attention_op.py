@@ -24,14 +24,19 @@ from coil.fx_passes.infra import GraphPass, PassResult, Stage
 from coil.fx_passes.ops import is_mutating
 from coil.fx_passes.passes.alibi import alibi_slopes
 from coil.fx_passes.passes.attention_forms import Attention, eager_chain, kind_of, sdpa_call
-from coil.fx_passes.passes.causal_mask import MaskForm, mask_form, static_value, value_of
+from coil.fx_passes.passes.causal_mask import (
+    VALUE_KEYS,
+    MaskForm,
+    mask_form,
+    static_value,
+    value_of,
+)
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx import GraphModule, Node
 
 __all__ = ["ATTENTION_MODES", "attention_to_op", "fold_static_masks"]
 
 ATTENTION_MODES = ("always", "auto")
-_KEYS = ("example_value", "val")  # where Dynamo (example_value) and make_fx (val) keep a node's value
 
 
 def attention_to_op(op: Any, mode: str = "always") -> GraphPass:
@@ -177,7 +182,7 @@ def _replace(gm: GraphModule, att: Attention, op: Any) -> None:
     erase the anchor and its chain."""
     graph = gm.graph
     fake = value_of(att.q).fake_mode  # type: ignore[union-attr]
-    keys = [k for k in _KEYS if k in att.anchor.meta] or ["example_value"]
+    keys = [k for k in VALUE_KEYS if k in att.anchor.meta] or ["example_value"]
     copied: dict[str, Any] = {k: att.anchor.meta[k] for k in ("stack_trace", "nn_module_stack")
                               if k in att.anchor.meta}
 
@@ -231,7 +236,7 @@ def _repropagate(start: Node, fake: FakeTensorMode) -> None:
             continue
         if describe_mismatch(_stored(node), fresh) is None:
             continue
-        node.meta.update(dict.fromkeys([k for k in _KEYS if k in node.meta], fresh))
+        node.meta.update(dict.fromkeys([k for k in VALUE_KEYS if k in node.meta], fresh))
         for user in node.users:
             if user not in queued:
                 queued.add(user)

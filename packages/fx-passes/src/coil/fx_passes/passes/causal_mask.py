@@ -11,12 +11,16 @@ from coil.fx_passes.infra import PassResult, Stage, graph_pass
 from coil.fx_passes.ops import is_impure
 from torch.fx import GraphModule, Node
 
-__all__ = ["MAX_MASK_ELEMENTS", "MaskForm", "causal_masks", "mask_form", "static_value", "value_of"]
+__all__ = ["MAX_MASK_ELEMENTS", "SDPA_CALLS", "VALUE_KEYS", "MaskForm", "causal_masks", "mask_form", "static_value",
+           "value_of"]
 
 # masks evaluated at compile time hold at most this many elements (a [8, 1, 8192, 8192] bool
 # mask is 2**29): larger ones are left alone rather than built twice
 MAX_MASK_ELEMENTS = 1 << 29
-_SDPA = (F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
+# the targets of an SDPA call in Dynamo's torch IR
+SDPA_CALLS = (F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
+# where Dynamo (example_value) and make_fx (val) keep a node's value
+VALUE_KEYS = ("example_value", "val")
 _MASK, _CAUSAL = 3, 5  # positions of attn_mask and is_causal in SDPA's signature
 
 
@@ -58,7 +62,7 @@ def causal_masks(gm: GraphModule) -> PassResult:
     modified = False
     cache: dict[Node, Any] = {}
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in _SDPA:
+        if node.op != "call_function" or node.target not in SDPA_CALLS:
             continue
         mask = _arg(node, _MASK, "attn_mask")
         if not isinstance(mask, Node) or _arg(node, _CAUSAL, "is_causal") is not False:
@@ -97,7 +101,7 @@ def value_of(node: object) -> torch.Tensor | None:
     """The example value Dynamo recorded for a node (a FakeTensor), or None."""
     if not isinstance(node, Node):
         return None
-    v = node.meta.get("example_value", node.meta.get("val"))
+    v = next((node.meta[key] for key in VALUE_KEYS if key in node.meta), None)
     return v if isinstance(v, torch.Tensor) else None
 
 

@@ -18,9 +18,8 @@ from collections.abc import Collection
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from coil.fx_passes.infra import PassResult, Stage, graph_pass
-from coil.fx_passes.passes.causal_mask import value_of
+from coil.fx_passes.passes.causal_mask import SDPA_CALLS, VALUE_KEYS, value_of
 from torch.fx import GraphModule, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
@@ -29,8 +28,6 @@ __all__ = ["FUSED_NEED_EQUAL_HEADS", "broadcast_kv_widened", "widen_broadcast_kv
 # devices whose fused SDPA kernels refuse keys and values broadcast over batch or heads (on the
 # CPU the flash kernel broadcasts them itself: widening would only add a copy)
 FUSED_NEED_EQUAL_HEADS = frozenset({"cuda"})
-_SDPA = (F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
-_KEYS = ("example_value", "val")  # where Dynamo (example_value) and make_fx (val) keep a node's value
 
 
 @graph_pass("widen_broadcast_kv", stages=frozenset({Stage.PRE_GRAD}))
@@ -80,7 +77,7 @@ def broadcast_kv_widened(gm: GraphModule, devices: Collection[str]) -> PassResul
     """
     modified = False
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in _SDPA or node.kwargs.get("enable_gqa", False):
+        if node.op != "call_function" or node.target not in SDPA_CALLS or node.kwargs.get("enable_gqa", False):
             continue
         if len(node.args) < 3 or not all(isinstance(a, Node) for a in node.args[:3]):
             continue
@@ -133,7 +130,7 @@ def _widen(gm: GraphModule, source: Any, query: Any, at: Node) -> Any:
     if not any(widen):
         return source
     copied: dict[str, Any] = {key: at.meta[key] for key in ("stack_trace", "nn_module_stack") if key in at.meta}
-    keys: list[str] = [key for key in _KEYS if key in source.meta] or ["example_value"]
+    keys: list[str] = [key for key in VALUE_KEYS if key in source.meta] or ["example_value"]
     fake = getattr(value, "fake_mode", None)
 
     def add(method: str, args: tuple[Any, ...], val: Any) -> Node:
@@ -142,18 +139,8 @@ def _widen(gm: GraphModule, source: Any, query: Any, at: Node) -> Any:
         node.meta.update(dict.fromkeys(keys, val))
         return node
 
-    sizes: list[Any] = []
-    values: list[Any] = []
-    for i, (w, size) in enumerate(zip(widen, qv.shape[:-2], strict=True)):
-        if not w:
-            sizes.append(-1)
-            values.append(-1)
-        elif isinstance(size, int):
-            sizes.append(size)
-            values.append(size)
-        else:
-            sizes.append(add("size", (query, i), size))
-            values.append(size)
+    values = [size if w else -1 for w, size in zip(widen, qv.shape[:-2], strict=True)]
+    sizes = [v if isinstance(v, int) else add("size", (query, i), v) for i, v in enumerate(values)]
     with fake if fake is not None else contextlib.nullcontext():
         wide = value.expand(*values, -1, -1)
         dense_value = wide.contiguous()
