@@ -482,8 +482,9 @@ def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: 
             program: WrapperProgram, source: str) -> None:
     stats.ir_ops = sum(isinstance(op, Pointwise | Reduction) for op in lowered.operations)
     stats.kernels = len(sources)
-    stats.externs = len(sched.externs())
-    stats.extern_ops = dict(collections.Counter(str(e.kernel) for e in sched.externs()))
+    externs = sched.externs()
+    stats.externs = len(externs)
+    stats.extern_ops = dict(collections.Counter(str(e.kernel) for e in externs))
     stats.fallbacks = list(program.fallback_ops)
     stats.kernel_origins = [list(s.origins) for s in sources]
     stats.kernel_sources = {s.name: s.source for s in sources}
