@@ -559,6 +559,7 @@ def test_lazy_clones_copy_only_what_the_caller_keeps(cache_dir: Path) -> None:
     keeps is copied away first (its values and aliasing stay), one it drops is not copied; a view
     the caller made stops the handing out (one uncaptured call, then clones)."""
     runner = CudaGraphRunner(_split_pair, [torch.randn(64, 8, device="cuda")], policy=ReplayPolicy(lazy_clones=True))
+    runner.first_outputs = None  # the caller that built the runner takes the first result (dropped here)
     lazy = runner._lazy
     assert lazy is not None and lazy.indices == (0, 1, 2) and runner.graph is not None
     kept: list[tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = []
@@ -590,6 +591,53 @@ def test_lazy_clones_copy_only_what_the_caller_keeps(cache_dir: Path) -> None:
     got = runner([x])  # replays again, with clones
     assert runner.uncaptured_calls == 1 and got[0].data_ptr() != runner.graph_outputs[0].data_ptr()
     for g, w in zip(got, _split_pair_ref(x), strict=True):
+        torch.testing.assert_close(g, w)
+
+
+def _ordinary_pool_allocated() -> int:
+    """Bytes allocated now outside every CUDA-graph pool (the caching allocator's own pool)."""
+    torch.cuda.synchronize()
+    torch.empty(1, device="cuda")  # frees whose stream uses have completed are processed
+    return sum(seg["allocated_size"] for seg in torch.cuda.memory_snapshot()  # type: ignore[no-untyped-call]
+               if tuple(seg.get("segment_pool_id", (0, 0))) == (0, 0))
+
+
+def test_lazy_clones_hand_out_the_first_call_over_the_graph_memory(cache_dir: Path) -> None:
+    """The first call's outputs are the graph's own memory, as a replay's are: right values, and
+    nothing outside the pool holds outputs once the runner is built (the warm-up result is freed);
+    a first result kept only by a reference cycle is collected before the next replay instead of
+    being copied away."""
+    import gc
+
+    x = torch.randn(512, 1024, device="cuda")
+    before = _ordinary_pool_allocated()
+    runner = CudaGraphRunner(_split_pair, [x], policy=ReplayPolicy(lazy_clones=True))
+    first, runner.first_outputs = runner.first_outputs, None
+    assert first is not None and runner._lazy is not None
+    assert first[0].data_ptr() == runner.graph_outputs[0].data_ptr(), "handed out over the graph's memory"
+    assert first[1].data_ptr() == first[0].data_ptr()
+    for g, w in zip(first, _split_pair_ref(x), strict=True):
+        torch.testing.assert_close(g, w)
+    del g, w
+    grown = _ordinary_pool_allocated() - before
+    # the copied input's static buffer (2 MiB) is the runner's only memory outside the pool; the
+    # warm-up result (the 2 MiB output and its row sums) is gone
+    assert grown < x.nbytes + x.nbytes // 2, grown
+
+    class Holder:
+        pass
+
+    cycle = Holder()
+    cycle.me, cycle.out = cycle, first  # type: ignore[attr-defined]
+    del first, cycle
+    gc.disable()  # only the runner's own collection may free the cycle
+    try:
+        x2 = torch.randn(512, 1024, device="cuda")
+        got = runner([x2])
+    finally:
+        gc.enable()
+    assert runner._lazy.evacuated == 0 and runner.uncaptured_calls == 0
+    for g, w in zip(got, _split_pair_ref(x2), strict=True):
         torch.testing.assert_close(g, w)
 
 

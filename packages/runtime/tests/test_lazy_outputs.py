@@ -104,3 +104,32 @@ def test_a_handout_grown_by_its_holder_is_seen_as_resized() -> None:
         torch.add(torch.ones(7), 1.0, out=out[2])  # `out=` of another shape grows the shared storage
     assert g.lazy.resized(), "the runner's static output no longer holds the graph's memory"
     assert g.outputs[2].untyped_storage().data_ptr() == out[2].untyped_storage().data_ptr()
+
+
+def test_adopt_hands_the_first_result_out_over_the_static_outputs() -> None:
+    """The warm-up result (other memory) is copied into the static outputs and handed out over
+    them, views kept; the next free() moves it like any call's outputs when kept."""
+    g = FakeGraph()
+    base = torch.arange(12.0).reshape(3, 4)
+    warm = (base, base[:, 1:3], torch.arange(5.0))
+    first = g.lazy.adopt(warm)
+    assert first[0].data_ptr() == g.outputs[0].data_ptr() and first[1].data_ptr() == g.outputs[1].data_ptr()
+    for got, want in zip(first, warm, strict=True):
+        assert torch.equal(got, want)
+    assert g.lazy.held()
+    second = g.replay(7.0)
+    assert g.lazy.evacuated == 2, "the kept first result was moved off the graph's memory"
+    assert torch.equal(first[0], warm[0]) and torch.equal(first[2], warm[2])
+    assert torch.equal(second[2], torch.full((5,), 7.0))
+    del first, second
+    assert not g.lazy.held()
+
+
+def test_adopt_leaves_an_output_with_overlapping_elements_as_it_is() -> None:
+    """A static output whose elements overlap beyond broadcasting (sliding windows) cannot take
+    the warm-up's values: the first result is returned unchanged, nothing recorded as handed out."""
+    windows = torch.zeros(6).as_strided((3, 4), (1, 1))
+    lazy = LazyOutputs({0: windows})
+    warm = (torch.arange(6.0).as_strided((3, 4), (1, 1)),)
+    assert lazy.adopt(warm) is warm
+    assert not lazy.held()

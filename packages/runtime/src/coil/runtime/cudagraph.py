@@ -10,7 +10,9 @@ outputs are handed out and memory is shared (`coil.runtime.cudagraph_options`).
    runner's warm-ups and captures: cuBLAS keeps a workspace per stream and the caching allocator
    caches blocks per stream, so a stream per runner would hold both once per runner
    (`coil.runtime.capture_streams`). Its result is kept in `first_outputs` (the
-   right answer for the example inputs: a caller that built the runner from a real call returns it).
+   right answer for the example inputs: a caller that built the runner from a real call returns it;
+   under `lazy_clones` it is copied into the graph's outputs after the capture and
+   `first_outputs` are hand-outs over them, as a replay's outputs are).
    Inputs whose `Tensor._version` moved during the warm-up are recorded as mutated.
 2. **Static inputs.** Each tensor input is either *static* (its storage is used by the graph in
    place: parameters and buffers) or *copied* (a static buffer with the same size, stride and dtype
@@ -180,6 +182,7 @@ from coil.runtime.graph_inputs import (
     input_roles,
     nbytes,
     storage_ids,
+    view_over,
     view_text,
     where,
 )
@@ -479,6 +482,8 @@ class CudaGraphRunner:
             self._hand_out_static_outputs(params)
         if policy.lazy_clones and self.hold_outputs and self.clone_outputs:
             self._lazy = lazy_outputs_of(self._static_outputs, self._static_inputs, self._alias_idx)
+            if self._lazy is not None and self.first_outputs is not None:
+                self.first_outputs = self._lazy.adopt(self.first_outputs)
         if not self.hold_outputs:
             self._guard = PoolGuard(self, self._pool, self._lent)
             self.consumed = self._guard.consumed
@@ -727,7 +732,7 @@ class CudaGraphRunner:
         outs = list(self._static_outputs)
         for k, src in sources.items():
             if int(src.untyped_storage()._cdata) != self._param_sources[k][1]:
-                outs[k] = _view_over(outs[k], src)
+                outs[k] = view_over(outs[k], src)
         alias = self._alias_idx
         if not self.hold_outputs:  # outputs over a parameter's memory: the graph's own, as uncaptured
             if self.handouts is not None:
@@ -776,6 +781,9 @@ class CudaGraphRunner:
             self._stop_replays("a caller resized an output it was handed, and with it the graph's static output")
             return tuple(self._call(inputs))
         if lazy is not None:  # the last call's outputs still in use: copied away, or no replay
+            if not self._collected and lazy.held():
+                self._collected = True  # once per runner, as for the liveness rule (_replay_blocker)
+                gc.collect()
             why = lazy.free()
             if why is not None:
                 return self._uncaptured(inputs, why)
@@ -788,12 +796,3 @@ class CudaGraphRunner:
         for i, dst in zip(self._copy_back, keep, strict=True):
             dst.copy_(self._static_inputs[i])
         return self._replayed_outputs(sources)
-
-
-def _view_over(captured: Any, source: Any) -> Any:
-    """`captured` (an output over a static input's memory) as the same view of `source`'s
-    storage: what the graph run on `source` returns."""
-    import torch
-
-    view = torch.empty(0, dtype=captured.dtype, device=captured.device)
-    return view.set_(source.untyped_storage(), captured.storage_offset(), captured.shape, captured.stride())

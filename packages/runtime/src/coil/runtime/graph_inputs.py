@@ -144,3 +144,12 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
         raise ValueError(f"cannot write a view whose elements overlap: size {tuple(dst.shape)}, "
                          f"stride {dst.stride()}")
     views[0].copy_(views[1])
+
+
+def view_over(captured: Any, source: Any) -> Any:
+    """`captured` (a graph's output over a static input's memory) as the same view of `source`'s
+    storage: what the graph run on `source` returns."""
+    import torch
+
+    view = torch.empty(0, dtype=captured.dtype, device=captured.device)
+    return view.set_(source.untyped_storage(), captured.storage_offset(), captured.shape, captured.stride())

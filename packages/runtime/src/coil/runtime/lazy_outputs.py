@@ -22,6 +22,10 @@ step that keeps `argmax` only), so the copy is wasted. `LazyOutputs` pays it onl
   it shares with the runner's static output, which then no longer holds the graph's memory; the
   runner stops replaying (as when a static input moves).
 
+The first call's outputs are handed out the same way (the runner copies the warm-up result into
+the static outputs). Before copying anything away the runner runs `gc.collect()` once: outputs
+kept only by a reference cycle (a model's output object) are not in use.
+
 A caller that keeps the previous call's outputs (`out = model(x)` in a loop keeps the old `out`
 during the call that replaces it) pays one copy of what it keeps, as cloning did; a caller that
 drops them pays nothing. The rule is the liveness rule of `coil.runtime.cudagraph` with a remedy
@@ -38,6 +42,7 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from coil.runtime.graph_inputs import copy_into, distinct_elements
 from coil.runtime.liveness import StorageLiveness
 
 if TYPE_CHECKING:
@@ -86,6 +91,30 @@ class LazyOutputs:
                 out[k] = t
         self._handed = handed
         return out
+
+    def adopt(self, first: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The first call's outputs handed out as a replay's are: `first` (the warm-up result, in
+        the runner's output order) is copied into the static outputs and the returned tuple holds
+        hand-outs over them in its place, so the warm-up's memory, outside the graph's pool, is
+        freed once the caller's reference to `first` goes (a first result kept by a reference
+        cycle, a model's output object, would otherwise hold a second copy of the outputs until
+        a full collection). Outputs whose elements overlap beyond broadcasting cannot take the
+        copy: then `first` is returned unchanged."""
+        import torch
+
+        handed = self.hand_out()
+        if any(distinct_elements(t) is None for t in handed.values()):
+            self._handed = {}
+            return first
+        with torch.no_grad():
+            for k, t in handed.items():
+                copy_into(t, first[k])
+        return tuple(handed.get(k, o) for k, o in enumerate(first))
+
+    def held(self) -> bool:
+        """Whether some static output storage is referenced beyond the runner's own references
+        (what `free()` would copy away or refuse)."""
+        return any(self._liveness.extra(c) > 0 for c in self._storages)
 
     def resized(self) -> bool:
         """Whether a holder resized a handed-out tensor past its storage (`resize_`, an `out=`
