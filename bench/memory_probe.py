@@ -1,11 +1,16 @@
 """Who holds the memory at a `coil bench` model case's warm peak.
 
-    python bench/memory_probe.py CASE [MODES]     (MODES comma-separated, default eager,inductor,coil)
+    python bench/memory_probe.py CASE [MODES] [--quick] [--referrers MIB]
+                                                  (MODES comma-separated, default eager,inductor,coil)
     python bench/memory_probe.py --print FILE...  (summarise the JSON lines of earlier runs)
 
 Runs `coil.bench.model_runs.run_model` for CASE exactly as `coil bench` does (one process,
 the modes in turn, the fp64 reference alive), with the caching allocator recording every
-allocation's Python stack. At each mode's warm peak it prints one JSON line: the bench's figures
+allocation's Python stack; `--quick` as `coil bench --quick` runs it (no first-call processes:
+each mode compiles cold in this process, as the quick bench rows do), else each mode compiles
+from the caches its first-call processes filled; `--referrers MIB` adds, for each CUDA tensor
+of at least MIB MiB that Python can still reach after the call, the chain of objects that hold
+it (`referrers`: what keeps a block the stacks show alive). At each mode's warm peak it prints one JSON line: the bench's figures
 (`peak_mib`, `peak_allocated_mib`, memory by pool), and the blocks still allocated after the call,
 per pool, grouped by the first stack frame in coil (else the first outside torch), largest first;
 plus, per pool, the free bytes inside segments that also hold a live block (what `empty_cache`
@@ -77,6 +82,62 @@ def holders(top: int = 12) -> dict[str, Any]:
             for pool, c in live.items()}
 
 
+def _name(o: Any, held: Any) -> str:
+    """One link of a referrer chain: `o`'s type and where in it `held` sits."""
+    import types
+
+    if isinstance(o, types.FrameType):
+        return f"frame {o.f_code.co_name} {o.f_code.co_filename.rsplit('/', 2)[-1]}:{o.f_lineno}"
+    if isinstance(o, dict) and "__builtins__" in o:
+        keys = [k for k, v in o.items() if v is held][:3]
+        return f"global {', '.join(map(str, keys))} of {o.get('__name__')}"
+    if isinstance(o, dict):
+        keys = [k for k, v in o.items() if v is held][:3]
+        return f"dict[{', '.join(map(repr, keys))}]"
+    if isinstance(o, (list, tuple)):
+        return f"{type(o).__name__}[{len(o)}]"
+    return type(o).__qualname__
+
+
+def referrers(min_mib: float, depth: int = 5) -> list[list[str]]:
+    """For each real CUDA tensor (not a fake one in an FX node's meta) of at least `min_mib` MiB
+    that the garbage collector reaches, the chains of objects that refer to it (at most 4 a link,
+    `depth` links, ending at a module's globals), this function's own frames and containers left
+    out."""
+    import gc
+    import types
+
+    import torch
+
+    gc.collect()
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    found = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and not isinstance(o, FakeTensor)
+             and o.is_cuda and o.untyped_storage().nbytes() >= min_mib * MiB]
+    mine: set[int] = {id(found)}
+    chains: list[list[str]] = []
+    for t in found:
+        head = f"tensor {tuple(t.shape)} {t.dtype} {t.untyped_storage().nbytes() / MiB:.1f} MiB"
+        todo: list[tuple[list[str], Any]] = [([head], t)]
+        mine.add(id(todo))
+        while todo:
+            item = todo.pop()
+            path, held = item
+            refs = [r for r in gc.get_referrers(held) if id(r) not in mine
+                    and not (isinstance(r, types.FrameType) and r.f_code is referrers.__code__)]
+            mine.add(id(refs))
+            if not refs or len(path) > depth or isinstance(held, types.ModuleType) or path[-1].startswith("global "):
+                chains.append(path)
+                continue
+            for r in refs[:4]:
+                nxt = ([*path, _name(r, held)], r)
+                mine.update({id(nxt), id(nxt[0])})
+                todo.append(nxt)
+            del refs, item, held
+    del found
+    return chains
+
+
 def summarise(path: str) -> None:
     """Print a probe's JSON lines (a file written by this script) as an indented summary."""
     for line in Path(path).read_text().splitlines():
@@ -96,6 +157,8 @@ def summarise(path: str) -> None:
                 print("      pinned", mib, site[:300])
         for line in d.get("runners", []):
             print("  runner", line[:300])
+        for chain in d.get("referrers", []):
+            print("  held:", " <- ".join(chain)[:400])
 
 
 def main(argv: list[str]) -> int:
@@ -108,6 +171,13 @@ def main(argv: list[str]) -> int:
     import torch
     from coil.bench import measure, model_runs
 
+    quick = "--quick" in argv
+    argv = [a for a in argv if a != "--quick"]
+    min_mib = None
+    if "--referrers" in argv:
+        i = argv.index("--referrers")
+        min_mib = float(argv[i + 1])
+        del argv[i:i + 2]
     case = argv[0]
     modes = tuple((argv[1] if len(argv) > 1 else "eager,inductor,coil").split(","))
     torch.cuda.memory._record_memory_history(enabled="state", context="alloc", stacks="python")
@@ -120,7 +190,8 @@ def main(argv: list[str]) -> int:
                           "peak_mib": round(out["peak_mib"], 1),
                           "peak_allocated_mib": round(out["peak_allocated_mib"], 1),
                           "by_pool": out["after_call_by_pool"], "holders": holders(),
-                          "runners": measure.runner_lines()}), flush=True)
+                          "runners": measure.runner_lines(),
+                          "referrers": referrers(min_mib) if min_mib is not None else []}), flush=True)
         return out
 
     measure.warm_peak = probed  # type: ignore[assignment]  # run_model looks it up per call
@@ -133,7 +204,8 @@ def main(argv: list[str]) -> int:
             yield env
 
     with tempfile.TemporaryDirectory() as root:
-        res = model_runs.run_model(case, functools.partial(cold, Path(root)), modes)
+        res = model_runs.run_model(case, functools.partial(cold, Path(root)), modes,
+                                   model_runs.CaseSettings(quick=quick))
     brief = {m: {k: res.get(m, {}).get(k) for k in ("ms", "peak_mib", "first_call_s", "warm_first_call_s",
                                                     "warm_graph_caches", "accuracy_ok", "error")} for m in modes}
     print(json.dumps({"case": case, "summary": brief}, default=str))
