@@ -6,7 +6,10 @@ Sessions:
   integration         tests-integration/: end to end through torch.compile(backend="coil");
                       on the GPU when torch.cuda is available, else the Triton interpreter on CPU
                       (with matplotlib, through coil-memory-planner[plot]: debug dirs hold a PNG);
-                      of the model zoo's CPU twin, only its CI subset (tests-integration/zoo)
+                      of the model zoo's CPU twin, only its CI subset (tests-integration/zoo);
+                      not the tests marked `slow`
+  slow                tests-integration's long cases (marked `slow`: the zoo's twin trained at
+                      changing shapes, the distributed bench rows, ...; not run by CI)
   zoo                 the model zoo's CPU twin whole: every coil.bench.zoo model at its tiny
                       size, inference and a training step against eager (long; not run by CI)
   fuzz                the graph fuzzer's long run in chunks of separate processes (not run by CI):
@@ -86,7 +89,15 @@ def tests(session: nox.Session, package: str) -> None:
 def integration(session: nox.Session) -> None:
     """End to end: real models compiled with backend="coil" against eager PyTorch."""
     session.install(*_integration_env(), "transformers>=4.45", *TEST_TOOLS)
-    session.run("pytest", "-q", "tests-integration", *session.posargs)
+    session.run("pytest", "-q", "tests-integration", "-m", "not slow", *session.posargs)
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """tests-integration's long cases, marked `slow` (not in the default sessions: CI keeps within
+    its time): a minute or more each on the interpreter, each a longer form of a case CI runs."""
+    session.install(*_integration_env(), "transformers>=4.45", *TEST_TOOLS)
+    session.run("pytest", "-q", "tests-integration", "-m", "slow", *session.posargs)
 
 
 @nox.session

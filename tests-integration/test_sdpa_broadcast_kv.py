@@ -42,6 +42,7 @@ def test_falcon_training_step_matches_eager_through_a_fused_kernel(device: torch
     assert all(any(k in ln for k in _FUSED[device.type]) for ln in lines), lines
 
 
+@pytest.mark.slow  # 45 s on the interpreter; the pass at symbolic sizes: fx-passes' test_sdpa_broadcast
 def test_widened_on_the_cpu_too_falcon_trains_at_changing_shapes_equal_to_eager(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The rule applied on the CPU as well (where it only adds a copy), so that the widening runs

@@ -130,6 +130,7 @@ def test_functional_collectives_match_eager_in_the_same_order_on_every_rank(tmp_
         assert launch_at < mm_at < steps.index("_c10d_functional.wait_tensor"), steps
 
 
+@pytest.mark.slow  # three torchrun launches; the recipes' correctness is the tests above, in CI
 def test_the_distributed_bench_rows_match_eager_and_report_the_rule(tmp_path: Path) -> None:
     """`coil.bench.distributed` (what bench/gpu_distributed.sh runs with torchrun on GPUs), on two
     gloo ranks with the tiny Llama-style model under FSDP2: the eager, fp64 and coil rows have

@@ -31,7 +31,7 @@ def _inputs(name: str, model: torch.nn.Module, batch: int, seq: int) -> dict[str
     return out
 
 
-@pytest.mark.parametrize("name", ["llama", "bert"])
+@pytest.mark.parametrize("name", ["llama", pytest.param("bert", marks=pytest.mark.slow)])
 def test_tiny_model_at_three_batch_sizes_and_sequence_lengths(name: str) -> None:
     model, _ = zoo.build(name, "tiny", torch.device("cpu"), torch.float32)
     model.eval()
@@ -46,6 +46,7 @@ def test_tiny_model_at_three_batch_sizes_and_sequence_lengths(name: str) -> None
     assert len(COMPILED) <= 2, [s.name for s in COMPILED]
 
 
+@pytest.mark.slow  # a minute each on the interpreter; CI's training at changing shapes: test_dynamic_shapes
 @pytest.mark.parametrize("name", ["llama", "bert"])
 def test_tiny_model_trains_at_three_batch_sizes_and_sequence_lengths(name: str) -> None:
     model, _ = zoo.build(name, "tiny", torch.device("cpu"), torch.float32)
