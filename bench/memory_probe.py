@@ -6,16 +6,17 @@
 
 Runs `coil.bench.model_runs.run_model` for CASE exactly as `coil bench` does (one process,
 the modes in turn, the fp64 reference alive), with the caching allocator recording every
-allocation's Python stack; `--quick` as `coil bench --quick` runs it (no first-call processes:
-each mode compiles cold in this process, as the quick bench rows do), else each mode compiles
-from the caches its first-call processes filled; `--referrers MIB` adds, for each CUDA tensor
-of at least MIB MiB that Python can still reach after the call, the chain of objects that hold
-it (`referrers`: what keeps a block the stacks show alive). At each mode's warm peak it prints one JSON line: the bench's figures
-(`peak_mib`, `peak_allocated_mib`, memory by pool), and the blocks still allocated after the call,
-per pool, grouped by the first stack frame in coil (else the first outside torch), largest first;
-plus, per pool, the free bytes inside segments that also hold a live block (what `empty_cache`
-cannot return), and coil's CUDA-graph runners by pool (`coil.bench.measure.runner_lines`: which
-graph a pool's memory serves). The recording slows the compile and the step; the memory figures are unchanged.
+allocation's Python stack. `--quick` runs it as `coil bench --quick` does (no first-call
+processes: each mode compiles cold in this process), else each mode compiles from the caches its
+first-call processes filled. `--referrers MIB` adds, for each CUDA tensor of at least MIB MiB that
+Python can still reach after the call, the chains of objects that hold it (`referrers`: what
+keeps alive a block the stacks show). At each mode's warm peak it prints one JSON line: the
+bench's figures (`peak_mib`, `peak_allocated_mib`, memory by pool), and the blocks still
+allocated after the call, per pool, grouped by the first stack frame in coil (else the first
+outside torch), largest first; plus, per pool, the free bytes inside segments that also hold a
+live block (what `empty_cache` cannot return), and coil's CUDA-graph runners by pool
+(`coil.bench.measure.runner_lines`: which graph a pool's memory serves). The recording slows the
+compile and the step; the memory figures are unchanged.
 """
 
 from __future__ import annotations
@@ -108,10 +109,9 @@ def referrers(min_mib: float, depth: int = 5) -> list[list[str]]:
     import types
 
     import torch
-
-    gc.collect()
     from torch._subclasses.fake_tensor import FakeTensor
 
+    gc.collect()
     found = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and not isinstance(o, FakeTensor)
              and o.is_cuda and o.untyped_storage().nbytes() >= min_mib * MiB]
     mine: set[int] = {id(found)}
@@ -121,8 +121,7 @@ def referrers(min_mib: float, depth: int = 5) -> list[list[str]]:
         todo: list[tuple[list[str], Any]] = [([head], t)]
         mine.add(id(todo))
         while todo:
-            item = todo.pop()
-            path, held = item
+            path, held = todo.pop()
             refs = [r for r in gc.get_referrers(held) if id(r) not in mine
                     and not (isinstance(r, types.FrameType) and r.f_code is referrers.__code__)]
             mine.add(id(refs))
@@ -133,7 +132,7 @@ def referrers(min_mib: float, depth: int = 5) -> list[list[str]]:
                 nxt = ([*path, _name(r, held)], r)
                 mine.update({id(nxt), id(nxt[0])})
                 todo.append(nxt)
-            del refs, item, held
+            del refs, held  # no reference of this frame left to the next link's search
     del found
     return chains
 
