@@ -133,3 +133,30 @@ def test_adopt_leaves_an_output_with_overlapping_elements_as_it_is() -> None:
     warm = (torch.arange(6.0).as_strided((3, 4), (1, 1)),)
     assert lazy.adopt(warm) is warm
     assert not lazy.held()
+
+
+def test_free_collects_once_before_moving_outputs_a_cycle_holds() -> None:
+    """`free(collect)` runs the collection only when a storage is still referenced, and outputs
+    that only a reference cycle held are then not copied away; a real holder still is."""
+    g = FakeGraph()
+    calls: list[int] = []
+
+    def collect() -> None:
+        calls.append(gc.collect())
+
+    g.replay(1.0)  # its outputs dropped at once
+    assert g.lazy.free(collect) is None and calls == [], "nothing held: no collection"
+    out = g.replay(1.5)
+    cycle: list[object] = [out]
+    cycle.append(cycle)
+    del out, cycle
+    gc.disable()  # only `collect` may free the cycle
+    try:
+        assert g.lazy.free(collect) is None
+    finally:
+        gc.enable()
+    assert len(calls) == 1 and g.lazy.evacuated == 0
+    kept = g.replay(2.0)[2]
+    assert g.lazy.free(collect) is None and len(calls) == 2
+    assert g.lazy.evacuated == 1, "a real holder is moved after the collection"
+    assert torch.equal(kept, torch.full((5,), 2.0))

@@ -596,6 +596,11 @@ class CudaGraphRunner:
                 return f"a graph captured later in the same memory pool still has outputs in use ({why})"
         return None
 
+    def _collect_once(self) -> None:
+        """The runner's one `gc.collect()` against outputs held only by a reference cycle."""
+        self._collected = True
+        gc.collect()
+
     def _replay_blocker(self, inputs: list[Any]) -> str | None:
         """Why this call must run uncaptured (outputs still in use, a borrowed input elsewhere than
         the graph reads, an earlier pool member's output in the way), or None."""
@@ -606,8 +611,7 @@ class CudaGraphRunner:
             # outputs held only by a reference cycle die in a collection, and Python's full
             # collections can be rare in a process with many long-lived objects (see the
             # runtime README, "the liveness rule"). Once per runner, before copying any away.
-            self._collected = True
-            gc.collect()
+            self._collect_once()
             why = self._outputs_in_use(release=True)
         if why is not None:
             return why
@@ -781,10 +785,8 @@ class CudaGraphRunner:
             self._stop_replays("a caller resized an output it was handed, and with it the graph's static output")
             return tuple(self._call(inputs))
         if lazy is not None:  # the last call's outputs still in use: copied away, or no replay
-            if not self._collected and lazy.held():
-                self._collected = True  # once per runner, as for the liveness rule (_replay_blocker)
-                gc.collect()
-            why = lazy.free()
+            # one gc.collect() a runner before a first copy, as for the liveness rule (_replay_blocker)
+            why = lazy.free(None if self._collected else self._collect_once)
             if why is not None:
                 return self._uncaptured(inputs, why)
         keep = [inputs[i] for i in self._copy_back]

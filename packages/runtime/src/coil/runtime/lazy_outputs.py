@@ -39,7 +39,7 @@ for memory the caching allocator may hand out again; cloning did not need that.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from coil.runtime.graph_inputs import copy_into, distinct_elements
@@ -122,16 +122,21 @@ class LazyOutputs:
         holds new memory, no longer the graph's, and the runner must stop replaying."""
         return any(st.data_ptr() != self._addresses[c] for c, st in self._storages.items())
 
-    def free(self) -> str | None:
+    def free(self, collect: Callable[[], object] | None = None) -> str | None:
         """Make the static outputs free to overwrite: None when they are (copying away, first,
         the storages that only the last call's handed-out tensors still reference); else why not,
         with nothing moved. The first refusal turns handing out off (`enabled` False: the runner
-        clones from then on); later calls are refused only while those references last."""
+        clones from then on); later calls are refused only while those references last.
+        `collect`, when given, runs before anything is moved or refused, and only if some storage
+        is still referenced (the runner's one `gc.collect()`: references held only by a cycle
+        then go); the storages are counted again after it."""
+        held = [c for c in self._storages if self._liveness.extra(c) > 0]
+        if held and collect is not None:
+            collect()
+            held = [c for c in held if self._liveness.extra(c) > 0]
         moves: list[tuple[int, list[torch.Tensor]]] = []
-        for cdata in self._storages:
+        for cdata in held:
             extra = self._liveness.extra(cdata)
-            if extra <= 0:
-                continue
             if not self.enabled:
                 return "an output handed out earlier is still referenced through a view or detach() of it"
             live = [t for t in (w() for w in self._handed.get(cdata, ())) if t is not None
