@@ -8,9 +8,12 @@ Runs `coil.bench.model_runs.run_model` for CASE exactly as `coil bench` does (on
 the modes in turn, the fp64 reference alive), with the caching allocator recording every
 allocation's Python stack. `--quick` runs it as `coil bench --quick` does (no first-call
 processes: each mode compiles cold in this process), else each mode compiles from the caches its
-first-call processes filled. `--referrers MIB` adds, for each CUDA tensor of at least MIB MiB that
-Python can still reach after the call, the chains of objects that hold it (`referrers`: what
-keeps alive a block the stacks show). At each mode's warm peak it prints one JSON line: the
+first-call processes filled. For a step returning a CUDA tensor it says whether that tensor's
+storage outlived the bench's `del`, a collection and the allocator's next allocation
+(`result_fate`: who keeps a returned output). `--referrers MIB` adds, for each CUDA tensor of
+at least MIB MiB that Python can still reach after the call, the chains of objects that hold
+it (`referrers`: what keeps alive a block the stacks show), and the whole allocation stack of
+each live block of at least MIB MiB. At each mode's warm peak it prints one JSON line: the
 bench's figures (`peak_mib`, `peak_allocated_mib`, memory by pool), and the blocks still
 allocated after the call, per pool, grouped by the first stack frame in coil (else the first
 outside torch), largest first; plus, per pool, the free bytes inside segments that also hold a
@@ -50,22 +53,28 @@ def _site(frames: list[dict[str, Any]]) -> str:
     return fmt(frames[0]) if frames else "?"
 
 
-def holders(top: int = 12) -> dict[str, Any]:
-    """Live blocks per pool grouped by `_site`, and the pinned free bytes per pool."""
+def holders(top: int = 12, stacks_mib: float | None = None) -> dict[str, Any]:
+    """Live blocks per pool grouped by `_site`, and the pinned free bytes per pool; with
+    `stacks_mib`, also the whole allocation stack of each live block of at least that size."""
     import torch
 
     snap = torch.cuda.memory._snapshot()
     live: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     pinned: collections.Counter[str] = collections.Counter()
     pinners: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    stacks: dict[str, list[list[Any]]] = collections.defaultdict(list)
     for seg in snap["segments"]:
         pool = str(tuple(seg.get("segment_pool_id", (0, 0))))
         blocks = seg.get("blocks", [])
-        sites = collections.Counter()
+        sites: collections.Counter[str] = collections.Counter()
         free = 0
         for b in blocks:
             if b["state"] == "active_allocated":
                 site = _site(b.get("frames", []))
+                if stacks_mib is not None and b["size"] >= stacks_mib * MiB:
+                    stacks[pool].append([round(b["size"] / MiB, 1)] + [
+                        f"{str(f.get('filename', '?')).rsplit('/', 2)[-1]}:{f.get('line')}:{f.get('name')}"
+                        for f in b.get("frames", [])])
                 live[pool][site] += b["size"]
                 sites[site] += b["size"]
             else:
@@ -79,7 +88,8 @@ def holders(top: int = 12) -> dict[str, Any]:
     return {pool: {"live_mib": round(sum(c.values()) / MiB, 1),
                    "pinned_free_mib": round(pinned[pool] / MiB, 1),
                    "top": [(site, round(n / MiB, 1)) for site, n in c.most_common(top)],
-                   "pinned_by": [(k, round(n / MiB, 1)) for k, n in pinners[pool].most_common(top)]}
+                   "pinned_by": [(k, round(n / MiB, 1)) for k, n in pinners[pool].most_common(top)],
+                   "stacks": stacks[pool]}
             for pool, c in live.items()}
 
 
@@ -137,6 +147,40 @@ def referrers(min_mib: float, depth: int = 5) -> list[list[str]]:
     return chains
 
 
+def result_storage(r: Any) -> tuple[Any, int] | None:
+    """A weak reference to the storage of the step's result (a CUDA tensor) and the storage's
+    use count as the step returns it (1: the result alone holds it); None for other results."""
+    import torch
+
+    if not isinstance(r, torch.Tensor) or not r.is_cuda:
+        return None
+    storage = r.untyped_storage()
+    uses = torch._C._storage_Use_Count(storage._cdata) - 1  # less `storage` itself
+    return storage._weak_ref(), uses
+
+
+def result_fate(held: tuple[Any, int] | None) -> dict[str, Any]:
+    """Whether the result's storage outlived the bench dropping it (`alive_after_del`), a full
+    collection (`alive_after_gc`: not a reference cycle) and the caching allocator's next
+    allocation after a synchronize (`alive_after_alloc`: not a block waiting on a recorded
+    stream's event), with its use count as returned (`uses_at_return`)."""
+    import gc
+
+    import torch
+
+    if held is None:
+        return {}
+    weak, uses = held
+    fate = {"uses_at_return": uses, "alive_after_del": not torch.UntypedStorage._expired(weak)}
+    gc.collect()
+    fate["alive_after_gc"] = not torch.UntypedStorage._expired(weak)
+    torch.cuda.synchronize()
+    torch.empty(1 << 20, device="cuda")
+    fate["alive_after_alloc"] = not torch.UntypedStorage._expired(weak)
+    torch.UntypedStorage._free_weak_ref(weak)  # type: ignore[no-untyped-call]
+    return fate
+
+
 def summarise(path: str) -> None:
     """Print a probe's JSON lines (a file written by this script) as an indented summary."""
     for line in Path(path).read_text().splitlines():
@@ -154,8 +198,12 @@ def summarise(path: str) -> None:
                 print("     ", mib, site[:120])
             for site, mib in h.get("pinned_by", [])[:6]:
                 print("      pinned", mib, site[:300])
+            for stack in h.get("stacks", []):
+                print("      stack", stack[0], "MiB:", " <- ".join(stack[1:])[:1500])
         for line in d.get("runners", []):
             print("  runner", line[:300])
+        if d.get("result"):
+            print("  result", d["result"])
         for chain in d.get("referrers", []):
             print("  held:", " <- ".join(chain)[:400])
 
@@ -184,12 +232,19 @@ def main(argv: list[str]) -> int:
     current: list[str] = []
 
     def probed(fn: Any, base: dict[str, float] | None = None) -> dict[str, Any]:
-        out = original(fn, base)
+        result: list[Any] = []
+
+        def step() -> Any:
+            r = fn()
+            result.append(result_storage(r))
+            return r
+
+        out = original(step, base)
         print(json.dumps({"case": case, "mode": current[-1] if current else "?",
                           "peak_mib": round(out["peak_mib"], 1),
                           "peak_allocated_mib": round(out["peak_allocated_mib"], 1),
-                          "by_pool": out["after_call_by_pool"], "holders": holders(),
-                          "runners": measure.runner_lines(),
+                          "by_pool": out["after_call_by_pool"], "holders": holders(stacks_mib=min_mib),
+                          "runners": measure.runner_lines(), "result": result_fate(result[0]),
                           "referrers": referrers(min_mib) if min_mib is not None else []}), flush=True)
         return out
 
