@@ -219,8 +219,12 @@ def test_reuse_happens_and_matches_the_plan(wr, refs):
     prog = wr.program(s)
     facts = check_program(s, prog, refs)
     assert facts["donations"], "a chain of same-size buffers should reuse storage"
-    for _, r in facts["donations"]:
-        assert prog.reuse.storage[r.name] == r.donor
+    renamed = {base: out for out, base in prog.inplace.items()}  # storage that moved in place
+    for _, r in facts["donations"]:  # a kernel writing over what it reads, or the plan's reuse
+        donor = prog.inplace.get(r.name) or prog.reuse.storage[r.name]
+        while r.name not in prog.inplace and donor in renamed:
+            donor = renamed[donor]
+        assert donor == r.donor
     assert prog.reuse.peak_bytes <= prog.reuse.unplanned_peak_bytes
     wr.check(fn, *make(), fusion=False)
 
@@ -463,4 +467,5 @@ def test_a_collectives_inputs_keep_their_storage_until_its_wait(wr):
     prog = wr.program(s)
     reuses = {ln.name: ln.donor for ln in prog.lines if isinstance(ln, Reuse)}
     assert reuses.get("buf_b") != "buf_a", prog.lines
-    assert reuses.get("buf_c") in (None, "buf_a"), prog.lines  # after the wait a's storage is free
+    # after the wait a's storage is free; b dies at c, which may write over it in place
+    assert reuses.get("buf_c") in (None, "buf_a", "buf_b"), prog.lines

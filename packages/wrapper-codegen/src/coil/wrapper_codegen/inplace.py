@@ -1,4 +1,4 @@
-"""Scatters that write in place into a base that dies at them.
+"""Outputs that write in place into a buffer that dies at the step writing them.
 
 A Scatter's output starts as a copy of its base (its init kernel), then the scatter kernel
 writes (or atomically adds) the source points into it. When the base has storage of its own
@@ -6,18 +6,26 @@ writes (or atomically adds) the source points into it. When the base has storage
 has the base's exact layout, the output can take over the base's storage: no init kernel, and
 one buffer fewer live (a tied embedding's gradient accumulates into the output projection's
 gradient this way, one vocabulary-sized buffer less at the end of the backward).
+
+A pointwise kernel's store can take over the storage of a buffer it reads the same way
+(`inplace_pointwise`): a convolution's result that its normalisation, residual add and
+activation kernel reads for the last time, one activation fewer live per block. Each element
+is then read before it is overwritten, by the same program, and never read again: the kernel
+reads that buffer only at the index where it stores, first no later than the store (one load,
+which the kernel's later loads share).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import sympy
 import torch
-from coil.lowering_ir import Buffer, ExternKernel, InputBuffer, Scatter, loads
-from coil.scheduler import KernelGroup
+from coil.lowering_ir import Buffer, Expr, ExternKernel, InputBuffer, Scatter, loads
+from coil.scheduler import ComboGroup, KernelGroup
 from coil.scheduler.schedule import Step
 
-__all__ = ["inplace_scatters", "kernel_stores"]
+__all__ = ["inplace_pointwise", "inplace_scatters", "kernel_stores"]
 
 
 def _reads_other_than_target(op: Scatter) -> set[str]:
@@ -73,4 +81,78 @@ def inplace_scatters(steps: Sequence[Step], buffers: Mapping[str, Buffer], last:
         if {base, out} & _reads_other_than_target(st):
             continue
         found[out] = base
+    return found
+
+
+def _plain_reads(st: KernelGroup) -> tuple[dict[str, set[Expr] | None], dict[str, int]]:
+    """Per buffer the group reads from memory, the kernel indices of its loads (None for a
+    buffer some load reads under a mask or at an index computed from loaded values), and the
+    position of the first member that loads it."""
+    own = set(st.stores) | set(st.internal)
+    out: dict[str, set[Expr] | None] = {}
+    first: dict[str, int] = {}
+    for k, m in enumerate(st.members):
+        for ld in m.nest.body_loads:
+            if ld.buffer in own:
+                continue  # the kernel's own value, in registers
+            first.setdefault(ld.buffer, k)
+            seen = out.setdefault(ld.buffer, set())
+            if seen is None or ld.mask is not None or ld.indirect:
+                out[ld.buffer] = None
+            else:
+                seen.add(m.kernel_expr(ld.index))
+    return out, first
+
+
+def _root(name: str, aliased: Mapping[str, str | None]) -> str | None:
+    """The storage buffer under `name`, an ATen result that views an argument (None: not a
+    buffer of the graph)."""
+    base: str | None = name
+    while base is not None and base in aliased:
+        base = aliased[base]
+    return base
+
+
+def inplace_pointwise(steps: Sequence[Step], buffers: Mapping[str, Buffer], last: Mapping[str, int],
+                      kept: set[str], aliased: Mapping[str, str | None]) -> dict[str, str]:
+    """{kernel store: the buffer whose storage it takes} for pointwise kernels that can store
+    into a buffer they read for the last time (module docstring).
+
+    A store B of the group at step i (not a combo's, no reduction) takes buffer A when: A has
+    storage of its own (`kernel_stores`, or the result of an ATen call returning fresh tensors
+    that is not in `aliased`: `wait_tensor` returns its argument though its schema says not),
+    is neither in `kept` (graph outputs, inputs, constants) nor read after step i
+    (`last[A] == i`); A and B have one storage offset, extent, dtype and device (their sizes
+    and strides may differ: the kernel's indices are element offsets into the storage); every
+    load of A in the kernel is unmasked, direct and at B's store index, and the first is made by
+    B's member or one before it (the kernel computes and stores its members in order, and a
+    later load of A at that index reuses the first: none reads A after B's store); and the
+    kernel reads no result that aliases A (`aliased`: ATen results that view an argument, each
+    with that argument's storage). Each A goes to one store."""
+    allocated = kernel_stores(steps) | _fresh_extern_results(steps)
+    found: dict[str, str] = {}
+    for i, st in enumerate(steps):
+        if not isinstance(st, KernelGroup) or isinstance(st, ComboGroup) or st.is_reduction or st.r_dims:
+            continue
+        reads, first_read = _plain_reads(st)
+        views_of = {_root(r, aliased) for r in reads if r in aliased}
+        taken: set[str] = set()
+        for k, m in enumerate(st.members):
+            out = m.op.output.name
+            if out not in st.stores or out not in buffers or isinstance(m.op, Scatter):
+                continue
+            index = m.kernel_expr(m.nest.store_index)
+            b = buffers[out].layout
+            for base, indices in reads.items():
+                if indices != {index} or first_read[base] > k or base in taken or base in views_of or base in kept:
+                    continue
+                if base not in allocated or base in aliased or last.get(base) != i or base not in buffers:
+                    continue
+                a = buffers[base].layout  # the indices are offsets: one dtype and extent suffice
+                if ((a.offset, a.dtype, a.device) != (b.offset, b.dtype, b.device)
+                        or sympy.sympify(a.storage_extent() - b.storage_extent()) != 0):
+                    continue
+                found[out] = base
+                taken.add(base)
+                break
     return found

@@ -23,7 +23,7 @@ from coil.scheduler import KernelGroup, Schedule, in_flight_reads
 from coil.scheduler.capture import capture_blockers
 from coil.scheduler.ordering import step_reads, step_writes
 from coil.wrapper_codegen.arena import ArenaBuffer, ArenaPlan, plan_arenas
-from coil.wrapper_codegen.inplace import inplace_scatters, kernel_stores
+from coil.wrapper_codegen.inplace import inplace_pointwise, inplace_scatters, kernel_stores
 from coil.wrapper_codegen.lines import (
     Allocate,
     Arena,
@@ -82,7 +82,8 @@ class WrapperProgram:
     reason (coil.scheduler.capture); `segments.split_segments` cuts the program around them.
     `arenas` are the arenas the program places buffers in (`build(..., arena=True)`), and
     `arena_peak_delta` is how many bytes they add to the peak of live storage (an arena is held
-    whole from its first buffer's step to its last one's).
+    whole from its first buffer's step to its last one's). `inplace` maps each output written in
+    place to the buffer whose storage it took (`coil.wrapper_codegen.inplace`).
     """
 
     lines: list[Line]
@@ -92,6 +93,7 @@ class WrapperProgram:
     blockers: dict[int, str] = field(default_factory=dict)
     arenas: list[ArenaPlan] = field(default_factory=list)
     arena_peak_delta: int = 0
+    inplace: dict[str, str] = field(default_factory=dict)
 
 
 def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = True,
@@ -99,7 +101,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     """Wrapper IR for `sched`; `launches` maps each kernel group name to its launch facts.
 
     The steps: bind the inputs (`_input_lines`), find each buffer's first and last step
-    (`_Lifetimes`), plan storage reuse and in-place scatters (`_Builder.plan_storage`), then per
+    (`_Lifetimes`), plan storage reuse and in-place outputs (`_Builder.plan_storage`), then per
     step place its outputs, emit its call and free what dies there (`_Builder.step`), and return.
 
     With `check_inputs`, a CheckInput line per tensor input (after the sizes are bound, before
@@ -130,7 +132,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     lines.append(Return(tuple(builder.ref(o) for o in g.outputs)))
     check_bound(lines)
     return WrapperProgram(lines, constants, builder.plan, builder.fallback_ops, builder.blockers, builder.arenas,
-                          builder.arena_peak_delta)
+                          builder.arena_peak_delta, builder.inplace)
 
 
 def _input_lines(g: LoweredGraph, check_inputs: bool) -> list[Line]:
@@ -262,7 +264,7 @@ class _Builder:
         # only kernel stores are allocated by the wrapper, so only they can take a donor's storage;
         # a donor assigned to an extern result (which ATen allocates) is simply freed as usual
         self.allocated = kernel_stores(self.steps)
-        self.inplace: dict[str, str] = {}  # scatter output -> the base whose storage it takes
+        self.inplace: dict[str, str] = {}  # in-place output -> the buffer whose storage it takes
         self.renamed: dict[str, str] = {}  # base -> scatter output
         self.plan: ReusePlan | None = None
         self.live_storage: dict[str, str] = {}  # buffer -> storage owner variable
@@ -293,16 +295,20 @@ class _Builder:
         return name
 
     def plan_storage(self, arena: bool = False) -> None:
-        """Storage reuse: in-place scatters (a Scatter whose base dies at it writes into the base's
-        storage, whose lifetime then runs from the base's first step to the last of the scatter
-        outputs that take it over), with `arena` the arenas (`plan_arena`), then `plan_reuse` over
-        every other buffer's lifetime."""
+        """Storage reuse: in-place outputs (a Scatter whose base dies at it, or a pointwise
+        kernel's store over a buffer it reads for the last time, writes into that buffer's
+        storage, whose lifetime then runs from its first step to the last of the outputs that
+        take it over), with `arena` the arenas (`plan_arena`), then `plan_reuse` over every other
+        buffer's lifetime."""
         life = self.life
-        self.inplace = inplace_scatters(self.steps, self.buffers, life.last, life.out_storage | self.inputs)
+        aliases = _aliasing_results(self.steps)
+        kept = life.out_storage | self.inputs
+        self.inplace = inplace_scatters(self.steps, self.buffers, life.last, kept)
+        if not self.step_blockers:  # cut into CUDA-graph segments, a segment would write over its input
+            self.inplace |= inplace_pointwise(self.steps, self.buffers, life.last, kept, aliases)
         self.renamed = {base: out for out, base in self.inplace.items()}
         lifetimes = []
         static: set[str] = set()
-        aliases = _aliasing_results(self.steps)
         for b in [w for st in self.steps for w in step_writes(st)]:
             if b in self.inplace:
                 continue  # its storage's lifetime is its base's
@@ -427,6 +433,9 @@ class _Builder:
         """Place the outputs, then launch the group's kernel (a Scatter: its init copy, unless it
         writes in place over its base's values, then the scatter)."""
         took = {w: self.place(self.buffers[w]) for w in step_writes(st)}
+        # a store that took a buffer the kernel reads (in place): that buffer's name is gone,
+        # the store's variable is the same memory in the same layout
+        moved = {self.inplace[w]: w for w, t in took.items() if t and w in self.inplace}
         if isinstance(st, KernelGroup):
             parts = [st.name]
         elif st.output.name in self.inplace and took[st.output.name]:  # the base's values are there
@@ -435,7 +444,8 @@ class _Builder:
             parts = [f"{st.name}_init", f"{st.name}_scatter"]
         for kname in parts:
             ln = self.launches[kname]
-            self.lines.append(KernelCall(ln.name, (*ints([ln.grid]), 1, 1), ln.pointer_args, ints(ln.size_args)))
+            args = tuple(moved.get(a, a) for a in ln.pointer_args)
+            self.lines.append(KernelCall(ln.name, (*ints([ln.grid]), 1, 1), args, ints(ln.size_args)))
 
     def extern_step(self, i: int, st: Any) -> None:
         """The ATen call (fallback layouts enforced on results something reads; a capture blocker
