@@ -49,14 +49,18 @@ class LifetimeTracker:
     Step `i` is the i-th kernel/extern call. A buffer the wrapper allocates (Allocate, or Reuse of
     a dead buffer's storage) must appear just before its writer step `first` (an extern's result:
     when its step runs) and, unless it is
-    returned, be freed (Free, or handed on by Reuse) right after its last reader step `last`.
+    returned, be freed (Free, or handed on by Reuse) right after its last reader step `last`. An
+    output written in place (`inplace` maps it to the buffer whose storage it takes) takes that
+    buffer's storage just before the step that reads it for the last time and writes the output.
     A buffer placed in an arena (Place; `placed` maps it to its arena and byte offset) must sit at
     that offset of that arena and share no byte with a placed buffer still live.
     """
 
     def __init__(self, graph: str, spans: Sequence[Span], returned: set[str],
-                 storage: dict[str, str] | None = None, placed: dict[str, tuple[str, int]] | None = None) -> None:
+                 storage: dict[str, str] | None = None, placed: dict[str, tuple[str, int]] | None = None,
+                 inplace: dict[str, str] | None = None) -> None:
         self.graph = graph
+        self.inplace = inplace or {}
         self.spans = {s.name: s for s in spans}
         self.returned = returned
         # donor -> the buffer the reuse plan hands its storage to
@@ -105,12 +109,12 @@ class LifetimeTracker:
         span = self.spans.get(donor)
         if donor not in self.live or span is None:
             self._fail(f"{name} reuses {donor}, which is not live")
-        elif span.output or span.last >= self.step:
+        elif span.output or span.last > self.step or (span.last == self.step and self.inplace.get(name) != donor):
             self._fail(f"{name} takes the storage of {donor} before step {self.step}, "
                        f"but {donor} is needed until step {span.last}")
         self.live.discard(donor)
         self._born(name)
-        if donor in self.bytes:  # an in-place scatter's output holds its placed base's bytes
+        if donor in self.bytes:  # an output written in place holds its placed donor's bytes
             self.bytes[name] = self.bytes.pop(donor)
 
     def free(self, name: str) -> None:

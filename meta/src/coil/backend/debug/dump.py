@@ -223,7 +223,8 @@ def format_memory_plan(sched: Schedule, program: WrapperProgram) -> str:
     out += ["", f"{'buffer':14} {'bytes':>10} {'first':>6} {'last':>6}  storage"]
     for s in sorted(spans(sched), key=lambda s: (s.first, s.name)):
         donor = storage.get(s.name, s.name)
-        note = f"reuses {donor}" if donor != s.name else "own"
+        note = (f"in place over {program.inplace[s.name]}" if s.name in program.inplace
+                else f"reuses {donor}" if donor != s.name else "own")
         out.append(f"{s.name:14} {s.nbytes:>10} {s.first:>6} {s.last:>6}  {note}{' (output)' if s.output else ''}")
     return "\n".join(out) + "\n"
 

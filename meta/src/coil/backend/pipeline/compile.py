@@ -52,6 +52,7 @@ from coil.runtime import (
     prestart_compile_workers,
 )
 from coil.scheduler import KernelGroup, Schedule, schedule
+from coil.scheduler.ordering import step_writes
 from coil.triton_codegen import (
     OUTER_XBLOCK,
     CodegenOptions,
@@ -318,7 +319,7 @@ def _compile(gm: torch.fx.GraphModule, name: str, kind: str, stats: GraphStats, 
         lines = _stage(stats, "lifetime tracking", track_lifetimes, lines)
         namespace[TRACKER] = LifetimeTracker(
             name, spans(sched), returned_storage(program.lines), dict(program.reuse.storage) if program.reuse else None,
-            {b: (a.name, off) for a in program.arenas for b, off in a.offsets.items()})
+            {b: (a.name, off) for a in program.arenas for b, off in a.offsets.items()}, program.inplace)
     source: str = _stage(stats, "wrapper codegen", emit_python, lines, [s.name for s in sources],
                          sorted(program.constants), name, segments=segments, indirect=table)
     out.wrapper(source)
@@ -478,6 +479,20 @@ def _post_grad_passes(gm: torch.fx.GraphModule, kind: str, out: Artefacts) -> to
     return run_post_grad_passes(gm, is_backward=kind == "backward", on_pass=out.after_pass if out.wants_passes else None)
 
 
+def _less_inplace(sched: Schedule, program: WrapperProgram, lowered: LoweredGraph) -> list[int]:
+    """The order's live bytes per step (`OrderReport.step_bytes`) less, at each step that writes
+    an output in place (`WrapperProgram.inplace`), that output's bytes: the scheduler's model
+    counts it beside the buffer whose storage it takes."""
+    assert sched.order is not None
+    out = list(sched.order.step_bytes)
+    bufs = lowered.buffers()
+    for i, st in enumerate(sched.steps[:len(out)]):
+        for w in step_writes(st):
+            if w in program.inplace:
+                out[i] -= int(bufs[w].nbytes_expr)
+    return out
+
+
 def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: list[KernelSource],
             program: WrapperProgram, source: str) -> None:
     stats.ir_ops = sum(isinstance(op, Pointwise | Reduction) for op in lowered.operations)
@@ -493,11 +508,13 @@ def _record(stats: GraphStats, lowered: LoweredGraph, sched: Schedule, sources: 
         stats.reused_buffers = sum(1 for b, d in program.reuse.storage.items() if b != d)
     stats.arena_bytes = [(a.nbytes, a.lower_bound) for a in program.arenas]
     if sched.order is not None:  # an arena is held whole over its span: what that adds is the wrapper's
-        stats.planned_peak = (sched.order.baseline_peak, sched.order.peak + program.arena_peak_delta)
+        step_bytes = _less_inplace(sched, program, lowered)
+        saved = max(sched.order.step_bytes, default=0) - max(step_bytes, default=0)
+        stats.planned_peak = (sched.order.baseline_peak, sched.order.peak - saved + program.arena_peak_delta)
         stats.planned_inputs = sched.order.inputs
         position = {b.name: k for k, b in enumerate(lowered.inputs) if isinstance(b, InputBuffer)}
-        if sched.order.step_bytes and not program.arenas:  # the profile does not model arenas
-            stats.planned_profile = (list(sched.order.step_bytes),
+        if step_bytes and not program.arenas:  # the profile does not model arenas
+            stats.planned_profile = (step_bytes,
                                      [(position[n], size, last) for n, size, last in sched.order.input_last
                                       if n in position])
 
