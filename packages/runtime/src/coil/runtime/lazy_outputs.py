@@ -130,13 +130,12 @@ class LazyOutputs:
         `collect`, when given, runs before anything is moved or refused, and only if some storage
         is still referenced (the runner's one `gc.collect()`: references held only by a cycle
         then go); the storages are counted again after it."""
-        held = [c for c in self._storages if self._liveness.extra(c) > 0]
+        held = {c: n for c in self._storages if (n := self._liveness.extra(c)) > 0}
         if held and collect is not None:
             collect()
-            held = [c for c in held if self._liveness.extra(c) > 0]
+            held = {c: n for c in held if (n := self._liveness.extra(c)) > 0}
         moves: list[tuple[int, list[torch.Tensor]]] = []
-        for cdata in held:
-            extra = self._liveness.extra(cdata)
+        for cdata, extra in held.items():
             if not self.enabled:
                 return "an output handed out earlier is still referenced through a view or detach() of it"
             live = [t for t in (w() for w in self._handed.get(cdata, ())) if t is not None
