@@ -25,7 +25,7 @@ from coil.lowering_ir import Buffer, Expr, ExternKernel, InputBuffer, Scatter, l
 from coil.scheduler import ComboGroup, KernelGroup
 from coil.scheduler.schedule import Step
 
-__all__ = ["inplace_pointwise", "inplace_scatters", "kernel_stores"]
+__all__ = ["inplace_pointwise", "inplace_scatters", "kernel_stores", "storage_root"]
 
 
 def _reads_other_than_target(op: Scatter) -> set[str]:
@@ -104,8 +104,9 @@ def _plain_reads(st: KernelGroup) -> tuple[dict[str, set[Expr] | None], dict[str
     return out, first
 
 
-def _root(name: str, aliased: Mapping[str, str | None]) -> str | None:
-    """The storage buffer under `name`, an ATen result that views an argument (None: not a
+def storage_root(name: str, aliased: Mapping[str, str | None]) -> str | None:
+    """The buffer whose storage `name` is: `name` itself, or for an ATen result that views an
+    argument (`aliased`, followed through views of views) that argument's (None where it is no
     buffer of the graph)."""
     base: str | None = name
     while base is not None and base in aliased:
@@ -135,7 +136,7 @@ def inplace_pointwise(steps: Sequence[Step], buffers: Mapping[str, Buffer], last
         if not isinstance(st, KernelGroup) or isinstance(st, ComboGroup) or st.is_reduction or st.r_dims:
             continue
         reads, first_read = _plain_reads(st)
-        views_of = {_root(r, aliased) for r in reads if r in aliased}
+        views_of = {storage_root(r, aliased) for r in reads if r in aliased}
         taken: set[str] = set()
         for k, m in enumerate(st.members):
             out = m.op.output.name

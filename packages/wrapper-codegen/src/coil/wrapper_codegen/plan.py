@@ -23,7 +23,12 @@ from coil.scheduler import KernelGroup, Schedule, in_flight_reads
 from coil.scheduler.capture import capture_blockers
 from coil.scheduler.ordering import step_reads, step_writes
 from coil.wrapper_codegen.arena import ArenaBuffer, ArenaPlan, plan_arenas
-from coil.wrapper_codegen.inplace import inplace_pointwise, inplace_scatters, kernel_stores
+from coil.wrapper_codegen.inplace import (
+    inplace_pointwise,
+    inplace_scatters,
+    kernel_stores,
+    storage_root,
+)
 from coil.wrapper_codegen.lines import (
     Allocate,
     Arena,
@@ -238,9 +243,7 @@ class _Lifetimes:
         # a result aliasing an argument keeps the argument's storage alive as long as itself
         aliases = _aliasing_results(steps)
         for result in aliases:
-            base: str | None = result
-            while base in aliases:
-                base = aliases[base]
+            base = storage_root(result, aliases)
             if base is not None:
                 last[base] = max(last.get(base, 0), last[result])
         return _Lifetimes(first, last, out_storage)
