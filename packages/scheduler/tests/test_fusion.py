@@ -465,3 +465,34 @@ def test_a_refused_pair_tried_again_is_not_planned_again(sch, monkeypatch):
     repeated = [a for a in refusals if refusals.count(a) > 1]
     assert repeated, remembered.log.attempts  # a refused pair was tried again ...
     assert len(with_memo) < len(planned)  # ... and not planned again
+
+
+def test_a_refusal_keeps_no_frame_of_the_caller(sch, monkeypatch):
+    """A refused fusion's error is neither kept (the memo holds its reason) nor left in a cycle:
+    its traceback holds every frame up to the caller's, and with them what the caller held when
+    it returned, until Python's next full collection. With the collector off, the caller's
+    local goes when the caller returns."""
+    import gc
+    import weakref
+
+    monkeypatch.setenv("COIL_INLINE", "0")  # y stays a buffer its transposed reader cannot fuse with
+
+    def fn(x, v):
+        y = x + 1
+        return (y + y.t(), (v * 2).exp())
+
+    class Held:
+        pass
+
+    def caller():
+        held = Held()
+        return weakref.ref(held), sch.schedule(fn, torch.randn(4, 4), torch.randn(4, 4))
+
+    gc.collect()
+    gc.disable()
+    try:
+        ref, s = caller()
+        assert [a for a in s.log.attempts if not a[2]], "no fusion was refused"
+        assert ref() is None, "the caller's local outlived it: a refusal holds its frame"
+    finally:
+        gc.enable()

@@ -237,8 +237,9 @@ class _Fusion:
         self.order_of: dict[int, LoopOrder] = {}  # op id -> the loop order of its group's plan (default "store")
         # (members, shared buffer, name) -> why they did not plan. Groups only grow, so the same
         # members again are the same two groups, unchanged, with the same loop orders: the same
-        # refusal (merge_greedily's later passes try every refused pair again)
-        self.illegal: dict[tuple[frozenset[int], str, str], FusionIllegal] = {}
+        # refusal (merge_greedily's later passes try every refused pair again). The reason, not the
+        # error: an error's traceback holds every frame up to the user's, and what they held
+        self.illegal: dict[tuple[frozenset[int], str, str], str] = {}
 
     def nbytes(self, op: Operation, name: str) -> int:
         key = (id(op), name)
@@ -290,7 +291,10 @@ class _Fusion:
             except FusionIllegal as e:
                 first = first or e
         assert first is not None
-        raise first
+        try:
+            raise first
+        finally:  # this frame, on the traceback, must not hold its own error: a cycle to the user's frames
+            first = None
 
     def fusible(self, op: Operation) -> bool:
         return isinstance(op, Pointwise | Reduction) and not _is_scan(op) and not self.empty[id(op)]
@@ -413,9 +417,9 @@ class _Fusion:
             try:
                 p = self.try_plan(names, merged, shared)
             except FusionIllegal as e:
-                refused = self.illegal[key] = e
+                refused = self.illegal[key] = str(e)
         if refused is not None:
-            self.record(a, b, False, str(refused))
+            self.record(a, b, False, refused)
             return False
         self.record(a, b, True, "fused")
         self.merge(a, b, p)
