@@ -6,7 +6,9 @@ The real thing (Triton compiling for a GPU) is in test_gpu.py.
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,56 @@ def test_precompile_each_returns_every_failure(specs: Any, tmp_path: Path, no_cu
     assert all(len(f.calls) == 1 for f in fakes)  # a failure stops nothing
     assert [e.path for e in errors if e is not None] == [tmp_path / "0.py", tmp_path / "2.py"]
     assert aot_module.precompile_each([], CUDA0, threads=3) == []
+
+
+def test_precompile_each_failures_hold_no_frames(specs: Any, tmp_path: Path, no_cuda_device: None) -> None:
+    """A failure returned as a value carries no traceback (nor does its cause): one would hold the
+    caller's frame, and so what the caller held when it returned, as long as the failure lives
+    (autotuning keeps its candidates' failures). With the collector off, the caller's local goes
+    when the caller returns."""
+    class Held:
+        pass
+
+    def caller() -> tuple[weakref.ref[Held], list[KernelCompileError | None]]:
+        held = Held()
+        kernels = [Kernel(specs.add(2), FakeJit(fail=True), tmp_path / "0.py", CUDA0, False)]
+        return weakref.ref(held), aot_module.precompile_each(kernels, CUDA0, threads=1)
+
+    gc.collect()
+    gc.disable()
+    try:
+        ref, (error,) = caller()
+        assert ref() is None, "the caller's local outlived it: the failure holds its frame"
+    finally:
+        gc.enable()
+    assert error is not None and isinstance(error.__cause__, ValueError)
+    assert "triton says no" in str(error) and error.path == tmp_path / "0.py"  # what it says stays
+    assert error.__traceback__ is None and error.__cause__.__traceback__ is None
+
+
+def test_precompile_raising_leaves_no_cycle(specs: Any, tmp_path: Path, no_cuda_device: None) -> None:
+    """`precompile` raises a failure without holding it in its own frame: a cycle through that
+    frame would keep the caller's frame, and its locals, until Python's next full collection."""
+    class Held:
+        pass
+
+    def caller() -> tuple[weakref.ref[Held], str]:
+        held = Held()
+        kernels = [Kernel(specs.add(2), FakeJit(fail=True), tmp_path / "0.py", CUDA0, False)]
+        try:
+            aot_module.precompile(kernels, CUDA0, threads=1)
+        except KernelCompileError as exc:
+            return weakref.ref(held), str(exc)
+        raise AssertionError("precompile did not raise")
+
+    gc.collect()
+    gc.disable()
+    try:
+        ref, message = caller()
+        assert ref() is None, "the caller's local outlived it: a cycle holds its frame"
+    finally:
+        gc.enable()
+    assert "triton says no" in message
 
 
 def test_precompile_each_compiles_a_shared_function_first_alone(specs: Any, tmp_path: Path,

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from coil.runtime import compile_jobs, compile_pool, launchers
-from coil.runtime.errors import KernelCompileError
+from coil.runtime.errors import KernelCompileError, without_frames
 from coil.runtime.kernel import Kernel
 
 if TYPE_CHECKING:
@@ -57,7 +57,10 @@ def precompile(kernels: Sequence[Kernel], device: torch.device, threads: int) ->
     """
     for error in precompile_each(kernels, device, threads):
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:  # this frame, on the traceback, must not hold its own error (errors.without_frames)
+                error = None
 
 
 def precompile_each(kernels: Sequence[Kernel], device: torch.device, threads: int) -> list[KernelCompileError | None]:
@@ -135,7 +138,7 @@ def _try_one(kernel: Kernel, device: torch.device, compiled: list[Any]) -> Kerne
     try:
         got = _compile_one(kernel, device)
     except KernelCompileError as exc:
-        return exc
+        return without_frames(exc)  # kept: autotuning holds the failures of its candidates
     if got is not None:
         compiled.append(got)
     return None

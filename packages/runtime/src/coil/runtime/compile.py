@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from coil.knobs import knobs
 from coil.runtime import aot, disk_cache, loader
 from coil.runtime._triton import load_triton, torch_version
-from coil.runtime.errors import KernelCompileError
+from coil.runtime.errors import KernelCompileError, without_frames
 from coil.runtime.interpreter import interpreter_enabled
 from coil.runtime.kernel import Kernel
 from coil.runtime.spec import KernelSpec
@@ -128,7 +128,7 @@ def compile_variants(specs: Sequence[KernelSpec], device: torch.device) -> list[
             try:
                 kernel = _load(spec, device, interpreted)
             except KernelCompileError as exc:
-                out.append(exc)
+                out.append(without_frames(exc))
                 continue
             fresh.append((len(out), kernel))
         out.append(kernel)

@@ -176,6 +176,7 @@ from coil.runtime.cudagraph_options import (
     ReplayPolicy,
     copies_outweigh_launches,
 )
+from coil.runtime.errors import without_frames
 from coil.runtime.graph_inputs import (
     copy_into,
     distinct_elements,
@@ -426,10 +427,9 @@ class CudaGraphRunner:
         try:
             self._capture(in_capture, consumable)
         except Exception as exc:
-            self.capture_error = exc
+            self.capture_error = without_frames(exc)  # the runner lives as long as its graph
             generators_out_of_capture()
-            log.warning("CudaGraphRunner: capture failed (%s: %s); running without a CUDA graph",
-                        type(exc).__name__, exc)
+            log.warning("CudaGraphRunner: capture failed (%s: %s); running without a CUDA graph", type(exc).__name__, exc)
             return False
         finally:
             for i in self.indirect_indices:  # read at the caller's address each replay: not kept

@@ -1,8 +1,30 @@
-"""The runtime's error type."""
+"""The runtime's error type, and how an error kept as a value drops its frames."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
+
+def without_frames(exc: E) -> E:
+    """`exc`, with the traceback of it and of every exception it chains (`__cause__`,
+    `__context__`) dropped; its message and its chained exceptions stay. For an error kept after
+    its `except` block (returned, stored on a long-lived object): a traceback holds its frames
+    and each frame its caller's, up to the user's code, so a kept one keeps every local those
+    frames held when they returned (a model's first outputs, a batch) for as long as the error
+    lives, and, where a frame on it holds the error, until Python's next full collection."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        todo.extend(c for c in (e.__cause__, e.__context__) if c is not None)
+    return exc
 
 
 class KernelCompileError(RuntimeError):
