@@ -149,7 +149,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
     # outputs while DDPOptimizer compiles (`fakify_first_call`). Uncounted, that first call would
     # be the user's, and would return fake tensors.
     counters["aot_autograd"]["total"] += 1
-    failure: fallback.DynamoGraphFallback | None = None
+    failed = False  # the error itself is not kept: its traceback holds the caller's frames (without_frames)
     with (fallback.whole_graph(), settings, aot_cache.watch() as verdict,
           frontend_cache.recording(front.status == "miss") as rec):
         try:
@@ -164,7 +164,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
                 keep_inference_input_mutations=True,
             )
         except fallback.DynamoGraphFallback as e:  # a graph failed to compile (it warned)
-            failure = e
+            failed = True
             compiled = fallback.dynamo_graph(dynamo_gm, e, COMPILED[first:])
             call.eager_fallback = str(e.error)
     call.aot_s = time.perf_counter() - t1
@@ -179,7 +179,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
         if front.status == "miss":
             g.frontend_cache = "miss"
     if front.status == "miss":
-        call.frontend_stored = (frontend_cache.store(front, rec) if failure is None
+        call.frontend_stored = (frontend_cache.store(front, rec) if not failed
                                 else "not stored: the Dynamo graph runs eagerly after a compile error")
     return compiled
 
