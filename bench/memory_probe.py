@@ -1,6 +1,6 @@
 """Who holds the memory at a `coil bench` model case's warm peak.
 
-    python bench/memory_probe.py CASE [MODES] [--quick] [--referrers MIB]
+    python bench/memory_probe.py CASE [MODES] [--quick] [--referrers MIB] [--torch-config NAME=VALUE ...]
                                                   (MODES comma-separated, default eager,inductor,coil)
     python bench/memory_probe.py --print FILE...  (summarise the JSON lines of earlier runs)
 
@@ -10,10 +10,14 @@ allocation's Python stack. `--quick` runs it as `coil bench --quick` does (no fi
 processes: each mode compiles cold in this process), else each mode compiles from the caches its
 first-call processes filled. For a step returning a CUDA tensor it says whether that tensor's
 storage outlived the bench's `del`, a collection and the allocator's next allocation
-(`result_fate`: who keeps a returned output). `--referrers MIB` adds, for each CUDA tensor of
+(`result_fate`: who keeps a returned output), and likewise whether the first call's result (the
+compiling call's) is still alive at the warm peak (`first_result`: its use count then, when it
+is). `--torch-config NAME=VALUE` (repeatable) sets `torch.NAME` (e.g.
+`_functorch.config.check_custom_op_aliasing=False`) before anything compiles: whether a torch
+setting changes who holds what. `--referrers MIB` adds, for each CUDA tensor of
 at least MIB MiB that Python can still reach after the call, the chains of objects that hold
 it (`referrers`: what keeps alive a block the stacks show), and the whole allocation stack of
-each live block of at least MIB MiB. At each mode's warm peak it prints one JSON line: the
+each live block of at least MIB MiB (tensors and storage objects both). At each mode's warm peak it prints one JSON line: the
 bench's figures (`peak_mib`, `peak_allocated_mib`, memory by pool), and the blocks still
 allocated after the call, per pool, grouped by the first stack frame in coil (else the first
 outside torch), largest first; plus, per pool, the free bytes inside segments that also hold a
@@ -111,23 +115,22 @@ def _name(o: Any, held: Any) -> str:
 
 
 def referrers(min_mib: float, depth: int = 5) -> list[list[str]]:
-    """For each real CUDA tensor (not a fake one in an FX node's meta) of at least `min_mib` MiB
-    that the garbage collector reaches, the chains of objects that refer to it (at most 4 a link,
+    """For each real CUDA tensor (not a fake one in an FX node's meta) or storage object over at
+    least `min_mib` MiB of storage that the garbage collector reaches, the chains of objects that refer to it (at most 4 a link,
     `depth` links, ending at a module's globals), this function's own frames and containers left
     out."""
     import gc
     import types
 
     import torch
-    from torch._subclasses.fake_tensor import FakeTensor
 
     gc.collect()
-    found = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and not isinstance(o, FakeTensor)
-             and o.is_cuda and o.untyped_storage().nbytes() >= min_mib * MiB]
+    found = [o for o in gc.get_objects() if _cuda_storage_mib(o) >= min_mib]
     mine: set[int] = {id(found)}
     chains: list[list[str]] = []
     for t in found:
-        head = f"tensor {tuple(t.shape)} {t.dtype} {t.untyped_storage().nbytes() / MiB:.1f} MiB"
+        head = (f"tensor {tuple(t.shape)} {t.dtype} {_cuda_storage_mib(t):.1f} MiB" if isinstance(t, torch.Tensor)
+                else f"{type(t).__name__} {_cuda_storage_mib(t):.1f} MiB")
         todo: list[tuple[list[str], Any]] = [([head], t)]
         mine.add(id(todo))
         while todo:
@@ -145,6 +148,19 @@ def referrers(min_mib: float, depth: int = 5) -> list[list[str]]:
             del refs, held  # no reference of this frame left to the next link's search
     del found
     return chains
+
+
+def _cuda_storage_mib(o: Any) -> float:
+    """MiB of the CUDA storage `o` holds: a real tensor's (not a fake one in an FX node's meta)
+    or a storage object's; 0 for anything else."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(o, torch.Tensor) and not isinstance(o, FakeTensor) and o.is_cuda:
+        return float(o.untyped_storage().nbytes()) / MiB
+    if isinstance(o, torch.UntypedStorage | torch.TypedStorage) and o.device.type == "cuda":
+        return float(o.nbytes()) / MiB
+    return 0.0
 
 
 def result_storage(r: Any) -> tuple[Any, int] | None:
@@ -181,9 +197,46 @@ def result_fate(held: tuple[Any, int] | None) -> dict[str, Any]:
     return fate
 
 
+def still_alive(held: tuple[Any, int] | None) -> dict[str, Any]:
+    """Whether the storage of an earlier result (`result_storage`) is still alive, and if it is,
+    how many references hold it now (its weak reference left out)."""
+    import torch
+
+    if held is None:
+        return {}
+    weak, uses = held
+    if torch.UntypedStorage._expired(weak):
+        return {"uses_at_return": uses, "alive": False}
+    storage = torch.UntypedStorage._new_with_weak_ptr(weak)
+    return {"uses_at_return": uses, "alive": True, "uses_now": torch._C._storage_Use_Count(storage._cdata) - 1,
+            "mib": round(storage.nbytes() / MiB, 1)}
+
+
+def set_torch_config(setting: str) -> None:
+    """`NAME=VALUE`: set `torch.NAME` to VALUE (a Python literal, else the string)."""
+    import ast
+    import importlib
+
+    import torch
+
+    name, _, text = setting.partition("=")
+    owner_path, _, attr = f"torch.{name}".rpartition(".")
+    owner = importlib.import_module(owner_path) if owner_path != "torch" else torch
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = text
+    if not hasattr(owner, attr):
+        raise SystemExit(f"memory_probe: torch.{name} does not exist")
+    setattr(owner, attr, value)
+
+
 def summarise(path: str) -> None:
-    """Print a probe's JSON lines (a file written by this script) as an indented summary."""
+    """Print a probe's JSON lines as an indented summary; other lines of the file (warnings a
+    device log mixes in) are skipped."""
     for line in Path(path).read_text().splitlines():
+        if not line.startswith("{"):
+            continue
         d = json.loads(line)
         if "summary" in d:
             print(json.dumps({m: {k: v for k, v in r.items() if k in ("peak_mib", "accuracy_ok", "error")}
@@ -204,6 +257,8 @@ def summarise(path: str) -> None:
             print("  runner", line[:300])
         if d.get("result"):
             print("  result", d["result"])
+        if d.get("first_result"):
+            print("  first result", d["first_result"])
         for chain in d.get("referrers", []):
             print("  held:", " <- ".join(chain)[:400])
 
@@ -225,11 +280,22 @@ def main(argv: list[str]) -> int:
         i = argv.index("--referrers")
         min_mib = float(argv[i + 1])
         del argv[i:i + 2]
+    while "--torch-config" in argv:
+        i = argv.index("--torch-config")
+        set_torch_config(argv[i + 1])
+        del argv[i:i + 2]
     case = argv[0]
     modes = tuple((argv[1] if len(argv) > 1 else "eager,inductor,coil").split(","))
     torch.cuda.memory._record_memory_history(enabled="state", context="alloc", stacks="python")
     original = measure.warm_peak
     current: list[str] = []
+    first: list[Any] = [None]  # the storage of the current mode's first result
+    real_first = model_runs.compile_and_step  # type: ignore[attr-defined]
+
+    def first_step(*args: Any) -> Any:
+        seconds, step, out = real_first(*args)
+        first[0] = result_storage(out)
+        return seconds, step, out
 
     def probed(fn: Any, base: dict[str, float] | None = None) -> dict[str, Any]:
         result: list[Any] = []
@@ -245,10 +311,12 @@ def main(argv: list[str]) -> int:
                           "peak_allocated_mib": round(out["peak_allocated_mib"], 1),
                           "by_pool": out["after_call_by_pool"], "holders": holders(stacks_mib=min_mib),
                           "runners": measure.runner_lines(), "result": result_fate(result[0]),
+                          "first_result": still_alive(first[0]),
                           "referrers": referrers(min_mib) if min_mib is not None else []}), flush=True)
         return out
 
     measure.warm_peak = probed  # type: ignore[assignment]  # run_model looks it up per call
+    model_runs.compile_and_step = first_step  # type: ignore[attr-defined,assignment]  # run_model looks it up per call
     real_cold = measure.cold_caches
 
     @contextlib.contextmanager
