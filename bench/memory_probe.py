@@ -310,8 +310,9 @@ def main(argv: list[str]) -> int:
                           "peak_mib": round(out["peak_mib"], 1),
                           "peak_allocated_mib": round(out["peak_allocated_mib"], 1),
                           "by_pool": out["after_call_by_pool"], "holders": holders(stacks_mib=min_mib),
-                          "runners": measure.runner_lines(), "result": result_fate(result[0]),
-                          "first_result": still_alive(first[0]),
+                          "runners": measure.runner_lines(),
+                          "first_result": still_alive(first[0]),  # before result_fate's collection
+                          "result": result_fate(result[0]),
                           "referrers": referrers(min_mib) if min_mib is not None else []}), flush=True)
         return out
 
