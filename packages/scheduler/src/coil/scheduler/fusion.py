@@ -285,15 +285,15 @@ class _Fusion:
         pw = [o for o in merged if isinstance(o, Pointwise | Reduction)]
         base: dict[int, LoopOrder] = {id(o): self.order_of.get(id(o), "store") for o in pw}
         first: FusionIllegal | None = None
-        for orders in _order_candidates(pw, base, shared, self.writer.get(shared), self.visit_order):
-            try:
-                return plan(names, pw, self.outside_readers(merged), self.graph_outputs, orders)
-            except FusionIllegal as e:
-                first = first or e
-        assert first is not None
         try:
+            for orders in _order_candidates(pw, base, shared, self.writer.get(shared), self.visit_order):
+                try:
+                    return plan(names, pw, self.outside_readers(merged), self.graph_outputs, orders)
+                except FusionIllegal as e:
+                    first = first or e
+            assert first is not None
             raise first
-        finally:  # this frame, on the traceback, must not hold its own error: a cycle to the user's frames
+        finally:  # this frame is on its errors' tracebacks: held here, one is a cycle up to the user's frames
             first = None
 
     def fusible(self, op: Operation) -> bool:
