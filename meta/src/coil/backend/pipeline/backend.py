@@ -149,7 +149,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
     # outputs while DDPOptimizer compiles (`fakify_first_call`). Uncounted, that first call would
     # be the user's, and would return fake tensors.
     counters["aot_autograd"]["total"] += 1
-    failed = False  # the error itself is not kept: its traceback holds the caller's frames (without_frames)
+    failed = False  # not the error itself: its traceback would hold every frame up to the user's
     with (fallback.whole_graph(), settings, aot_cache.watch() as verdict,
           frontend_cache.recording(front.status == "miss") as rec):
         try:
