@@ -145,7 +145,7 @@ def typecheck(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, the import rule between packages, the generated docs/configuration.md, and the tree's
     house rules (tools/check_tree.py: no history in the tree, file and function sizes, environment
-    reads only in the knob registry)."""
+    reads only in the knob registry, no caught error kept with its traceback)."""
     session.install("ruff>=0.8")
     session.run("ruff", "check", ".")
     session.run("python", "tools/check_imports.py")

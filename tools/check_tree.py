@@ -6,6 +6,10 @@
 2. Small files and functions: no Python file over MAX_FILE_LINES lines, no function over
    MAX_FUNCTION_LINES (classes may be longer: their methods are counted one by one).
 3. One knob registry: `os.environ`, `os.getenv` and `os.putenv` appear only in ENVIRON_FILES.
+4. A caught error is not kept (package sources): an `except ... as NAME` handler does not return,
+   yield, assign or put into a container NAME itself (a call of it, `str(NAME)` or
+   `without_frames(NAME)`, or an f-string is fine). A kept error's traceback holds every frame up
+   to the user's, and with them what those frames held when they returned.
 
 Fails naming the file, line and rule of each violation. Stdlib only: runs before anything is
 installed.
@@ -26,6 +30,8 @@ MAX_FUNCTION_LINES = 120
 ENVIRON_FILES = frozenset({"packages/knobs/src/coil/knobs/registry.py"})
 DATED = ("docs/perf.md", "tests-integration/opinfo/results/")
 SKIPPED = frozenset({"uv.lock", "tools/check_tree.py"})
+KEPT_ERROR_SCOPE = ("packages/", "meta/src/")
+STORING = frozenset({"append", "add", "extend", "insert", "setdefault", "put", "put_nowait", "set_exception"})
 
 HISTORY = re.compile(r"\bsessions? ?\d+|\bgpu_session|\bsession\d+[a-z]?\b|\bissues? ?[-#]?\d+\b",
                      re.IGNORECASE)
@@ -74,6 +80,37 @@ def environ_reads(path: str, text: str) -> list[str]:
             for no, line in enumerate(text.splitlines(), 1) if ENVIRON.search(line)]
 
 
+def _bare(value: ast.AST, name: str) -> bool:
+    """Whether `value` holds the object `name` itself: reached without passing through a call,
+    an attribute or an f-string."""
+    if isinstance(value, ast.Name):
+        return value.id == name
+    if isinstance(value, ast.Call | ast.Attribute | ast.JoinedStr | ast.Lambda):
+        return False
+    return any(_bare(child, name) for child in ast.iter_child_nodes(value))
+
+
+def kept_errors(path: str, text: str) -> list[str]:
+    """Rule 4: caught errors returned, yielded, assigned or stored, in package sources."""
+    if not path.startswith(KEPT_ERROR_SCOPE) or "/src/" not in path:
+        return []
+    bad = []
+    for handler in ast.walk(ast.parse(text, path)):
+        if not isinstance(handler, ast.ExceptHandler) or not handler.name:
+            continue
+        for node in (n for stmt in handler.body for n in ast.walk(stmt)):
+            if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.NamedExpr | ast.Return | ast.Yield):
+                values = [node.value] if node.value is not None else []
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STORING:
+                values = list(node.args)
+            else:
+                continue
+            if any(_bare(v, handler.name) for v in values):
+                bad.append(f"{path}:{node.lineno}: keeps the caught error {handler.name!r} (its traceback "
+                           "holds the callers' frames): keep str() of it, or without_frames() of it")
+    return bad
+
+
 def main() -> int:
     bad: list[str] = []
     for path in tracked():
@@ -85,7 +122,7 @@ def main() -> int:
             continue
         bad += history_words(path, text)
         if path.endswith(".py"):
-            bad += sizes(path, text) + environ_reads(path, text)
+            bad += sizes(path, text) + environ_reads(path, text) + kept_errors(path, text)
     for line in bad:
         print(line)
     print(f"tree rules: {len(bad)} violations")

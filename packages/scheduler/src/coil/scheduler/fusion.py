@@ -284,17 +284,14 @@ class _Fusion:
         """Plan `merged` with the first loop orders that work (`_order_candidates`)."""
         pw = [o for o in merged if isinstance(o, Pointwise | Reduction)]
         base: dict[int, LoopOrder] = {id(o): self.order_of.get(id(o), "store") for o in pw}
-        first: FusionIllegal | None = None
-        try:
-            for orders in _order_candidates(pw, base, shared, self.writer.get(shared), self.visit_order):
-                try:
-                    return plan(names, pw, self.outside_readers(merged), self.graph_outputs, orders)
-                except FusionIllegal as e:
-                    first = first or e
-            assert first is not None
-            raise first
-        finally:  # this frame is on its errors' tracebacks: held here, one is a cycle up to the user's frames
-            first = None
+        first = ""  # the first refusal's reason; the error itself, held here, is a cycle through this frame
+        for orders in _order_candidates(pw, base, shared, self.writer.get(shared), self.visit_order):
+            try:
+                return plan(names, pw, self.outside_readers(merged), self.graph_outputs, orders)
+            except FusionIllegal as e:
+                first = first or str(e)
+        assert first
+        raise FusionIllegal(first)
 
     def fusible(self, op: Operation) -> bool:
         return isinstance(op, Pointwise | Reduction) and not _is_scan(op) and not self.empty[id(op)]
