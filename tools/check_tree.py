@@ -57,13 +57,13 @@ def history_words(path: str, text: str) -> list[str]:
     return bad
 
 
-def sizes(path: str, text: str) -> list[str]:
+def sizes(path: str, text: str, tree: ast.Module) -> list[str]:
     """A Python file over MAX_FILE_LINES, or functions over MAX_FUNCTION_LINES."""
     bad = []
     lines = text.count("\n")
     if lines > MAX_FILE_LINES:
         bad.append(f"{path}: {lines} lines (at most {MAX_FILE_LINES})")
-    for node in ast.walk(ast.parse(text, path)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             length = (node.end_lineno or node.lineno) - node.lineno + 1
             if length > MAX_FUNCTION_LINES:
@@ -90,12 +90,12 @@ def _bare(value: ast.AST, name: str) -> bool:
     return any(_bare(child, name) for child in ast.iter_child_nodes(value))
 
 
-def kept_errors(path: str, text: str) -> list[str]:
+def kept_errors(path: str, tree: ast.Module) -> list[str]:
     """Rule 4: caught errors returned, yielded, assigned or stored, in package sources."""
     if not path.startswith(KEPT_ERROR_SCOPE) or "/src/" not in path:
         return []
     bad = []
-    for handler in ast.walk(ast.parse(text, path)):
+    for handler in ast.walk(tree):
         if not isinstance(handler, ast.ExceptHandler) or not handler.name:
             continue
         for node in (n for stmt in handler.body for n in ast.walk(stmt)):
@@ -122,7 +122,8 @@ def main() -> int:
             continue
         bad += history_words(path, text)
         if path.endswith(".py"):
-            bad += sizes(path, text) + environ_reads(path, text) + kept_errors(path, text)
+            tree = ast.parse(text, path)
+            bad += sizes(path, text, tree) + environ_reads(path, text) + kept_errors(path, tree)
     for line in bad:
         print(line)
     print(f"tree rules: {len(bad)} violations")

@@ -73,14 +73,15 @@ def test_precompile_each_returns_every_failure(specs: Any, tmp_path: Path, no_cu
     assert aot_module.precompile_each([], CUDA0, threads=3) == []
 
 
+class Held:
+    """A caller's local, watched through a weak reference."""
+
+
 def test_precompile_each_failures_hold_no_frames(specs: Any, tmp_path: Path, no_cuda_device: None) -> None:
     """A failure returned as a value carries no traceback (nor does its cause): one would hold the
     caller's frame, and so what the caller held when it returned, as long as the failure lives
     (autotuning keeps its candidates' failures). With the collector off, the caller's local goes
     when the caller returns."""
-    class Held:
-        pass
-
     def caller() -> tuple[weakref.ref[Held], list[KernelCompileError | None]]:
         held = Held()
         kernels = [Kernel(specs.add(2), FakeJit(fail=True), tmp_path / "0.py", CUDA0, False)]
@@ -101,9 +102,6 @@ def test_precompile_each_failures_hold_no_frames(specs: Any, tmp_path: Path, no_
 def test_precompile_raising_leaves_no_cycle(specs: Any, tmp_path: Path, no_cuda_device: None) -> None:
     """`precompile` raises a failure without holding it in its own frame: a cycle through that
     frame would keep the caller's frame, and its locals, until Python's next full collection."""
-    class Held:
-        pass
-
     def caller() -> tuple[weakref.ref[Held], str]:
         held = Held()
         kernels = [Kernel(specs.add(2), FakeJit(fail=True), tmp_path / "0.py", CUDA0, False)]

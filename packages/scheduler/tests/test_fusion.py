@@ -421,6 +421,13 @@ def test_single_element_ops_past_the_size_bound_stay_apart(sch, monkeypatch, no_
     assert sorted(len(g.members) for g in s.kernels()) == [1, 2, 2], [g.name for g in s.kernels()]
 
 
+def _refused_then_apart(x, v):
+    """With COIL_INLINE=0, y stays a buffer that its transposed reader cannot fuse with (a
+    refusal); the second output fuses in the first pass, apart."""
+    y = x + 1
+    return (y + y.t(), (v * 2).exp())
+
+
 def test_a_refused_pair_tried_again_is_not_planned_again(sch, monkeypatch):
     """merge_greedily tries every pair again after a pass that fused anything; two groups that
     did not plan, unchanged, refuse again for the same reason without being planned again. The
@@ -428,10 +435,7 @@ def test_a_refused_pair_tried_again_is_not_planned_again(sch, monkeypatch):
     from coil.scheduler import fusion
 
     monkeypatch.setenv("COIL_INLINE", "0")  # y stays a buffer its transposed reader cannot fuse with
-
-    def fn(x, v):
-        y = x + 1
-        return (y + y.t(), (v * 2).exp())  # the second output fuses in the first pass, apart
+    fn = _refused_then_apart
 
     planned: list[str] = []
     real_plan = fusion.plan
@@ -477,16 +481,12 @@ def test_a_refusal_keeps_no_frame_of_the_caller(sch, monkeypatch):
 
     monkeypatch.setenv("COIL_INLINE", "0")  # y stays a buffer its transposed reader cannot fuse with
 
-    def fn(x, v):
-        y = x + 1
-        return (y + y.t(), (v * 2).exp())
-
     class Held:
         pass
 
     def caller():
         held = Held()
-        return weakref.ref(held), sch.schedule(fn, torch.randn(4, 4), torch.randn(4, 4))
+        return weakref.ref(held), sch.schedule(_refused_then_apart, torch.randn(4, 4), torch.randn(4, 4))
 
     gc.collect()
     gc.disable()
