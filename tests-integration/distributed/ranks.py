@@ -13,7 +13,8 @@ values and tensors:
   natively), "fallbacks" (ATen ops run as fallbacks), "collectives" (the `_c10d_functional` ops
   its wrapper calls, in the order it calls them)}.
 
-The process group is destroyed however the scenario ends. A rank still running after <seconds>
+The process group is destroyed however the scenario ends; a rank that saved its result exits
+without interpreter finalization (`main`). A rank still running after <seconds>
 prints every thread's Python stack and exits (launch.py kills it a little later).
 """
 
@@ -22,6 +23,8 @@ from __future__ import annotations
 import copy
 import datetime
 import faulthandler
+import gc
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -258,7 +261,21 @@ def main(scenario: str, rank: int, world: int, store: str, out: str, seconds: fl
             eager, compiled = SCENARIOS[scenario](rank)
         torch.save({"eager": eager, "compiled": compiled, "graphs": graphs()}, out)
     finally:
-        dist.destroy_process_group()
+        release()
+    # A C++ thread of torch that frees a Python-owned tensor while the interpreter finalizes
+    # aborts the process (pytorch/pytorch#190489); all is saved and released, so skip finalizing.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def release() -> None:
+    """Free, while the interpreter is fully alive, everything that holds the process groups
+    (compiled code, the scenario's modules and meshes in reference cycles), then the groups."""
+    torch._dynamo.reset()
+    gc.collect()
+    dist.destroy_process_group()
+    gc.collect()
 
 
 if __name__ == "__main__":
