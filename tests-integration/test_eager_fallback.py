@@ -2,8 +2,9 @@
 
 Under torch.compile the whole Dynamo graph then runs as captured: the ATen ops it executes are
 eager's, one for one (not the many small ops of coil's decompositions), and so are its values
-and gradients, whether the forward, inference or backward graph failed. A failed graph is never
-cached as compiled. A graph compiled directly (`compile_graph`) falls back alone.
+and gradients, whether the forward, inference or backward graph failed or AOTAutograd itself
+(an error Dynamo acts on, IndexError, still reaches the user). A failed graph is never cached as
+compiled. A graph compiled directly (`compile_graph`) falls back alone.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import coil.backend.pipeline.backend as backend_mod
 import coil.backend.pipeline.compile as compile_mod
+import coil.backend.pipeline.fallback as fallback_mod
 import coil.lowering_ir.registry as registry
 import pytest
 import torch
@@ -190,3 +193,61 @@ def test_graph_compiled_directly_falls_back_alone(monkeypatch: pytest.MonkeyPatc
     (message,) = _coil_warnings(caught)
     assert message.endswith("-- running this graph eagerly (set COIL_FALLBACK_ON_ERROR=0 to raise)")
     assert COMPILED[-1].eager_fallback is not None
+
+
+def _fail_in_aot_autograd(monkeypatch: pytest.MonkeyPatch, error: type[Exception]) -> None:
+    """AOTAutograd's tracing fails: coil's decomposition of rsqrt (layer norm's) raises `error`."""
+    table = {**decomposition_table(), aten.rsqrt.default: _raising(error)}
+    monkeypatch.setattr(backend_mod, "_decompositions", lambda: table)
+
+
+def _raising(error: type[Exception]) -> Callable[..., Any]:
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise error("injected failure")
+    return fail
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_graph_aot_autograd_fails_on_runs_eagers_ops(monkeypatch: pytest.MonkeyPatch, device: torch.device,
+                                                       caught: list[warnings.WarningMessage], training: bool) -> None:
+    monkeypatch.setenv("COIL_AOT_CACHE", "0")
+    _fail_in_aot_autograd(monkeypatch, RuntimeError)
+    model, x = _model(device)
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(twin, backend="coil")
+    with torch.set_grad_enabled(training):
+        got, got_grads = _train_step(compiled, x) if training else (compiled(x), [])
+        want, want_grads = _train_step(model, x) if training else (model(x), [])
+        step: Callable[[torch.nn.Module], Any] = (lambda m: _train_step(m, x)) if training else (lambda m: m(x))
+        eager_ops, fallback_ops = _ops(lambda: step(model)), _ops(lambda: step(compiled))
+    torch.testing.assert_close(got, want)
+    assert len(got_grads) == len(want_grads)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w)
+    assert fallback_ops == eager_ops  # the Dynamo graph as captured: eager's ATen ops, one for one
+    (message,) = _coil_warnings(caught)
+    (stats,) = COMPILED
+    assert stats.name.startswith("dynamo_") and stats.eager_fallback is not None
+    assert f"coil failed in stage 'AOTAutograd' compiling {stats.name}: RuntimeError: injected failure" in message
+    assert message.endswith(fallback_mod.WHOLE_GRAPH)
+    assert BACKEND_CALLS[-1].eager_fallback == stats.eager_fallback
+
+
+def test_aot_autograd_failure_raises_when_strict(monkeypatch: pytest.MonkeyPatch, device: torch.device) -> None:
+    monkeypatch.setenv("COIL_AOT_CACHE", "0")
+    _fail_in_aot_autograd(monkeypatch, RuntimeError)
+    model, x = _model(device)
+    with knobs.override(fallback_on_error=False), torch.no_grad(), pytest.raises(Exception, match="injected failure"):
+        torch.compile(model, backend="coil")(x)
+    assert not COMPILED
+
+
+def test_an_error_dynamo_acts_on_is_not_a_fallback(monkeypatch: pytest.MonkeyPatch, device: torch.device,
+                                                   caught: list[warnings.WarningMessage]) -> None:
+    """IndexError reaches the user as eager would raise it (Dynamo's rule), not a silent eager run."""
+    monkeypatch.setenv("COIL_AOT_CACHE", "0")
+    _fail_in_aot_autograd(monkeypatch, IndexError)
+    model, x = _model(device)
+    with torch.no_grad(), pytest.raises(IndexError, match="injected failure"):
+        torch.compile(model, backend="coil")(x)
+    assert not COMPILED and not _coil_warnings(caught)

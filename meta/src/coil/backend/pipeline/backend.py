@@ -9,8 +9,9 @@ traces: `lazy_table`) and coil's partitioner (`partition`), whose forward, backw
 inference compilers are coil's per-graph pipeline (`compile.compile_graph`). torch's AOTAutograd
 cache (`aot_cache`, COIL_AOT_CACHE) may return the whole AOTAutograd result of an earlier
 process: then no AOTAutograd tracing and no coil stage runs, and `compile.load_portable`
-rebuilds each graph's callable. When a graph fails to compile (COIL_FALLBACK_ON_ERROR on), the
-call returns the Dynamo graph itself, run eagerly as captured (`fallback`). What each call did
+rebuilds each graph's callable. When a graph fails to compile, or AOTAutograd fails around coil's
+compilers (COIL_FALLBACK_ON_ERROR on), the call returns the Dynamo graph itself, run eagerly as
+captured (`fallback`). What each call did
 goes to `stats.BACKEND_CALLS`.
 """
 
@@ -34,6 +35,7 @@ from coil.backend.pipeline.partition import partition
 from coil.backend.pipeline.static_inputs import marked_static
 from coil.backend.stats import BACKEND_CALLS, COMPILED, BackendCall
 from coil.fx_passes import run_pre_grad_passes
+from coil.knobs import knobs
 from coil.lowering_ir import decomposition_table
 
 log = logging.getLogger("coil.backend")
@@ -167,6 +169,11 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
             failed = True
             compiled = fallback.dynamo_graph(dynamo_gm, e, COMPILED[first:])
             call.eager_fallback = str(e.error)
+        except Exception as e:  # AOTAutograd failed outside coil's compilers
+            if not knobs.fallback_on_error or fallback.dynamo_handles(e):
+                raise
+            failed = True
+            compiled, call.eager_fallback = fallback.untraced(dynamo_gm, "AOTAutograd", e, COMPILED[first:])
     call.aot_s = time.perf_counter() - t1
     call.aot_cache = verdict.status if unusable is None else "off"
     if call.aot_cache == "bypass":

@@ -19,6 +19,13 @@ compiles it falls back with its whole Dynamo graph:
   fails is caught at the same point. Every graph of the call already compiled is then marked
   as running eagerly too (`dynamo_graph`): the count of graphs run eagerly stays true.
 
+- When AOTAutograd itself fails (its tracing, coil's decompositions and partitioner inside
+  it), before or between coil's compilers, the backend falls back the same way (`untraced`): a
+  `GraphStats` named `dynamo_<n>` records the failure, one warning says it, and any graph of the
+  call already compiled is marked as running eagerly too. Errors that Dynamo acts on itself
+  propagate (`dynamo_handles`): a graph break at a fake-tensor limit, a restart of its analysis,
+  a skipped frame, and IndexError, which Dynamo hands to the user as eager would raise it.
+
 A graph compiled outside such a call falls back alone (`per_graph`): `compile_graph` called
 directly runs the graph its caller gave; a backward that torch compiles lazily (a torch without
 `force_non_lazy_backward_lowering`) runs the graph coil received, because its forward already
@@ -32,12 +39,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import itertools
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.fx
-from coil.backend.stats import GraphStats
+from coil.backend.errors import CoilCompileError
+from coil.backend.stats import COMPILED, GraphStats
 from coil.knobs import knobs
 
 PER_GRAPH = "running this graph eagerly (set COIL_FALLBACK_ON_ERROR=0 to raise)"
@@ -100,6 +110,35 @@ def dynamo_graph(gm: torch.fx.GraphModule, failure: DynamoGraphFallback, graphs:
         if g.eager_fallback is None:
             g.eager_fallback = f"runs eagerly with its Dynamo graph: {failure.graph} failed to compile"
     return gm.forward  # type: ignore[no-any-return]
+
+
+def dynamo_handles(error: BaseException) -> bool:
+    """Whether Dynamo acts on `error` itself when a backend raises it (module docstring), so that
+    the backend must let it propagate rather than fall back."""
+    from torch._dynamo import exc
+
+    names = ("TensorifyScalarRestartAnalysis", "ShortenTraceback", "SkipFrame")
+    kinds = tuple(getattr(exc, n) for n in names if hasattr(exc, n))
+    return isinstance(error, (IndexError, *kinds, *getattr(exc, "exceptions_allowed_to_be_fallback", ())))
+
+
+_untraced = itertools.count()
+
+
+def untraced(gm: torch.fx.GraphModule, stage: str, error: Exception, graphs: Sequence[GraphStats]
+             ) -> tuple[Callable[..., Any], str]:
+    """What the backend returns when `stage` failed with `error` outside coil's compilers: the
+    Dynamo graph `gm`'s own forward, and the failure's message. A `GraphStats` named
+    `dynamo_<n>` carrying the message joins COMPILED, one warning says it, and each of `graphs`
+    (the call's graphs compiled before the failure) is marked as running eagerly with it."""
+    name = f"dynamo_{next(_untraced)}"
+    message = str(CoilCompileError(stage, name, error))
+    COMPILED.append(GraphStats(name, fx_nodes=len(gm.graph.nodes), eager_fallback=message))
+    for g in graphs:
+        if g.eager_fallback is None:
+            g.eager_fallback = f"runs eagerly with its Dynamo graph: {name} failed to compile"
+    warnings.warn(f"{message} -- {WHOLE_GRAPH}", stacklevel=3)
+    return gm.forward, message
 
 
 def per_graph(gm: torch.fx.GraphModule) -> Callable[[list[Any]], Any]:
