@@ -1,6 +1,7 @@
 """Pooling end to end (backend="coil", Triton kernels; the CPU interpreter here): max_pool2d
 forward and backward are native (no ATen fallback), equal eager, and what autograd saves for
-the pool's backward is the int8 window offsets, not eager's int64 indices."""
+the pool's backward is the int8 window offsets, not eager's int64 indices; average pooling,
+adaptive and over a window spanning the input, is native too."""
 
 from __future__ import annotations
 
@@ -117,6 +118,8 @@ AVG_POOLS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "avg_ceil_exclude_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
     "avg_divisor_override": lambda x: F.avg_pool2d(x, (2, 3), 1, (1, 0), divisor_override=4),
     "adaptive_uneven": lambda x: F.adaptive_avg_pool2d(x, (3, 4)),
+    # global pooling as HF's EfficientNet writes it: a window far above what one output unrolls
+    "avg_spanning_window": lambda x: F.avg_pool2d(x, 1280, ceil_mode=True),
 }
 
 

@@ -106,8 +106,9 @@ def test_large_windows_stay_whole_and_fall_back(ir: Any) -> None:
     gm = ir.trace(big, x)
     assert aten.max_pool2d_with_indices.default in ir.targets(gm)
     assert _fallbacks(L.lower(gm)) == [aten.max_pool2d_with_indices.default]
-    avg = lambda x: (aten.avg_pool2d(x, [9, 9]),)  # noqa: E731
-    assert _fallbacks(ir.lower(avg, x)) == [aten.avg_pool2d.default]
+    y = torch.randn(1, 1, 10, 10)  # a 9 x 9 window that does not span the input (2 x 2 outputs)
+    avg = lambda x: (aten.avg_pool2d(x, [9, 9], [1, 1]),)  # noqa: E731
+    assert _fallbacks(ir.lower(avg, y)) == [aten.avg_pool2d.default]
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])

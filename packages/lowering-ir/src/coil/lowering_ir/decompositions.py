@@ -10,7 +10,9 @@ would turn every bf16 linear layer into an fp32 SIMT GEMM, several times slower 
 one.
 `max_pool2d_with_indices` becomes coil's pooling op with int8 window offsets plus their
 conversion to eager's int64 indices, so what the partitioner saves for the backward is the int8
-tensor (ops/pooling.py says why this happens here, before the partition).
+tensor (ops/pooling.py says why this happens here, before the partition). `avg_pool2d` whose one
+window spans the input (global pooling as `AvgPool2d(k >= size)`) becomes a sum and a division,
+forward and backward (ops/spanning_pool.py); other calls stay whole.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import torch
 from coil.lowering_ir.ops.pooling import max_pool2d_with_int8_offsets
+from coil.lowering_ir.ops.spanning_pool import avg_pool2d_backward_spanning, avg_pool2d_spanning
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 aten = torch.ops.aten
@@ -76,4 +79,6 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     for op in KEEP_WHOLE:
         table.pop(op, None)
     table[aten.max_pool2d_with_indices.default] = max_pool2d_with_int8_offsets
+    table[aten.avg_pool2d.default] = avg_pool2d_spanning
+    table[aten.avg_pool2d_backward.default] = avg_pool2d_backward_spanning
     return table
