@@ -43,6 +43,25 @@ def test_dce_removes_dead_pure_chain_keeps_random(trace) -> None:
     assert not run(gm, dead_code_elimination)  # fixpoint: nothing more to do
 
 
+def test_dce_keeps_calls_that_change_transform_levels() -> None:
+    """Dynamo records torch.vmap as calls entering and leaving a vmap level, whose results are
+    unused; removing them leaves the second vmap's tensors at a level that does not exist."""
+    from dynamo_capture import capture
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        a = torch.vmap(torch.mul)(x, y)
+        return torch.vmap(lambda u, v: u * v + 1)(a, y)
+
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    gm, _ = capture(f, x, y)
+    levels = [n for n in gm.graph.nodes if "nesting" in str(n.target)]
+    assert len(levels) == 4 and all(not n.users for n in levels)  # enter and leave, twice, unused
+    PassManager([dead_code_elimination], stage=Stage.PRE_GRAD).run(gm)
+    assert [n for n in gm.graph.nodes if "nesting" in str(n.target)] == levels
+    (got,) = gm(x, y)  # Dynamo's graphs return a tuple
+    torch.testing.assert_close(got, f(x, y))
+
+
 def test_cse_merges_pure_not_random(trace) -> None:
     def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         a = x.sin() * x.sin()

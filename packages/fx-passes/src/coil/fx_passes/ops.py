@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 import operator
+import re
 
 import torch
 from torch.fx import Node
 
 __all__ = [
+    "changes_transform_state",
     "is_impure",
     "is_mutating",
     "is_pointwise",
@@ -126,11 +128,41 @@ def is_random(node: Node) -> bool:
     return False
 
 
+# Functions Dynamo records in its graphs that change functorch's transform state: entering and
+# leaving vmap/grad/jvp levels, dual levels, the single-level and in-place-grad flags. Their
+# results are often unused, yet dropping the call leaves later nodes at the wrong level (a vmap
+# whose `_vmap_decrement_nesting` is gone makes the next vmap's tensors "escape" it).
+_TRANSFORM_STATE = re.compile(r"(increment|decrement)_nesting|(enter|exit)_dual_level|^_maybe_unsafe_set_level$"
+                              r"|^set_.*_allowed$|^lazy_load_decompositions$")
+
+
+@functools.cache
+def _transform_state_calls() -> frozenset[object]:
+    from torch._functorch import predispatch
+
+    found: set[object] = set()
+    for module in (torch._C._functorch, predispatch):
+        found.update(getattr(module, n) for n in dir(module) if _TRANSFORM_STATE.search(n))
+    return frozenset(found)
+
+
+def changes_transform_state(node: Node) -> bool:
+    """True for a call of a function that enters, leaves or configures a functorch transform
+    level (vmap, grad, jvp, dual levels): never removed or moved, whatever its users."""
+    if node.op != "call_function":
+        return False
+    try:
+        return node.target in _transform_state_calls()
+    except TypeError:  # an unhashable target is none of them
+        return False
+
+
 def is_impure(node: Node) -> bool:
     """True when removing, merging or reordering the node could change the program.
 
     Placeholders, outputs, mutating ops, random ops, ``call_module`` (a module may hold state),
-    higher-order operators and anything torch.fx itself marks side-effectful are impure.
+    higher-order operators, calls that change functorch's transform state
+    (`changes_transform_state`) and anything torch.fx itself marks side-effectful are impure.
     """
     if node.op in ("placeholder", "output", "call_module"):
         return True
@@ -139,6 +171,8 @@ def is_impure(node: Node) -> bool:
     if is_mutating(node) or is_random(node):
         return True
     if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+        return True
+    if changes_transform_state(node):
         return True
     try:
         return bool(node.is_impure())

@@ -24,8 +24,6 @@ import torch
 from coil.lowering_ir.errors import Unsupported
 from coil.lowering_ir.ops.pool_common import pair
 
-aten = torch.ops.aten
-
 
 def _out_size(n: int, k: int, s: int, ceil_mode: bool) -> int:
     """Eager's pooled length along one axis, padding 0 and dilation 1."""
