@@ -113,6 +113,26 @@ def _decoders() -> list[Entry]:
                   vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                   multi_query=True, parallel_attn=True, new_decoder_architecture=False,
                   max_position_embeddings=64, bos_token_id=0, eos_token_id=0, use_cache=False))),
+        Entry("mixtral", "Mixtral", "decoder",
+              "Mixtral-8x7B's architecture at hidden 1024: 8 experts with top-2 routing, expert "
+              "SwiGLU 3584, 8 heads / 2 KV heads of dim 128 (GQA 4:1), RoPE, RMSNorm, vocab 32000; "
+              "hidden 4096 -> 1024, expert FFN 14336 -> 3584, layers 32 -> 8",
+              HF("MixtralForCausalLM", "MixtralConfig", dict(
+                  vocab_size=32000, hidden_size=1024, intermediate_size=3584, num_hidden_layers=8,
+                  num_attention_heads=8, num_key_value_heads=2, num_local_experts=8,
+                  num_experts_per_tok=2, max_position_embeddings=4096, use_cache=False)),
+              HF("MixtralForCausalLM", "MixtralConfig", dict(
+                  _TINY_DECODER, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2))),
+        Entry("mamba", "Mamba", "decoder",
+              "Mamba-370M shapes: hidden 1024, a selective state-space mixer per layer (state 16, "
+              "expand 2, causal conv 4) and no attention, RMSNorm, tied embeddings, vocab 50280; "
+              "layers 48 -> 8; transformers' PyTorch path (its scan through torch.vmap), as without "
+              "the mamba_ssm kernels",
+              HF("MambaForCausalLM", "MambaConfig", dict(
+                  vocab_size=50280, hidden_size=1024, state_size=16, expand=2, conv_kernel=4,
+                  num_hidden_layers=8, use_cache=False)),
+              HF("MambaForCausalLM", "MambaConfig", dict(
+                  vocab_size=256, hidden_size=64, state_size=8, num_hidden_layers=2, use_cache=False))),
     ]  # fmt: skip
 
 
