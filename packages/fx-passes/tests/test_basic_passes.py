@@ -62,6 +62,25 @@ def test_dce_keeps_calls_that_change_transform_levels() -> None:
     torch.testing.assert_close(got, f(x, y))
 
 
+def test_dce_keeps_context_managers_that_set_global_state() -> None:
+    """Dynamo records `sdpa_kernel` and `disable_saved_tensors_hooks` as calls with unused
+    results; they choose SDPA's backend and forbid hooks for the nodes between them."""
+    from dynamo_capture import capture
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def f(q: torch.Tensor) -> torch.Tensor:
+        with sdpa_kernel(SDPBackend.MATH):
+            a = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        with torch.autograd.graph.disable_saved_tensors_hooks("no hooks here"):
+            return a.sin()
+
+    gm, _ = capture(f, torch.randn(1, 2, 4, 8))
+    state = [n for n in gm.graph.nodes if "sdpa_kernel" in str(n.target) or "saved_tensors_hooks" in str(n.target)]
+    assert len(state) == 4 and all(not n.users for n in state)  # each manager's enter and exit
+    PassManager([dead_code_elimination], stage=Stage.PRE_GRAD).run(gm)
+    assert [n for n in gm.graph.nodes if n in state] == state
+
+
 def test_cse_merges_pure_not_random(trace) -> None:
     def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         a = x.sin() * x.sin()

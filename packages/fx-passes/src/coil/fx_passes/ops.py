@@ -16,7 +16,6 @@ import torch
 from torch.fx import Node
 
 __all__ = [
-    "changes_transform_state",
     "is_impure",
     "is_mutating",
     "is_pointwise",
@@ -24,6 +23,7 @@ __all__ = [
     "is_random",
     "is_view_op",
     "overload_of",
+    "sets_global_state",
 ]
 
 _RANDOM_NAMES = frozenset(
@@ -128,31 +128,42 @@ def is_random(node: Node) -> bool:
     return False
 
 
-# Functions Dynamo records in its graphs that change functorch's transform state: entering and
-# leaving vmap/grad/jvp levels, dual levels, the single-level and in-place-grad flags. Their
-# results are often unused, yet dropping the call leaves later nodes at the wrong level (a vmap
-# whose `_vmap_decrement_nesting` is gone makes the next vmap's tensors "escape" it).
-_TRANSFORM_STATE = re.compile(r"(increment|decrement)_nesting|(enter|exit)_dual_level|^_maybe_unsafe_set_level$"
-                              r"|^set_.*_allowed$|^lazy_load_decompositions$")
+# Functions Dynamo records in its graphs for context managers that set global state: entering
+# and leaving functorch's vmap/grad/jvp and dual levels and its transform flags, forward-mode
+# grad, saved-tensor hooks, SDPA's backend choice. Their results are often unused, yet dropping
+# or moving a call changes what later nodes compute (a vmap whose `_vmap_decrement_nesting` is
+# gone makes the next vmap's tensors "escape" it). torch.fx's own list covers grad mode,
+# inference mode and autocast.
+_FUNCTORCH_STATE = re.compile(r"(increment|decrement)_nesting|(enter|exit)_dual_level|dynamic_layer_stack"
+                              r"|^_maybe_unsafe_set_level$|^set_.*_allowed$|^lazy_load_decompositions$")
+_OTHER_STATE = (("torch._C", "_set_fwd_grad_enabled"), ("torch._C._autograd", "_saved_tensors_hooks_enable"),
+                ("torch._C._autograd", "_saved_tensors_hooks_disable"), ("torch.nn.attention", "_sdpa_kernel"))
 
 
 @functools.cache
-def _transform_state_calls() -> frozenset[object]:
+def _state_setting_calls() -> frozenset[object]:
+    import importlib
+
     from torch._functorch import predispatch
 
     found: set[object] = set()
     for module in (torch._C._functorch, predispatch):
-        found.update(getattr(module, n) for n in dir(module) if _TRANSFORM_STATE.search(n))
+        found.update(getattr(module, n) for n in dir(module) if _FUNCTORCH_STATE.search(n))
+    for module_name, name in _OTHER_STATE:
+        fn = getattr(importlib.import_module(module_name), name, None)
+        if fn is not None:
+            found.add(fn)
     return frozenset(found)
 
 
-def changes_transform_state(node: Node) -> bool:
-    """True for a call of a function that enters, leaves or configures a functorch transform
-    level (vmap, grad, jvp, dual levels): never removed or moved, whatever its users."""
+def sets_global_state(node: Node) -> bool:
+    """True for a call Dynamo recorded for a context manager that sets global state (functorch
+    transform levels, forward-mode grad, saved-tensor hooks, SDPA's backend): never removed or
+    moved, whatever its users."""
     if node.op != "call_function":
         return False
     try:
-        return node.target in _transform_state_calls()
+        return node.target in _state_setting_calls()
     except TypeError:  # an unhashable target is none of them
         return False
 
@@ -161,8 +172,8 @@ def is_impure(node: Node) -> bool:
     """True when removing, merging or reordering the node could change the program.
 
     Placeholders, outputs, mutating ops, random ops, ``call_module`` (a module may hold state),
-    higher-order operators, calls that change functorch's transform state
-    (`changes_transform_state`) and anything torch.fx itself marks side-effectful are impure.
+    higher-order operators, calls that set global state (`sets_global_state`) and anything
+    torch.fx itself marks side-effectful are impure.
     """
     if node.op in ("placeholder", "output", "call_module"):
         return True
@@ -172,7 +183,7 @@ def is_impure(node: Node) -> bool:
         return True
     if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
         return True
-    if changes_transform_state(node):
+    if sets_global_state(node):
         return True
     try:
         return bool(node.is_impure())
