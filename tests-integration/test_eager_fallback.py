@@ -56,8 +56,13 @@ def _ops(fn: Callable[[], Any]) -> list[str]:
     return mode.ops
 
 
-def _broken(*args: Any, **kwargs: Any) -> Any:
-    raise ValueError("injected failure")
+def _raising(error: type[Exception]) -> Callable[..., Any]:
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise error("injected failure")
+    return fail
+
+
+_broken = _raising(ValueError)
 
 
 def _fail_lowering_of(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
@@ -199,12 +204,6 @@ def _fail_in_aot_autograd(monkeypatch: pytest.MonkeyPatch, error: type[Exception
     """AOTAutograd's tracing fails: coil's decomposition of rsqrt (layer norm's) raises `error`."""
     table = {**decomposition_table(), aten.rsqrt.default: _raising(error)}
     monkeypatch.setattr(backend_mod, "_decompositions", lambda: table)
-
-
-def _raising(error: type[Exception]) -> Callable[..., Any]:
-    def fail(*args: Any, **kwargs: Any) -> Any:
-        raise error("injected failure")
-    return fail
 
 
 @pytest.mark.parametrize("training", [False, True])

@@ -106,10 +106,15 @@ def dynamo_graph(gm: torch.fx.GraphModule, failure: DynamoGraphFallback, graphs:
     """What the backend returns after `failure`: the Dynamo graph `gm`'s own forward. Each of
     the call's `graphs` compiled before the failure is marked as running eagerly with it (the
     failed one already says why)."""
+    _run_with_dynamo_graph(graphs, failure.graph)
+    return gm.forward  # type: ignore[no-any-return]
+
+
+def _run_with_dynamo_graph(graphs: Sequence[GraphStats], failed: str) -> None:
+    """Mark each of `graphs` not already marked as running eagerly because `failed` did."""
     for g in graphs:
         if g.eager_fallback is None:
-            g.eager_fallback = f"runs eagerly with its Dynamo graph: {failure.graph} failed to compile"
-    return gm.forward  # type: ignore[no-any-return]
+            g.eager_fallback = f"runs eagerly with its Dynamo graph: {failed} failed to compile"
 
 
 def dynamo_handles(error: BaseException) -> bool:
@@ -134,9 +139,7 @@ def untraced(gm: torch.fx.GraphModule, stage: str, error: Exception, graphs: Seq
     name = f"dynamo_{next(_untraced)}"
     message = str(CoilCompileError(stage, name, error))
     COMPILED.append(GraphStats(name, fx_nodes=len(gm.graph.nodes), eager_fallback=message))
-    for g in graphs:
-        if g.eager_fallback is None:
-            g.eager_fallback = f"runs eagerly with its Dynamo graph: {name} failed to compile"
+    _run_with_dynamo_graph(graphs, name)
     warnings.warn(f"{message} -- {WHOLE_GRAPH}", stacklevel=3)
     return gm.forward, message
 

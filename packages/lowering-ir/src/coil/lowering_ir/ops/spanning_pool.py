@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from coil.lowering_ir.errors import Unsupported
+from coil.lowering_ir.ops.common import upcast_compute
 from coil.lowering_ir.ops.pool_common import pair
 
 
@@ -54,10 +55,6 @@ def _divisor(x: torch.Tensor, divisor_override: Any) -> int | None:
     return divisor_override if isinstance(divisor_override, int) and divisor_override != 0 else None
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
 def avg_pool2d_spanning(self: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
                         ceil_mode: bool = False, count_include_pad: bool = True,
                         divisor_override: Any = None) -> Any:
@@ -72,7 +69,7 @@ def avg_pool2d_spanning(self: torch.Tensor, kernel_size: Any, stride: Any = (), 
     if not self.dtype.is_floating_point:
         total = self.sum(dim=(-2, -1), keepdim=True, dtype=torch.int64)
         return torch.div(total, div, rounding_mode="trunc").to(self.dtype)
-    total = self.to(_compute_dtype(self.dtype)).sum(dim=(-2, -1), keepdim=True)
+    total = self.to(upcast_compute(self.dtype)).sum(dim=(-2, -1), keepdim=True)
     return (total / div).to(self.dtype)
 
 
@@ -87,5 +84,5 @@ def avg_pool2d_backward_spanning(grad_output: torch.Tensor, self: torch.Tensor, 
     div = _divisor(self, divisor_override)
     if div is None:
         return NotImplemented
-    share = (grad_output.to(_compute_dtype(grad_output.dtype)) / div).to(grad_output.dtype)
+    share = (grad_output.to(upcast_compute(grad_output.dtype)) / div).to(grad_output.dtype)
     return torch.ones_like(self, dtype=grad_output.dtype) * share
