@@ -331,6 +331,29 @@ def test_buffer_donated_to_an_extern_result_is_still_freed(wr, refs):
     check_program(s, prog, refs)
 
 
+# An op whose second result ATen leaves undefined (None in Python) while its fake function
+# makes a tensor: cuDNN attention's logsumexp when it is not asked to compute it.
+_LIB = torch.library.Library("coil_wrapper_test", "DEF")
+_LIB.define("twice_and_maybe(Tensor x) -> (Tensor, Tensor)")
+_LIB.impl("twice_and_maybe", lambda x: (x * 2, None), "CPU")
+_LIB._register_fake("twice_and_maybe", lambda x: (torch.empty_like(x), torch.empty_like(x)))
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_an_extern_result_nothing_reads_is_never_reused(wr, refs, reuse):
+    def fn(x):
+        doubled, _ = torch.ops.coil_wrapper_test.twice_and_maybe(x)
+        return (torch.sin(doubled) @ doubled,)  # a kernel store the size of the unread result
+
+    x = torch.randn(8, 8)
+    s = wr.schedule(fn, x, fusion=False)
+    prog = wr.program(s, reuse=reuse)
+    (call,) = [ln for ln in prog.lines if isinstance(ln, ExternCall) and "twice_and_maybe" in ln.op]
+    assert call.results[1] is None  # dropped where it is made
+    check_program(s, prog, refs)
+    wr.check(fn, x, reuse=reuse, fusion=False)
+
+
 def test_unused_input_is_not_held(wr, refs):
     def fn(x, unused):
         return (x + 1,)

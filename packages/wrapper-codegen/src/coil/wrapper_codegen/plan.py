@@ -267,6 +267,12 @@ class _Builder:
         # only kernel stores are allocated by the wrapper, so only they can take a donor's storage;
         # a donor assigned to an extern result (which ATen allocates) is simply freed as usual
         self.allocated = kernel_stores(self.steps)
+        # an extern's result that nothing reads (not even for a size it defines) is dropped where
+        # it is made: ATen may return no tensor for it (cuDNN attention's logsumexp when not asked
+        # to compute it), so it owns no storage the plan could hand on
+        self.unread = {w for i, st in enumerate(self.steps) if not isinstance(st, KernelGroup | Scatter)
+                       for w in set(step_writes(st)) - {b.source for b in st.bindings}
+                       if self.life.last.get(w) == i and w not in self.life.out_storage and w not in self.inputs}
         self.inplace: dict[str, str] = {}  # in-place output -> the buffer whose storage it takes
         self.renamed: dict[str, str] = {}  # base -> scatter output
         self.plan: ReusePlan | None = None
@@ -315,8 +321,8 @@ class _Builder:
         for b in [w for st in self.steps for w in step_writes(st)]:
             if b in self.inplace:
                 continue  # its storage's lifetime is its base's
-            if b in aliases:
-                continue  # a view of an argument's storage: not the wrapper's to hand on
+            if b in aliases or b in self.unread:
+                continue  # a view of an argument's storage, or no storage: not the wrapper's to hand on
             buf = self.buffers[b]
             extent = sympy.sympify(buf.layout.storage_extent())
             pool = f"{buf.layout.device}/{buf.layout.dtype}"
@@ -455,9 +461,6 @@ class _Builder:
         recorded); its results own fresh storage."""
         if st.fallback:
             self.fallback_ops.append(str(st.kernel))
-        # results nothing reads are not laid out (ATen may return them other than the meta
-        # function says: embedding_bag's offset2bag is empty on some CPU paths)
-        unused = set(self.freed_by_step.get(i, []))
         results = self.result_refs(st.results)
         binds = tuple(BindSymbol(self.bind_name(b.symbol.name), b.source, b.attr, b.dim, b.divisor)
                       for b in st.bindings)
@@ -469,7 +472,7 @@ class _Builder:
             return e.xreplace({s: sympy.Symbol(again[s.name], integer=True) for s in e.free_symbols if s.name in again})
 
         expect = tuple((b.name, ints([own(e) for e in b.layout.size]), ints([own(e) for e in b.layout.stride]))
-                       for b in st.outputs if b.name not in unused)
+                       for b in st.outputs if b.name not in self.unread)
         call = ExternCall(op_name(st.kernel), self.ref(st.args), tuple((k, self.ref(v)) for k, v in st.kwargs.items()),
                           results, expect if st.fallback else (), binds)
         why = self.step_blockers.get(i)
@@ -478,13 +481,14 @@ class _Builder:
         self.lines.append(call)
         self.lines.extend(self.symbol_checks())
         for w in step_writes(st):
-            self.live_storage[w] = w
+            if w not in self.unread:
+                self.live_storage[w] = w
 
     def result_refs(self, results: Any) -> Any:
         """An extern's results as the wrapper's names: Refs for buffers and for a scalar result
         (a sympy Symbol: the variable of that name), None for unused ones."""
         if isinstance(results, Buffer):
-            return Ref(results.name)
+            return None if results.name in self.unread else Ref(results.name)
         if isinstance(results, sympy.Symbol):
             return Ref(self.bind_name(results.name))
         if isinstance(results, list | tuple):
