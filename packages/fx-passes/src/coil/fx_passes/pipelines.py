@@ -9,6 +9,7 @@ from coil.fx_passes.infra import GraphPass, Stage
 from coil.fx_passes.manager import OnPass, PassManager
 from coil.fx_passes.passes.accumulate_into import accumulate_into_addend
 from coil.fx_passes.passes.addmm import fold_addmm, unfold_addmm
+from coil.fx_passes.passes.associative_scan import expand_associative_scans
 from coil.fx_passes.passes.attention import fuse_attention
 from coil.fx_passes.passes.causal_mask import causal_masks
 from coil.fx_passes.passes.channels_last import channels_last
@@ -51,6 +52,7 @@ def post_grad_passes(*, is_backward: bool, reinplace: bool | None = None) -> tup
     ``knobs.reinplace`` / ``COIL_REINPLACE``)."""
     del is_backward  # the same pipeline serves forward and backward graphs today
     passes: list[GraphPass] = [
+        expand_associative_scans,  # first: the scan's combine ops join the graph the others see
         fold_constants,  # first: turns GPT-2's `w / full([], sqrt(d))` into `w / sqrt(d)`
         scatter_to_where,  # nll_loss_backward's scatter into zeros becomes a fusable where
         accumulate_into_addend,  # a tied embedding's gradient: no [V, D] zeros, no add
