@@ -2,9 +2,10 @@
 
 Under torch.compile the whole Dynamo graph then runs as captured: the ATen ops it executes are
 eager's, one for one (not the many small ops of coil's decompositions), and so are its values
-and gradients, whether the forward, inference or backward graph failed or AOTAutograd itself
-(an error Dynamo acts on, IndexError, still reaches the user). A failed graph is never cached as
-compiled. A graph compiled directly (`compile_graph`) falls back alone.
+and gradients, whether the forward, inference or backward graph failed, AOTAutograd itself (an
+error Dynamo acts on, IndexError, still reaches the user) or a pre-grad pass; and a pre-grad pass
+that edited Dynamo's graph wrongly does not change what the fallback runs. A failed graph is
+never cached as compiled. A graph compiled directly (`compile_graph`) falls back alone.
 """
 
 from __future__ import annotations
@@ -250,3 +251,47 @@ def test_an_error_dynamo_acts_on_is_not_a_fallback(monkeypatch: pytest.MonkeyPat
     with torch.no_grad(), pytest.raises(IndexError, match="injected failure"):
         torch.compile(model, backend="coil")(x)
     assert not COMPILED and not _coil_warnings(caught)
+
+
+def _wrong_pre_grad_passes(raises: bool) -> Callable[..., torch.fx.GraphModule]:
+    """Pre-grad passes that edit Dynamo's graph in place wrongly (every `+` a `-`), then raise or
+    return it."""
+    import operator
+
+    def passes(gm: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> torch.fx.GraphModule:
+        adds = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in (operator.add, torch.add)]
+        assert adds, "the model has residual adds"
+        for n in adds:
+            n.target = operator.sub
+        gm.recompile()
+        if raises:
+            raise RuntimeError("injected failure")
+        return gm
+
+    return passes
+
+
+def test_a_pre_grad_pass_that_fails_runs_the_graph_as_captured(
+        monkeypatch: pytest.MonkeyPatch, device: torch.device, caught: list[warnings.WarningMessage]) -> None:
+    monkeypatch.setenv("COIL_AOT_CACHE", "0")
+    monkeypatch.setattr(backend_mod, "run_pre_grad_passes", _wrong_pre_grad_passes(raises=True))
+    model, x = _model(device)
+    with torch.no_grad():
+        got = torch.compile(copy.deepcopy(model), backend="coil")(x)
+        torch.testing.assert_close(got, model(x))
+    (message,) = _coil_warnings(caught)
+    (stats,) = COMPILED
+    assert f"coil failed in stage 'pre-grad passes' compiling {stats.name}: RuntimeError: injected failure" in message
+
+
+def test_a_fallback_after_a_wrong_pre_grad_pass_runs_the_graph_as_captured(
+        monkeypatch: pytest.MonkeyPatch, device: torch.device, caught: list[warnings.WarningMessage]) -> None:
+    """The passes edit Dynamo's graph in place; the fallback still runs what Dynamo captured."""
+    monkeypatch.setenv("COIL_AOT_CACHE", "0")
+    monkeypatch.setattr(backend_mod, "run_pre_grad_passes", _wrong_pre_grad_passes(raises=False))
+    _fail_in_aot_autograd(monkeypatch, RuntimeError)
+    model, x = _model(device)
+    with torch.no_grad():
+        got = torch.compile(copy.deepcopy(model), backend="coil")(x)
+        torch.testing.assert_close(got, model(x))
+    assert len(_coil_warnings(caught)) == 1 and COMPILED[-1].eager_fallback is not None

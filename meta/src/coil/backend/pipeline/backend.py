@@ -115,8 +115,14 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
         call.frontend_cache = front.status = "miss"
         t0 = time.perf_counter()
     backend_id = getattr(gm, "_backend_id", None)
-    dynamo_gm = gm  # what runs, as captured, when coil cannot compile one of its graphs
-    gm = run_pre_grad_passes(gm, example_inputs, attention=attention.pre_grad_pass())
+    captured = fallback.Captured(gm)  # what runs when coil cannot compile one of its graphs
+    try:
+        gm = run_pre_grad_passes(gm, example_inputs, attention=attention.pre_grad_pass())
+    except Exception as e:
+        if not knobs.fallback_on_error or fallback.dynamo_handles(e):
+            raise
+        compiled, call.eager_fallback = fallback.untraced(captured, "pre-grad passes", e, [])
+        return compiled
     if backend_id is not None:
         # Dynamo's name for this graph under torch's caching precompile
         # (torch._dynamo.config.caching_precompile): AOTAutograd records the compiled result
@@ -167,13 +173,13 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], overrides:
             )
         except fallback.DynamoGraphFallback as e:  # a graph failed to compile (it warned)
             failed = True
-            compiled = fallback.dynamo_graph(dynamo_gm, e, COMPILED[first:])
+            compiled = fallback.dynamo_graph(captured, e, COMPILED[first:])
             call.eager_fallback = str(e.error)
         except Exception as e:  # AOTAutograd failed outside coil's compilers
             if not knobs.fallback_on_error or fallback.dynamo_handles(e):
                 raise
             failed = True
-            compiled, call.eager_fallback = fallback.untraced(dynamo_gm, "AOTAutograd", e, COMPILED[first:])
+            compiled, call.eager_fallback = fallback.untraced(captured, "AOTAutograd", e, COMPILED[first:])
     call.aot_s = time.perf_counter() - t1
     call.aot_cache = verdict.status if unusable is None else "off"
     if call.aot_cache == "bypass":

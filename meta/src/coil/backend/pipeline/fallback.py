@@ -26,6 +26,11 @@ compiles it falls back with its whole Dynamo graph:
   propagate (`dynamo_handles`): a graph break at a fake-tensor limit, a restart of its analysis,
   a skipped frame, and IndexError, which Dynamo hands to the user as eager would raise it.
 
+What runs is Dynamo's graph as it was captured (`Captured`, a copy of its nodes taken before
+coil's pre-grad passes, which edit the graph in place): a pass that rewrote it wrongly, or a
+pre-grad pass that raised (a failure of stage 'pre-grad passes', handled as `untraced`), cannot
+change what the fallback computes.
+
 A graph compiled outside such a call falls back alone (`per_graph`): `compile_graph` called
 directly runs the graph its caller gave; a backward that torch compiles lazily (a torch without
 `force_non_lazy_backward_lowering`) runs the graph coil received, because its forward already
@@ -101,13 +106,33 @@ def falls_back_whole(kind: str) -> bool:
     return scope is not None and (kind != "backward" or scope.backward)
 
 
-def dynamo_graph(gm: torch.fx.GraphModule, failure: DynamoGraphFallback, graphs: Sequence[GraphStats]
+class Captured:
+    """Dynamo's graph module as captured: a copy of its graph's nodes (their meta shared
+    shallowly, as `Graph.graph_copy` does), taken before coil's passes edit the graph in place;
+    `module()` rebuilds a GraphModule over the captured module's own parameters and submodules,
+    only when a fallback needs one."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        self.root = gm
+        self.graph = torch.fx.Graph()
+        self.graph._codegen = gm.graph._codegen  # the calling convention (pytree specs)
+        self.graph.output(self.graph.graph_copy(gm.graph, {}))
+        self.nodes = len(gm.graph.nodes)
+
+    def module(self) -> torch.fx.GraphModule:
+        """A GraphModule running the captured graph."""
+        gm = torch.fx.GraphModule(self.root, self.graph)
+        gm.meta = self.root.meta
+        return gm
+
+
+def dynamo_graph(captured: Captured, failure: DynamoGraphFallback, graphs: Sequence[GraphStats]
                  ) -> Callable[..., Any]:
-    """What the backend returns after `failure`: the Dynamo graph `gm`'s own forward. Each of
-    the call's `graphs` compiled before the failure is marked as running eagerly with it (the
+    """What the backend returns after `failure`: the captured Dynamo graph's own forward. Each
+    of the call's `graphs` compiled before the failure is marked as running eagerly with it (the
     failed one already says why)."""
     _run_with_dynamo_graph(graphs, failure.graph)
-    return gm.forward  # type: ignore[no-any-return]
+    return captured.module().forward  # type: ignore[no-any-return]
 
 
 def _run_with_dynamo_graph(graphs: Sequence[GraphStats], failed: str) -> None:
@@ -130,18 +155,18 @@ def dynamo_handles(error: BaseException) -> bool:
 _untraced = itertools.count()
 
 
-def untraced(gm: torch.fx.GraphModule, stage: str, error: Exception, graphs: Sequence[GraphStats]
+def untraced(captured: Captured, stage: str, error: Exception, graphs: Sequence[GraphStats]
              ) -> tuple[Callable[..., Any], str]:
     """What the backend returns when `stage` failed with `error` outside coil's compilers: the
-    Dynamo graph `gm`'s own forward, and the failure's message. A `GraphStats` named
+    captured Dynamo graph's own forward, and the failure's message. A `GraphStats` named
     `dynamo_<n>` carrying the message joins COMPILED, one warning says it, and each of `graphs`
     (the call's graphs compiled before the failure) is marked as running eagerly with it."""
     name = f"dynamo_{next(_untraced)}"
     message = str(CoilCompileError(stage, name, error))
-    COMPILED.append(GraphStats(name, fx_nodes=len(gm.graph.nodes), eager_fallback=message))
+    COMPILED.append(GraphStats(name, fx_nodes=captured.nodes, eager_fallback=message))
     _run_with_dynamo_graph(graphs, name)
     warnings.warn(f"{message} -- {WHOLE_GRAPH}", stacklevel=3)
-    return gm.forward, message
+    return captured.module().forward, message
 
 
 def per_graph(gm: torch.fx.GraphModule) -> Callable[[list[Any]], Any]:
