@@ -74,8 +74,19 @@ def test_host_syncs_are_not_capturable() -> None:
     assert why is not None and "sync" in why
     a, b = _buf("a", (3,)), _buf("b", (3,))
     assert capture_blocker(_extern(aten.equal.default, (a, b), None), CUDA) is not None
-    # histc's CUDA kernel reads the data range on the host when min == max
+    # histc's CUDA kernel reads the data range on the host when min == max (the default: 0, 0)
     assert capture_blocker(_extern(aten.histc.default, (a, 10, 0, 0), _buf("h", (10,))), CUDA) is not None
+    assert capture_blocker(_extern(aten.histc.default, (a, 10), _buf("h", (10,))), CUDA) is not None
+    assert capture_blocker(_extern(aten.histc.default, (a,), _buf("h", (100,)), min=2.0, max=2.0), CUDA) is not None
+
+
+def test_a_histogram_over_a_given_range_is_capturable() -> None:
+    """A mixture-of-experts router counts tokens per expert with histc(ids, E, 0, E - 1): the
+    kernel bins with the given bounds, no host read."""
+    ids = _buf("ids", (64,), dtype=torch.int32)
+    assert capture_blocker(_extern(aten.histc.default, (ids, 8, 0, 7), _buf("h", (8,), dtype=torch.int32)), CUDA) is None
+    assert capture_blocker(_extern(aten.histc.default, (ids, 8), _buf("h", (8,), dtype=torch.int32), min=0, max=7),
+                           CUDA) is None
 
 
 def test_other_devices_are_not_capturable() -> None:

@@ -16,7 +16,9 @@ capture or is frozen into the graph with the values it saw then. The rule, per s
      turned into `nonzero` before it reaches the graph).
   2. *host sync*: the op carries `torch.Tag.data_dependent_output` (`_local_scalar_dense`,
      `item`: a device value read on the host), or is in `HOST_SYNC_OPS` (ops returning a Python
-     value computed from tensor data, e.g. `equal`, or reading the data range, `histc`).
+     value computed from tensor data, e.g. `equal`), or is a `histc` whose `min` equals its
+     `max` (its CUDA kernel then reads the data's range on the host; with a range given, as a
+     mixture-of-experts router counts its experts, it runs without a sync).
   3. *another device*: a tensor argument or result on another device than the graph's (a CPU
      tensor in a CUDA graph: a host copy, or a CPU scalar read once at capture and replayed
      stale), or a `device=` argument naming another device.
@@ -50,9 +52,8 @@ from coil.scheduler.collectives import is_launch, is_wait
 from coil.scheduler.schedule import Schedule, Step
 
 # ops that read device data on the host although no tag says so: Python values computed from
-# tensor data (equal, is_nonzero, allclose), and histc, whose CUDA kernel reads the data range
-# with .item() when min == max
-HOST_SYNC_OPS = frozenset({"aten.equal", "aten.is_nonzero", "aten.allclose", "aten.histc"})
+# tensor data (equal, is_nonzero, allclose); histc does when min == max (`_reads_data_range`)
+HOST_SYNC_OPS = frozenset({"aten.equal", "aten.is_nonzero", "aten.allclose"})
 # dynamic_output_shape ops whose static-shaped results need no sync (see rule 1)
 STATIC_WHEN_SIZED = frozenset({"aten.index.Tensor"})
 
@@ -98,6 +99,15 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
+def _reads_data_range(step: ExternKernel) -> bool:
+    """A `histc` whose range is not given (min == max, the default 0 and 0, or not a number
+    known now): its CUDA kernel reads the data's minimum and maximum on the host."""
+    if _packet(step.kernel) != "aten.histc":
+        return False
+    bounds = [step.args[i] if len(step.args) > i else step.kwargs.get(name, 0) for i, name in ((2, "min"), (3, "max"))]
+    return not all(isinstance(b, int | float) for b in bounds) or bounds[0] == bounds[1]
+
+
 def capture_blocker(step: Step, device: torch.device) -> str | None:
     """Why `step` cannot be captured in a CUDA graph on `device` (see the module docstring), or
     None when it can. The reason names the op and the rule."""
@@ -113,7 +123,7 @@ def capture_blocker(step: Step, device: torch.device) -> str | None:
     sized = name in STATIC_WHEN_SIZED and all(_static(b.layout.size) for b in step.outputs)
     if torch.Tag.dynamic_output_shape in tags and not sized:
         return f"{name}: data-dependent output shape (its kernel may size the result from the data)"
-    if torch.Tag.data_dependent_output in tags or _packet(op) in HOST_SYNC_OPS:
+    if torch.Tag.data_dependent_output in tags or _packet(op) in HOST_SYNC_OPS or _reads_data_range(step):
         return f"{name}: reads a device value on the host (a sync)"
     for t in [*_tensors(step.args), *_tensors(step.kwargs), *step.outputs]:
         if not _same_device(t.layout.device, device):
