@@ -134,3 +134,17 @@ def test_mamba_with_the_gpu_scan_trains_natively(pointwise_scans: None) -> None:
         assert (p.grad is None) == (q.grad is None), name
         if p.grad is not None:
             torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=f"gradient of {name}")
+
+
+@pytest.mark.xfail(strict=True, reason="a scan of a symbolic length is not expanded (the recursion unrolls over "
+                   "the length) and coil's wrapper cannot call the op with its combine graph: the graph "
+                   "runs as Dynamo captured it")
+def test_a_scan_of_a_symbolic_length_compiles_natively(device: torch.device) -> None:
+    torch.manual_seed(0)
+    model = SelectiveScan(8, reverse=False).to(device)
+    compiled = torch.compile(model, backend="coil", dynamic=True)
+    with torch.no_grad(), knobs.override(fallback_on_error=True):
+        for length in (5, 9):
+            x = torch.randn(2, length, 8, device=device)
+            torch.testing.assert_close(compiled(x), model.stepwise(x), atol=1e-5, rtol=1e-4)
+    assert COMPILED and not _eager_graphs(), _eager_graphs()

@@ -10,8 +10,9 @@ ops: combine neighbouring pairs, scan that half recursively, combine each odd pr
 next even element, interleave. log2(n) levels and fewer than 2n combine calls, every one
 pointwise over strided slices, which the scheduler fuses like any pointwise program.
 
-Only scans of a static length are expanded (the recursion unrolls over it); a symbolic length
-leaves the op to run as an ATen fallback.
+Only scans of a static length are expanded (the recursion unrolls over it). A symbolic length
+leaves the op in the graph, which coil's wrapper cannot call (its combine function is a graph
+module, not a value the wrapper can emit): such a graph runs as Dynamo captured it.
 """
 
 from __future__ import annotations
