@@ -136,10 +136,8 @@ def test_mamba_with_the_gpu_scan_trains_natively(pointwise_scans: None) -> None:
             torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=f"gradient of {name}")
 
 
-@pytest.mark.xfail(strict=True, reason="a scan of a symbolic length is not expanded (the recursion unrolls over "
-                   "the length) and coil's wrapper cannot call the op with its combine graph: the graph "
-                   "runs as Dynamo captured it")
-def test_a_scan_of_a_symbolic_length_compiles_natively(device: torch.device) -> None:
+def test_a_scan_of_a_symbolic_length_runs_inside_compiled_code(device: torch.device) -> None:
+    """Not expanded (the recursion unrolls over the length): the op is called by the wrapper."""
     torch.manual_seed(0)
     model = SelectiveScan(8, reverse=False).to(device)
     compiled = torch.compile(model, backend="coil", dynamic=True)

@@ -492,3 +492,20 @@ def test_a_collectives_inputs_keep_their_storage_until_its_wait(wr):
     assert reuses.get("buf_b") != "buf_a", prog.lines
     # after the wait a's storage is free; b dies at c, which may write over it in place
     assert reuses.get("buf_c") in (None, "buf_a", "buf_b"), prog.lines
+
+
+def test_a_higher_order_op_takes_its_subgraphs_as_constants(wr):
+    """torch.cond's branches reach the wrapper as graph modules: each is a constant of the
+    wrapper (one per module), passed to the op's call, and the program runs both ways."""
+
+    def fn(x):
+        branch = torch.cond(x.sum() > 0, lambda t: (t.sin() * 2,), lambda t: (t.cos() - 1,), (x,))[0]
+        return (branch + 1, torch.cond(x.sum() > 0, lambda t: (t * 3,), lambda t: (t * 4,), (x,))[0])
+
+    x = torch.randn(4, 8)
+    s = wr.schedule(fn, x)
+    prog = wr.program(s)
+    modules = {name: c for name, c in prog.constants.items() if isinstance(c, torch.nn.Module)}
+    assert len(modules) == 4 and len({id(c) for c in modules.values()}) == 4
+    for sign in (1, -1):
+        wr.check(fn, x * sign)

@@ -248,6 +248,8 @@ def portable(graph: str, kind: str, cached: graph_cache.CachedGraph,
     """The PortableGraph of a compiled graph (`cached` as the graph cache would store it, the
     wrapper's constants by value), or why it cannot be stored."""
     for cname, t in constants.items():
+        if not isinstance(t, torch.Tensor):  # a higher-order op's subgraph
+            return f"constant {cname} is a {type(t).__name__}, not a tensor"
         if not graph_cache.plain_data(t):
             return f"constant {cname} has no plain data ({type(t).__name__} on {t.device})"
     text = graph_cache.render(ENTRY_KEY, graph, kind, cached.wrapper, cached.specs, {c: c for c in constants},

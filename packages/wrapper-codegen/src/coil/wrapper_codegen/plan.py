@@ -92,7 +92,7 @@ class WrapperProgram:
     """
 
     lines: list[Line]
-    constants: dict[str, torch.Tensor]
+    constants: dict[str, Any]  # tensors, and the modules higher-order ops take (`module_constant`)
     reuse: ReusePlan | None = None
     fallback_ops: list[str] = field(default_factory=list)
     blockers: dict[int, str] = field(default_factory=dict)
@@ -126,7 +126,7 @@ def build(sched: Schedule, launches: dict[str, KernelLaunch], *, reuse: bool = T
     """
     g = sched.graph
     lines = _input_lines(g, check_inputs)
-    constants = {c.name: c.value for c in g.constants if isinstance(c, ConstantBuffer) and c.value is not None}
+    constants: dict[str, Any] = {c.name: c.value for c in g.constants if isinstance(c, ConstantBuffer) and c.value is not None}
     builder = _Builder(sched, launches, lines, constants)
     if reuse:
         builder.plan_storage(arena and not builder.step_blockers)
@@ -254,7 +254,7 @@ class _Builder:
     each step frees."""
 
     def __init__(self, sched: Schedule, launches: dict[str, KernelLaunch], lines: list[Line],
-                 constants: dict[str, torch.Tensor]) -> None:
+                 constants: dict[str, Any]) -> None:
         g = sched.graph
         self.g = g
         self.steps = sched.steps
@@ -383,7 +383,18 @@ class _Builder:
             return ints([t])[0]
         if isinstance(t, torch.SymInt):  # a size the graph returns (a forward's SymInt outputs)
             return ints([t.node.expr])[0]
+        if isinstance(t, torch.nn.Module):  # a higher-order op's subgraph (cond's branches, a combine function)
+            return Ref(self.module_constant(t))
         return t
+
+    def module_constant(self, module: torch.nn.Module) -> str:
+        """The constant that passes `module` to the extern calls that take it (one per module)."""
+        for name, value in self.constants.items():
+            if value is module:
+                return name
+        name = f"subgraph{sum(isinstance(v, torch.nn.Module) for v in self.constants.values())}"
+        self.constants[name] = module
+        return name
 
     def place(self, buf: Buffer) -> bool:
         """Allocate a kernel-written buffer, or take over its donor's storage per the plan (or

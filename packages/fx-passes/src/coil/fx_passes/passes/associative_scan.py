@@ -11,8 +11,7 @@ next even element, interleave. log2(n) levels and fewer than 2n combine calls, e
 pointwise over strided slices, which the scheduler fuses like any pointwise program.
 
 Only scans of a static length are expanded (the recursion unrolls over it). A symbolic length
-leaves the op in the graph, which coil's wrapper cannot call (its combine function is a graph
-module, not a value the wrapper can emit): such a graph runs as Dynamo captured it.
+leaves the op in the graph, an extern the wrapper calls with the combine graph (torch runs it).
 """
 
 from __future__ import annotations
