@@ -26,7 +26,7 @@ compiles it falls back with its whole Dynamo graph:
   propagate (`dynamo_handles`): a graph break at a fake-tensor limit, a restart of its analysis,
   a skipped frame, and IndexError, which Dynamo hands to the user as eager would raise it.
 
-What runs is Dynamo's graph as it was captured (`Captured`, a copy of its nodes taken before
+What runs is Dynamo's graph as it was captured (`Captured`, a record of its nodes taken before
 coil's pre-grad passes, which edit the graph in place): a pass that rewrote it wrongly, or a
 pre-grad pass that raised (a failure of stage 'pre-grad passes', handled as `untraced`), cannot
 change what the fallback computes.
@@ -107,21 +107,29 @@ def falls_back_whole(kind: str) -> bool:
 
 
 class Captured:
-    """Dynamo's graph module as captured: a copy of its graph's nodes (their meta shared
-    shallowly, as `Graph.graph_copy` does), taken before coil's passes edit the graph in place;
-    `module()` rebuilds a GraphModule over the captured module's own parameters and submodules,
-    only when a fallback needs one."""
+    """Dynamo's graph module as captured, before coil's passes edit its graph in place: each
+    node's op, target, arguments and name as they were (a record a node, cheap: node objects and
+    their argument tuples are kept, not copied; passes replace arguments, they do not mutate
+    them). `module()` rebuilds that graph over the module's own parameters and submodules, only
+    when a fallback needs it."""
 
     def __init__(self, gm: torch.fx.GraphModule) -> None:
         self.root = gm
-        self.graph = torch.fx.Graph()
-        self.graph._codegen = gm.graph._codegen  # the calling convention (pytree specs)
-        self.graph.output(self.graph.graph_copy(gm.graph, {}))
-        self.nodes = len(gm.graph.nodes)
+        self.codegen = gm.graph._codegen  # the calling convention (pytree specs)
+        self.records = [(n, n.op, n.target, n.args, n.kwargs, n.name, n.type) for n in gm.graph.nodes]
+        self.nodes = len(self.records)
 
     def module(self) -> torch.fx.GraphModule:
         """A GraphModule running the captured graph."""
-        gm = torch.fx.GraphModule(self.root, self.graph)
+        graph = torch.fx.Graph()
+        graph._codegen = self.codegen
+        env: dict[torch.fx.Node, torch.fx.Node] = {}
+        for node, op, target, args, kwargs, name, type_ in self.records:
+            new = graph.create_node(op, target, torch.fx.map_arg(args, env.__getitem__),
+                                    torch.fx.map_arg(kwargs, env.__getitem__), name, type_)
+            new.meta = node.meta
+            env[node] = new
+        gm = torch.fx.GraphModule(self.root, graph)
         gm.meta = self.root.meta
         return gm
 
