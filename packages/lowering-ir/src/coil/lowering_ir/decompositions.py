@@ -12,7 +12,9 @@ one.
 conversion to eager's int64 indices, so what the partitioner saves for the backward is the int8
 tensor (ops/pooling.py says why this happens here, before the partition). `avg_pool2d` whose one
 window spans the input (global pooling as `AvgPool2d(k >= size)`) becomes a sum and a division,
-forward and backward (ops/spanning_pool.py); other calls stay whole.
+forward and backward (ops/spanning_pool.py); other calls stay whole. Weight normalisation's
+fused backward, `_weight_norm_interface_backward`, becomes pointwise ops and sums
+(ops/weight_norm.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 from coil.lowering_ir.ops.pooling import max_pool2d_with_int8_offsets
 from coil.lowering_ir.ops.spanning_pool import avg_pool2d_backward_spanning, avg_pool2d_spanning
+from coil.lowering_ir.ops.weight_norm import weight_norm_interface_backward
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 aten = torch.ops.aten
@@ -81,4 +84,5 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table[aten.max_pool2d_with_indices.default] = max_pool2d_with_int8_offsets
     table[aten.avg_pool2d.default] = avg_pool2d_spanning
     table[aten.avg_pool2d_backward.default] = avg_pool2d_backward_spanning
+    table[aten._weight_norm_interface_backward.default] = weight_norm_interface_backward
     return table
