@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -86,7 +85,7 @@ def test_pointwise_scan_compiles_natively_and_trains(device: torch.device, lengt
 
 
 @pytest.fixture
-def pointwise_scans() -> Iterator[None]:
+def pointwise_scans(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every associative_scan call made with combine_mode="pointwise", as transformers asks for
     on a GPU (it picks "generic" on the CPU)."""
     module = importlib.import_module("torch._higher_order_ops.associative_scan")
@@ -95,11 +94,7 @@ def pointwise_scans() -> Iterator[None]:
     def pointwise(combine_fn, xs, dim, reverse=False, combine_mode="pointwise"):  # type: ignore[no-untyped-def]
         return original(combine_fn, xs, dim, reverse=reverse, combine_mode="pointwise")
 
-    module.associative_scan = pointwise
-    try:
-        yield
-    finally:
-        module.associative_scan = original
+    monkeypatch.setattr(module, "associative_scan", pointwise)
 
 
 def test_mamba_with_the_gpu_scan_compiles_natively(pointwise_scans: None) -> None:

@@ -11,6 +11,7 @@ never cached as compiled. A graph compiled directly (`compile_graph`) falls back
 from __future__ import annotations
 
 import copy
+import operator
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -256,7 +257,6 @@ def test_an_error_dynamo_acts_on_is_not_a_fallback(monkeypatch: pytest.MonkeyPat
 def _wrong_pre_grad_passes(raises: bool) -> Callable[..., torch.fx.GraphModule]:
     """Pre-grad passes that edit Dynamo's graph in place wrongly (every `+` a `-`), then raise or
     return it."""
-    import operator
 
     def passes(gm: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> torch.fx.GraphModule:
         adds = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in (operator.add, torch.add)]

@@ -268,8 +268,10 @@ class _Builder:
         # a donor assigned to an extern result (which ATen allocates) is simply freed as usual
         self.allocated = kernel_stores(self.steps)
         # an extern's result that nothing reads (not even for a size it defines) is dropped where
-        # it is made: ATen may return no tensor for it (cuDNN attention's logsumexp when not asked
-        # to compute it), so it owns no storage the plan could hand on
+        # it is made and not laid out: ATen may return no tensor for it (cuDNN attention's
+        # logsumexp when not asked to compute it) or one other than its meta function says
+        # (embedding_bag's offset2bag is empty on some CPU paths), so it owns no storage the plan
+        # could hand on
         self.unread = {w for i, st in enumerate(self.steps) if not isinstance(st, KernelGroup | Scatter)
                        for w in set(step_writes(st)) - {b.source for b in st.bindings}
                        if self.life.last.get(w) == i and w not in self.life.out_storage and w not in self.inputs}
