@@ -2,7 +2,7 @@
 
     python bench/compile_profile.py [--mode infer|train|both] [--layers N] [--seq N]
                                     [--cprofile N] [--cprofile-dump PATH] [--json PATH]
-    python bench/compile_profile.py --case CASE [--compiler coil|inductor] [--json PATH]
+    python bench/compile_profile.py --case CASE [--compiler coil|inductor] [--json PATH] [--stacks S]
 
 Default: `GPT2LMHeadModel(GPT2Config(n_layer=N, attn_implementation="eager"))` (random weights,
 fp32, batch 1 x seq tokens; on CUDA when available, else on the CPU with kernels in Triton's
@@ -31,6 +31,8 @@ bert_base_infer_bf16: CUDA, the bench's batch, dtype and step; coil.bench.models
   their choices save over the defaults (`--json` keeps each problem);
 - with `--cprofile N`, the top N of coil's own functions by cumulative and by own time (under
   cProfile, which slows Python ~1.5-2x: take stage times from a run without it);
+- with `--stacks S`, the main thread's Python stack (its innermost 30 frames) on stderr every S
+  seconds while it runs: a compile that does not finish shows where it is;
 - with `--cprofile-dump PATH`, the first call's whole profile (torch's functions too: what a
   warm start spends outside coil) written as a pstats file, for `python -m pstats PATH`.
 
@@ -47,7 +49,9 @@ import cProfile
 import json
 import pstats
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -311,6 +315,25 @@ def _print_profile(prof: cProfile.Profile, top: int) -> None:
             print(f"{v[3]:8.2f} {v[2]:8.2f} {v[1]:9d}  {short}:{line} {fn}")
 
 
+def _sample_stacks(every_s: float, frames: int = 30) -> None:
+    """Print the calling thread's innermost `frames` frames on stderr every `every_s` seconds, from
+    a daemon thread (sys._current_frames under the GIL: faulthandler's dump can crash inside
+    Dynamo's frame evaluation)."""
+    main_id = threading.get_ident()
+    start = time.perf_counter()
+
+    def sample() -> None:
+        while True:
+            time.sleep(every_s)
+            frame = sys._current_frames().get(main_id)
+            if frame is None:
+                return
+            stack = "".join(traceback.format_stack(frame)[-frames:])
+            print(f"--- main thread at {time.perf_counter() - start:.0f} s:\n{stack}", file=sys.stderr, flush=True)
+
+    threading.Thread(target=sample, name="stack-sampler", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=("infer", "train", "both"), default="both")
@@ -322,7 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", default=None, help="a coil bench model case (CUDA), e.g. gpt2_train_amp")
     ap.add_argument("--compiler", choices=("coil", "inductor"), default="coil")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--stacks", type=float, default=0.0, metavar="S",
+                    help="print the main thread's stack on stderr every S seconds")
     a = ap.parse_args(argv)
+    if a.stacks > 0:
+        _sample_stacks(a.stacks)
     modes = ("infer", "train") if a.mode == "both" else (a.mode,)
     if a.case:
         results = [run(a.case, a.layers, a.seq, a.cprofile, a.case, a.compiler, a.cprofile_dump)]
