@@ -1,6 +1,11 @@
 """Lowerings that read data-dependent or piecewise positions: cat, constant_pad_nd, gather,
 index_select, index.Tensor (advanced indexing), embedding.
 
+A cat of at most `CAT_MAX_POINTWISE_PARTS` tensors is a Pointwise choosing among masked loads
+(every element evaluates each part's load, all but one masked off); one of more parts is ATen's
+cat, an extern: its work is one pass over the output whatever the number of parts (the steps
+of an unrolled recurrence stacked together: hundreds of parts).
+
 They use masked loads (nothing is read where the mask is false) and indirect loads (an index
 computed from another tensor's values). Indices are wrapped like PyTorch (negative counts from the
 end) where the op allows negatives; out-of-range indices are not checked on the device.
@@ -23,6 +28,8 @@ from coil.lowering_ir.registry import register
 from coil.lowering_ir.values import Constant, IndexValue, Load, Op, Value, indirect_symbol
 
 aten = torch.ops.aten
+
+CAT_MAX_POINTWISE_PARTS = 16
 
 
 def _bool(name: str, *args: Value) -> Value:
@@ -60,6 +67,8 @@ def cat(lw: Lowerer, node: torch.fx.Node, tensors: Any, dim: int = 0) -> TensorR
     if not parts or any(len(t.layout.size) != rank for t in parts):
         raise Unsupported("cat of tensors of different rank")
     d = dim % rank
+    if len(parts) > CAT_MAX_POINTWISE_PARTS:
+        return lw.extern(aten.cat.default, (list(tensors), dim), {}, fallback=False)  # type: ignore[no-any-return]
 
     def body(p: list[sympy.Symbol]) -> Value:
         offsets: list[Expr] = []
