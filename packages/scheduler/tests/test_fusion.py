@@ -496,3 +496,58 @@ def test_a_refusal_keeps_no_frame_of_the_caller(sch, monkeypatch):
         assert ref() is None, "the caller's local outlived it: a refusal holds its frame"
     finally:
         gc.enable()
+
+
+def _chain(x):
+    for i in range(12):
+        x = x * 1.5 + i
+    return (x,)
+
+
+def test_a_long_chain_fuses_in_groups_of_at_most_fusion_max_ops(sch, monkeypatch, no_combos):
+    """A chain longer than FUSION_MAX_OPS (an unrolled recurrence) fuses into consecutive groups
+    of at most that many operations, the refusals logged; every operation runs once."""
+    from coil.scheduler import fusion
+
+    whole = sch.schedule(_chain, torch.randn(8))
+    assert [len(k.members) for k in whole.kernels()] == [24]
+    monkeypatch.setattr(fusion, "FUSION_MAX_OPS", 5)
+    s = sch.schedule(_chain, torch.randn(8))
+    sch.check_groups(s)
+    sch.check_topological(s)
+    sizes = [len(k.members) for k in s.kernels()]
+    assert sum(sizes) == 24 and max(sizes) <= 5 and len(sizes) <= 6, sizes
+    assert any("more than 5 operations" in reason for (_, _, taken, reason) in s.log.attempts if not taken)
+
+
+def _readers(x):
+    return tuple(x * (i + 2) for i in range(40))
+
+
+def test_readers_of_one_buffer_pair_with_their_neighbours(sch, monkeypatch, no_combos):
+    """40 readers of one input: each is paired with its HORIZONTAL_PARTNERS nearest readers,
+    not with all 39 others (a quadratic number of pairs), and they still fuse into one kernel,
+    as with every pair tried."""
+    from coil.scheduler import fusion
+
+    pairs: list[int] = []
+    real = fusion._Fusion.sharing
+
+    def counting(self):
+        got = real(self)
+        pairs.append(len(got))
+        return got
+
+    monkeypatch.setattr(fusion._Fusion, "sharing", counting)
+    x = torch.randn(64)
+    s = sch.schedule(_readers, x)
+    sch.check_groups(s)
+    assert [len(k.members) for k in s.kernels()] == [40]
+    window = pairs[0]
+    assert window <= 40 * 2 * fusion.HORIZONTAL_PARTNERS
+    monkeypatch.setattr(fusion, "HORIZONTAL_PARTNERS", 40)
+    pairs.clear()
+    every = sch.schedule(_readers, x)
+    assert pairs[0] == 40 * 39 > window
+    assert [[m.op.name for m in k.members] for k in every.kernels()] == [
+        [m.op.name for m in k.members] for k in s.kernels()]

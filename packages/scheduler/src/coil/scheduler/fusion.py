@@ -2,16 +2,17 @@
 
 Candidates are pairs of groups that share a buffer: producer -> consumer (vertical) or two
 readers of the same buffer (horizontal; not through a buffer of at most `HORIZONTAL_MIN_BYTES`
-an operation writes, such as an RNG seed). Each is scored by the bytes fusion saves (a buffer that
-need not be written and read back; an input read once instead of twice) and tried best first;
+an operation writes, such as an RNG seed; each reader with its `HORIZONTAL_PARTNERS` nearest
+readers either side). Each is scored by the bytes fusion saves (a buffer that need not be
+written and read back; an input read once instead of twice) and tried best first;
 then pairs that share no buffer but read outputs of one group over as many elements (siblings:
 split reductions' finishing sums, padded copies), and groups of single-element pointwise ops
 (scalars: a batch norm's step counter in every layer), which save a launch alone.
 A fusion is taken when `group.plan` accepts the merged group (same iteration space, reads at the
-written index) and it makes no cycle among the remaining groups. Every decision, taken or not,
-is recorded with its reason in `FusionLog`. A fusion that would raise the peak of live bytes
-(the planner's model over the operation order: `peak_bound.LiveProfile`) above the unfused
-peak is refused (`peak_slack`).
+written index), it makes no cycle among the remaining groups and the group stays within
+`FUSION_MAX_OPS` operations. Every decision, taken or not, is recorded with its reason in
+`FusionLog`. A fusion that would raise the peak of live bytes (the planner's model over the
+operation order: `peak_bound.LiveProfile`) above the unfused peak is refused (`peak_slack`).
 
 Loop orders: each op's loops start in the memory order of what it writes (`canonicalize`). When
 the merged group does not plan with the orders its two halves already use, three other orders
@@ -66,6 +67,15 @@ HORIZONTAL_MIN_BYTES = 64
 # reduction (and any scattered load it makes, such as a loss's target logit, runs in one program
 # instead of one per row; in the row kernel, triton-codegen's prefetch issues that load early).
 EPILOGUE_WEIGHT = 4
+# Readers of a buffer paired for horizontal fusion: each with this many readers either side of it
+# in operation order. A buffer read by hundreds of operations (the steps of an unrolled
+# recurrence each slicing one input) would otherwise give a quadratic number of pairs; merged
+# pair by pair, neighbours still chain into one group.
+HORIZONTAL_PARTNERS = 8
+# Operations in one fused group at most: planning a merge walks the whole group, so a chain of
+# thousands (an unrolled recurrence) fused end to end costs time quadratic in its length. Far
+# above what a layer of a model fuses into one kernel.
+FUSION_MAX_OPS = 256
 # Readers of one group's outputs paired as siblings (`_Fusion.siblings`): a kernel whose outputs
 # feed many others would otherwise give a quadratic number of pairs to try.
 SIBLINGS_PER_GROUP = 16
@@ -216,6 +226,8 @@ class _Fusion:
         for op in ops:
             for r in op.reads():
                 self.readers.setdefault(r, []).append(op)
+        # (buffer, op id) -> the op's index among the buffer's readers (operation order)
+        self.reader_index = {(r, id(op)): i for r, rs in self.readers.items() for i, op in enumerate(rs)}
         # group id per op; groups as lists of ops
         self.gid: dict[int, int] = {}
         self.groups: dict[int, list[Operation]] = {}
@@ -386,10 +398,19 @@ class _Fusion:
                     cands.append((2 * self.nbytes(w, r) * weight, w, op, r))
                 if r in self.writer and self.nbytes(self.writer[r], r) <= HORIZONTAL_MIN_BYTES:
                     continue  # sharing a scalar (an RNG seed) saves nothing: no horizontal fusion
-                for other in self.readers.get(r, []):
+                for other in self.partners(op, r):
                     if other is not op and self.fusible(other) and self.gid[id(other)] != self.gid[id(op)]:
                         cands.append((self.nbytes(self.writer[r], r) if r in self.writer else 1, other, op, r))
         return cands
+
+    def partners(self, op: Operation, r: str) -> list[Operation]:
+        """The readers of `r` paired with its reader `op` for horizontal fusion: all of them, or
+        the HORIZONTAL_PARTNERS either side of `op` in operation order when there are more."""
+        rs = self.readers.get(r, [])
+        if len(rs) <= 2 * HORIZONTAL_PARTNERS + 1:
+            return rs
+        i = self.reader_index[(r, id(op))]
+        return rs[max(0, i - HORIZONTAL_PARTNERS):i + HORIZONTAL_PARTNERS + 1]
 
     def record(self, a: int, b: int, taken: bool, reason: str) -> None:
         if self.log is not None:
@@ -400,6 +421,9 @@ class _Fusion:
         that makes no cycle, keeps the peak of live bytes within the bound and plans; whether it did."""
         a, b = self.gid[id(first_op)], self.gid[id(second_op)]
         if a == b:
+            return False
+        if len(self.groups[a]) + len(self.groups[b]) > FUSION_MAX_OPS:
+            self.record(a, b, False, f"would make a group of more than {FUSION_MAX_OPS} operations")
             return False
         merged = sorted(self.groups[a] + self.groups[b], key=lambda o: self.pos[id(o)])
         names = f"{self.groups[a][0].name}+{self.groups[b][0].name}"
