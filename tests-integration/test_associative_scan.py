@@ -20,16 +20,18 @@ from torch._higher_order_ops.associative_scan import associative_scan
 
 
 class SelectiveScan(nn.Module):
-    """h_t = a_t * decay * h_{t-1} + b_t along dim 1, a_t in (0, 1) and b_t from the input; the
-    decay a buffer the combine function closes over (a lifted input of the op: torch computes no
-    gradient for those)."""
+    """h_t = a_t * decay * h_{t-1} + b_t along dim 1, a_t in (0, 1) and b_t from the input; with
+    `lifted` the decay is a buffer the combine function closes over (a lifted input of the op:
+    torch computes no gradient for those), else it scales a_t before the scan (what transformers'
+    Mamba does: its combine function closes over nothing)."""
 
-    def __init__(self, width: int, reverse: bool) -> None:
+    def __init__(self, width: int, reverse: bool, lifted: bool = True) -> None:
         super().__init__()
         self.wa = nn.Parameter(torch.randn(width, width) / width**0.5)
         self.wb = nn.Parameter(torch.randn(width, width) / width**0.5)
         self.register_buffer("decay", torch.rand(width) * 0.5 + 0.5)
         self.reverse = reverse
+        self.lifted = lifted
 
     def gates(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.sigmoid(x @ self.wa), x @ self.wb
@@ -43,6 +45,12 @@ class SelectiveScan(nn.Module):
                     ) -> tuple[torch.Tensor, torch.Tensor]:
             return left[0] * right[0] * decay, right[0] * decay * left[1] + right[1]
 
+        def combine_plain(left: tuple[torch.Tensor, torch.Tensor], right: tuple[torch.Tensor, torch.Tensor]
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+            return left[0] * right[0], right[0] * left[1] + right[1]
+
+        if not self.lifted:
+            a, combine = a * decay, combine_plain
         _, h = associative_scan(combine, (a, b), dim=1, reverse=self.reverse, combine_mode="pointwise")
         return torch.tanh(h)
 
@@ -63,9 +71,11 @@ def _eager_graphs() -> list[str]:
 
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 @pytest.mark.parametrize("length", [1, 6, 13])
-def test_pointwise_scan_compiles_natively_and_trains(device: torch.device, length: int, reverse: bool) -> None:
+@pytest.mark.parametrize("lifted", [True, False], ids=["lifted", "plain"])
+def test_pointwise_scan_compiles_natively_and_trains(device: torch.device, lifted: bool, length: int,
+                                                     reverse: bool) -> None:
     torch.manual_seed(0)
-    model = SelectiveScan(8, reverse).to(device)
+    model = SelectiveScan(8, reverse, lifted).to(device)
     x = torch.randn(3, length, 8, device=device)
     ref = model.double()
     want = ref.stepwise(x.double())
