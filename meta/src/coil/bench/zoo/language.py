@@ -126,8 +126,9 @@ def _decoders() -> list[Entry]:
         Entry("mamba", "Mamba", "decoder",
               "Mamba-370M shapes: hidden 1024, a selective state-space mixer per layer (state 16, "
               "expand 2, causal conv 4) and no attention, RMSNorm, tied embeddings, vocab 50280; "
-              "layers 48 -> 8; transformers' PyTorch path (its scan through torch.vmap), as without "
-              "the mamba_ssm kernels",
+              "layers 48 -> 8; transformers' PyTorch path, as without the mamba_ssm kernels: "
+              "under torch.compile its scan is torch's associative_scan, or a loop over the "
+              "positions where Dynamo reports export (torch 2.11)",
               HF("MambaForCausalLM", "MambaConfig", dict(
                   vocab_size=50280, hidden_size=1024, state_size=16, expand=2, conv_kernel=4,
                   num_hidden_layers=8, use_cache=False)),
