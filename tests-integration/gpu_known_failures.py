@@ -19,7 +19,7 @@ ON_CUDA: dict[str, str] = {
     "test_associative_scan.py::test_pointwise_scan_compiles_natively_and_trains[lifted-": (
         "torch 2.11's Dynamo refuses a pointwise associative_scan whose combine function closes over "
         "a tensor while its inputs require grad ('Associative_scan does currently not support "
-        "gradients for lifted parameters!'), before any backend runs; the `plain` cases run"),
+        "gradients for lifted parameters!'), before any backend runs (the `plain` cases close over nothing)"),
 }
 
 # Tests known to fail where Triton is older than 3.9 (its interpreter runs the CPU graphs). Its
