@@ -97,7 +97,9 @@ def test_pointwise_scan_compiles_natively_and_trains(device: torch.device, lifte
 @pytest.fixture
 def pointwise_scans(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every associative_scan call made with combine_mode="pointwise", as transformers asks for
-    on a GPU (it picks "generic" on the CPU)."""
+    on a GPU (it picks "generic" on the CPU). Under torch 2.11, whose Dynamo reports export
+    inside torch.compile, transformers scans with its sequential loop instead, and the Mamba
+    tests below check that path."""
     module = importlib.import_module("torch._higher_order_ops.associative_scan")
     original = module.associative_scan
 
