@@ -226,8 +226,10 @@ class _Fusion:
         for op in ops:
             for r in op.reads():
                 self.readers.setdefault(r, []).append(op)
-        # (buffer, op id) -> the op's index among the buffer's readers (operation order)
-        self.reader_index = {(r, id(op)): i for r, rs in self.readers.items() for i, op in enumerate(rs)}
+        # (buffer, op id) -> the op's index among the buffer's readers (operation order), for the
+        # buffers whose readers `partners` windows
+        self.reader_index = {(r, id(op)): i for r, rs in self.readers.items()
+                             if len(rs) > 2 * HORIZONTAL_PARTNERS + 1 for i, op in enumerate(rs)}
         # group id per op; groups as lists of ops
         self.gid: dict[int, int] = {}
         self.groups: dict[int, list[Operation]] = {}
