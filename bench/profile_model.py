@@ -1,9 +1,10 @@
 """Where the GPU time goes: Inductor vs coil on one model, kernel by kernel (torch.profiler).
 
     python bench/profile_model.py OUT_DIR CASE [--top N] [--only MODE[,MODE...]] [--cprofile N] [--host N]
-                                  [--callees REGEX] [--runners] [--replay-split]
-        (CASE: a `coil bench` model case, e.g. gpt2_infer_bf16, bert_base_train_amp;
-         MODE: a `coil bench` mode other than eager; default inductor,coil)
+                                  [--callees REGEX] [--runners] [--replay-split] [--log LOGGER[,LOGGER...]]
+        (CASE: a `coil bench` model case, e.g. gpt2_infer_bf16, bert_base_train_amp, or a GEMM or
+         attention case, e.g. gemm_small_batch_16x4096x4096 (bf16);
+         MODE: a `coil bench` mode; default inductor,coil)
 
 For each mode: compile, warm up, profile 5 iterations; prints per-iteration wall time (20 steps,
 synchronised at the end), the host's issue time (the same steps' Python return times: near the wall
@@ -19,7 +20,8 @@ call (torch.profiler's CPU activity: what an extern call does on the host). With
 --debug-dir the coil runs also write their debug folders (COIL_DEBUG_DIR) under OUT_DIR. With
 --runners, coil's runtime logs at INFO (why a call ran without its CUDA graph, copies made before
 a replay), and after the iterations each live CUDA-graph runner prints one line: captured or not,
-its uncaptured calls, the outputs it copied away before a replay, and its memory pool. With
+its uncaptured calls, the outputs it copied away before a replay, and its memory pool. With --log,
+those loggers log at INFO too (coil.backend: the GEMM templates' timings against their ATen calls). With
 --replay-split, coil's modes also run 30 warm steps with wall-clock timers around the CUDA-graph
 runtime's entry points (REPLAY_PATH: a call site's call, and inside it the site's key, the
 runner's checks, stream order, input copies and table, the graph's replay and the hand-outs),
@@ -72,10 +74,31 @@ INDUCTOR_REPLAY_PATH = ((_TREES, "CUDAGraphTreeManager", "run"), (_TREES, "CUDAG
 
 
 def _model(case: str) -> tuple[Any, Any]:
-    """The model of a `coil bench` model case and its step function (coil.bench.models)."""
+    """The model of a `coil bench` case and its step function: a model case's (coil.bench.models),
+    or a GEMM or attention case's function with its arguments made at the case's size on the GPU
+    (coil.bench.kernel_case; a forward and backward case with a fixed random output gradient)."""
+    from coil.bench import kernel_case
     from coil.bench import models as bm
+    from coil.bench.suite import kernel_cases
 
-    return bm.load(case)
+    kc = kernel_cases().get(case)
+    if kc is None:
+        return bm.load(case)
+    dtype = torch.bfloat16
+    args = kc.make(kc.dims, "cuda", dtype)
+    grad_out = None
+    if kc.grad:
+        args = tuple(a.requires_grad_() if i in kc.grad else a for i, a in enumerate(args))
+        with torch.no_grad():
+            grad_out = torch.randn_like(kc.fn(*args))
+
+    def run(fn: Any) -> Any:
+        if kc.grad:
+            return kernel_case.step(kc, fn, args, grad_out)()
+        with torch.no_grad():
+            return kernel_case.step(kc, fn, args)()
+
+    return kc.fn, run
 
 
 class GcTime:
@@ -240,11 +263,15 @@ def main() -> None:
     cprof = int(sys.argv[sys.argv.index("--cprofile") + 1]) if "--cprofile" in sys.argv else 0
     host = int(sys.argv[sys.argv.index("--host") + 1]) if "--host" in sys.argv else 0
     callees = sys.argv[sys.argv.index("--callees") + 1] if "--callees" in sys.argv else ""
-    if "--runners" in sys.argv:
+    loggers = ["coil.runtime"] if "--runners" in sys.argv else []
+    if "--log" in sys.argv:
+        loggers += sys.argv[sys.argv.index("--log") + 1].split(",")
+    if loggers:
         import logging
 
         logging.basicConfig(format="%(name)s %(levelname)s: %(message)s")
-        logging.getLogger("coil.runtime").setLevel(logging.INFO)
+        for name in loggers:
+            logging.getLogger(name).setLevel(logging.INFO)
     for comp in only.split(","):
         torch._dynamo.reset()
         debug = str(out / f"{kind}-{comp}-debug") if is_coil(comp) and "--debug-dir" in sys.argv else ""

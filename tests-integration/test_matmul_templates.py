@@ -182,6 +182,30 @@ def test_auto_takes_the_template_only_when_timed_faster(device: torch.device, mo
     assert sum(s.externs for s in _graphs(first)) == externs
 
 
+def test_auto_times_the_aten_call_on_real_tensors(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ATen call a template competes with is timed for real: its operands and result are real
+    tensors, made and run outside the compile's FakeTensorMode (under it the call is only traced,
+    and its "time" the fake dispatch's whatever the product's size), and the result is the
+    product of its operands."""
+    from torch._subclasses.fake_tensor import is_fake
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    from coil.runtime import timing
+
+    seen: list[tuple[bool, list[object]]] = []
+
+    def measure_call(fn: Any, dev: torch.device) -> float:
+        out = fn()
+        seen.append((isinstance(out, torch.Tensor) and not is_fake(out) and out.device.type == dev.type,
+                     _get_current_dispatch_mode_stack()))
+        return 1.0
+
+    monkeypatch.setattr(timing, "measure", lambda kernel, grid, args: 5.0)
+    monkeypatch.setattr(timing, "measure_call", measure_call)
+    _tuned_mlp_matches_eager(device, matmul_templates="auto")
+    assert len(seen) == 2 and all(real and not modes for real, modes in seen), seen
+
+
 def test_auto_takes_none_where_nothing_is_timed(device: torch.device) -> None:
     """Without autotuning (the interpreter's default) `auto` has no timings and keeps the externs."""
     torch.manual_seed(0)

@@ -106,7 +106,7 @@ def templates_win(cands: Sequence[MatmulCandidate], sched: Schedule, lowered: Lo
         t_template = float(times[0] or 0.0)
         t_epilogue = float(times[1] or 0.0) if len(times) > 1 else 0.0
         try:
-            t_extern = time_extern(extern, bufs, hints, device)
+            t_extern = time_extern(extern, hints, device)
         except Exception as e:  # this candidate keeps its extern, which is always correct
             log.warning("coil: timing the ATen call of %s failed (%s: %s): keeping it", c.group.name,
                         type(e).__name__, e)
@@ -118,10 +118,18 @@ def templates_win(cands: Sequence[MatmulCandidate], sched: Schedule, lowered: Lo
     return wins
 
 
-def time_extern(ext: ExternKernel, buffers: dict[str, Buffer], hints: dict[sympy.Symbol, int],
-                device: torch.device) -> float:
+def time_extern(ext: ExternKernel, hints: dict[sympy.Symbol, int], device: torch.device) -> float:
     """Milliseconds of one call of `ext` (`timing.measure_call`) on synthetic operands: standard
-    normal values in tensors of its arguments' layouts at the size hints."""
+    normal values in tensors of its arguments' layouts at the size hints. Made and called on real
+    tensors outside any dispatch mode: a compile runs under AOTAutograd's FakeTensorMode, where
+    the call would only be traced (its time the fake dispatch's, whatever the product's size)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), torch.no_grad():
+        return _time_extern(ext, hints, device)
+
+
+def _time_extern(ext: ExternKernel, hints: dict[sympy.Symbol, int], device: torch.device) -> float:
     gen = torch.Generator(device=device)
     gen.manual_seed(0)
 
