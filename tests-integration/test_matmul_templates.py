@@ -184,13 +184,11 @@ def test_auto_takes_the_template_only_when_timed_faster(device: torch.device, mo
 
 def test_auto_times_the_aten_call_on_real_tensors(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ATen call a template competes with is timed for real: its operands and result are real
-    tensors, made and run outside the compile's FakeTensorMode (under it the call is only traced,
-    and its "time" the fake dispatch's whatever the product's size), and the result is the
-    product of its operands."""
+    tensors on the compile's device, made and run outside the compile's FakeTensorMode (under it
+    the call is only traced, and its "time" the fake dispatch's whatever the product's size)."""
+    from coil.runtime import timing
     from torch._subclasses.fake_tensor import is_fake
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-    from coil.runtime import timing
 
     seen: list[tuple[bool, list[object]]] = []
 
