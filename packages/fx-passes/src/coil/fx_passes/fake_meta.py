@@ -95,8 +95,9 @@ def _seq_eq(a: Iterable[object], b: Iterable[object]) -> bool:
     return len(la) == len(lb) and all(_sym_eq(x, y) for x, y in zip(la, lb, strict=True))
 
 
-def describe_mismatch(stored: Any, fresh: Any) -> str | None:
-    """Why two ``meta["val"]`` values disagree (shape, stride, offset, dtype, device), or None."""
+def describe_mismatch(stored: Any, fresh: Any, *, offsets: bool = True) -> str | None:
+    """Why two ``meta["val"]`` values disagree (shape, stride, offset, dtype, device), or None;
+    storage offsets not compared when ``offsets`` is False."""
     s_leaves, s_spec = tree_flatten(stored)
     f_leaves, f_spec = tree_flatten(fresh)
     if s_spec != f_spec:
@@ -117,7 +118,7 @@ def describe_mismatch(stored: Any, fresh: Any) -> str | None:
             if s.layout == torch.strided and f.layout == torch.strided:
                 if not _seq_eq(s.stride(), f.stride()):
                     return f"{where}stride {s.stride()} != fresh {f.stride()}"
-                if not _sym_eq(s.storage_offset(), f.storage_offset()):
+                if offsets and not _sym_eq(s.storage_offset(), f.storage_offset()):
                     return (
                         f"{where}storage offset {s.storage_offset()} != fresh {f.storage_offset()}"
                     )
