@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
+from check import no_eager_graphs
 from coil.backend import COMPILED
 from coil.knobs import knobs
 from torch import Tensor, nn
@@ -176,13 +177,6 @@ def _same_state(got: Side, expected: Side, step: int, tol: dict[str, float]) -> 
         assert got.scaler.get_scale() == expected.scaler.get_scale(), f"GradScaler scale {at}"
 
 
-def _no_eager_graphs() -> None:
-    """Fail, with each error, if a coil graph ran eagerly after a compile error."""
-    assert COMPILED, "coil compiled no graph"
-    eager = [f"{s.name}: {s.eager_fallback}" for s in COMPILED if s.eager_fallback is not None]
-    assert not eager, "graphs ran eagerly after a compile error:\n" + "\n".join(eager)
-
-
 def _match_eager(model: str, optimizer: str, step: StepFn, *, opt_step: OptStep = _eager_step,
                  eager_step: OptStep = _eager_step, scaler: bool = False,
                  tol: dict[str, float] = FP32, settle: int = 0,
@@ -202,7 +196,7 @@ def _match_eager(model: str, optimizer: str, step: StepFn, *, opt_step: OptStep 
                 _close(g, e, f"logged value {i} of step {k}", tol)
             _same_state(coil, eager, k, tol)
             compiled.append(len(COMPILED))
-    _no_eager_graphs()
+    no_eager_graphs()
     assert compiled[settle:] == [compiled[settle]] * (STEPS - settle), \
         f"graphs compiled by the end of each step: {compiled}"
     assert any(s.name.startswith("backward") for s in COMPILED), [s.name for s in COMPILED]

@@ -16,14 +16,13 @@ from typing import Any
 
 import pytest
 import torch
+from check import close_scaled, no_eager_graphs
 from coil.backend import COMPILED
 from coil.bench import zoo
 from coil.knobs import knobs
 
 from .known_failures import KNOWN
 
-ATOL = 1e-4
-RTOL = 1e-4
 CPU = torch.device("cpu")
 
 
@@ -31,22 +30,6 @@ def _params(step: str) -> list[Any]:
     """Every zoo model, the known failures of `step` marked strict xfail with their error."""
     return [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN[(name, step)]))
             if (name, step) in KNOWN else name for name in zoo.names()]
-
-
-def _no_eager_graphs() -> None:
-    """Fail, with each error, if a coil graph ran eagerly after a compile error."""
-    assert COMPILED, "coil compiled no graph"
-    eager = [f"{s.name}: {s.eager_fallback}" for s in COMPILED if s.eager_fallback is not None]
-    assert not eager, "graphs ran eagerly after a compile error:\n" + "\n".join(eager)
-
-
-def _close(got: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    """Within RTOL, and within ATOL times the largest magnitude of `expected` when over 1: the
-    rounding error of a sum in fp32 grows with its terms, and gradients of a few tens (a ConvNet's
-    first layers) carry errors of 1e-3 in eager itself, against fp64."""
-    scale = float(expected.detach().abs().max()) if expected.is_floating_point() and expected.numel() else 1.0
-    atol = ATOL * max(1.0, scale)
-    torch.testing.assert_close(got, expected, atol=atol, rtol=RTOL, msg=lambda m: f"{what}: {m}")
 
 
 def _compiled(model: torch.nn.Module) -> Any:
@@ -62,8 +45,8 @@ def test_tiny_inference_matches_eager(name: str) -> None:
         expected = zoo.forward(name, model, inputs)
         with knobs.override(fallback_on_error=True):
             got = zoo.forward(name, _compiled(twin), inputs)
-    _no_eager_graphs()
-    _close(got, expected, "logits")
+    no_eager_graphs()
+    close_scaled(got, expected, "logits")
 
 
 @pytest.mark.parametrize("name", _params("training"))
@@ -75,12 +58,12 @@ def test_tiny_training_matches_eager(name: str) -> None:
     with knobs.override(fallback_on_error=True):
         got = zoo.loss(name, _compiled(twin), inputs)
         got.backward()
-    _no_eager_graphs()
+    no_eager_graphs()
     assert any(s.name.startswith("backward") for s in COMPILED), [s.name for s in COMPILED]
-    _close(got, expected, "loss")
+    close_scaled(got, expected, "loss")
     for (pname, p), q in zip(twin.named_parameters(), model.parameters(), strict=True):
         assert (p.grad is None) == (q.grad is None), f"gradient of {pname}"
         if q.grad is not None:
-            _close(p.grad, q.grad, f"gradient of {pname}")
+            close_scaled(p.grad, q.grad, f"gradient of {pname}")
     for (bname, b), c in zip(twin.named_buffers(), model.buffers(), strict=True):
-        _close(b, c, f"buffer {bname}")
+        close_scaled(b, c, f"buffer {bname}")
