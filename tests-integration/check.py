@@ -1,4 +1,5 @@
-"""Compile a model with backend="coil" and compare forward and gradients with eager PyTorch."""
+"""Compile a model with backend="coil" and compare forward and gradients with eager PyTorch (or, by
+the benchmark harness's rule, with an fp64 reference); the checks the end-to-end tests share."""
 
 from __future__ import annotations
 

@@ -5,8 +5,9 @@ Invariants (ARCHITECTURE.md, seeds 1-4):
 ``meta-val``
     Every ``call_function`` node's ``meta["val"]`` equals a fresh FakeTensor propagation of the
     node from its inputs' values: shape, stride, storage offset (of a result that shares storage
-    with an input), dtype, device, and aliasing (which inputs the result shares storage with). Checked node by node in graph order, this
-    is equivalent to a whole-graph propagation from the placeholders.
+    with an input), dtype, device, and aliasing (which inputs the result shares storage with).
+    Checked node by node in graph order, this is equivalent to a whole-graph propagation from
+    the placeholders.
 ``input-output-aliasing``
     No (graph input, graph output) pair shares storage after a pass unless it did before.
 ``no-mutation``
