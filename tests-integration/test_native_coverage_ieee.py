@@ -147,13 +147,6 @@ TRAIN: dict[str, tuple[Callable[..., torch.Tensor], int]] = {
 }
 
 
-# with COIL_VERIFY=1 (this suite's default) the fx-passes verifier rejects the backward graph
-# AOTAutograd makes for *any* as_strided view with a storage offset (x.as_strided(...).clone()
-# too): its functionalised `aten.copy` into the view carries the view's offset in meta["val"]
-# ("storage offset 1 != fresh 0"). Not a lowering problem: these run again below with verify off.
-VERIFIER_REJECTS = {"as_strided_copy", "as_strided_scatter"}
-
-
 def _eager_differentiates_narrow_copy() -> bool:
     x = torch.zeros(2, 3, requires_grad=True)
     try:
@@ -164,9 +157,6 @@ def _eager_differentiates_narrow_copy() -> bool:
 
 
 def _train_marks(name: str) -> list[pytest.MarkDecorator]:
-    if name in VERIFIER_REJECTS:
-        return [pytest.mark.xfail(strict=True, reason="fx-passes verifier: meta-val of the copy into an offset "
-                                                      "as_strided view")]
     if name == "narrow_copy_permute_copy" and not _eager_differentiates_narrow_copy():
         # AOTAutograd differentiates the traced op with eager's formulas: none, so no oracle either
         return [pytest.mark.xfail(strict=True, raises=torch._dynamo.exc.BackendCompilerFailed,
@@ -176,13 +166,6 @@ def _train_marks(name: str) -> list[pytest.MarkDecorator]:
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_train_marks(n)) for n in sorted(TRAIN)])
 def test_forward_and_backward_match_eager(device: torch.device, name: str) -> None:
-    _train_case(device, name)
-
-
-@pytest.mark.parametrize("name", sorted(VERIFIER_REJECTS))
-def test_as_strided_forward_and_backward_without_verifier(device: torch.device, name: str,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COIL_VERIFY", "0")
     _train_case(device, name)
 
 
