@@ -12,9 +12,10 @@ Sessions:
                       changing shapes, the distributed bench rows, ...; not run by CI)
   zoo                 the model zoo's CPU twin whole: every coil.bench.zoo model at its tiny
                       size, inference and a training step against eager (long; not run by CI)
-  architectures       some 60 transformers architectures beyond the zoo (decoders, encoders,
+  architectures       64 transformers architectures beyond the zoo (decoders, encoders,
                       encoder-decoders, vision, speech) at tiny sizes, inference and a training
-                      step against eager (tests-integration/architectures; long; not run by CI)
+                      step against fp64 by the benchmark harness's rule
+                      (tests-integration/architectures; long; not run by CI)
   fuzz                the graph fuzzer's long run in chunks of separate processes (not run by CI):
                       `nox -s fuzz -- 10000` runs 20 chunks of 500 programs (see
                       tests-integration/fuzz/README.md)
@@ -116,8 +117,8 @@ def zoo(session: nox.Session) -> None:
 @nox.session
 def architectures(session: nox.Session) -> None:
     """Architectures beyond the zoo (tests-integration/architectures/catalog.py), each at a tiny
-    size compiled with backend="coil" against eager, inference and one training step (not in the
-    default sessions: about 20 minutes on two cores)."""
+    size compiled with backend="coil" against fp64 by the benchmark harness's rule, inference and
+    one training step (not in the default sessions: about 20 minutes on two cores)."""
     session.install(*_integration_env(), "transformers>=4.45", *TEST_TOOLS)
     session.run("pytest", "-q", "tests-integration/architectures", "--architectures", *session.posargs)
 

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 import torch
 from check import close_scaled, no_eager_graphs, within_harness_rule
+from coil.bench.spec import cast_inputs
+from coil.bench.steps import model_fp64
 from coil.knobs import knobs
 
 from .catalog import ARCHITECTURES, Arch
@@ -79,19 +81,6 @@ def _run(model: torch.nn.Module, x: dict[str, torch.Tensor], compile_it: bool) -
     return output(fn(**x))
 
 
-def _model64(model: torch.nn.Module) -> torch.nn.Module:
-    """`model` in fp64; a transformers mixture of experts computes its experts with the eager
-    loop there (its grouped GEMM has no fp64 kernel), as `coil bench`'s reference does."""
-    m64 = copy.deepcopy(model).double()
-    if getattr(getattr(m64, "config", None), "_experts_implementation", "eager") not in (None, "eager"):
-        m64.set_experts_implementation("eager")  # type: ignore[operator]
-    return m64
-
-
-def _fp64(x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v.double() if v.is_floating_point() else v for k, v in x.items()}
-
-
 def _check(got: torch.Tensor, eager: torch.Tensor, reference: torch.Tensor | None, what: str) -> None:
     """The harness's rule against the fp64 `reference`, or closeness to eager without one."""
     if reference is None:
@@ -108,9 +97,9 @@ def _loss(out: torch.Tensor) -> torch.Tensor:
 def test_inference_matches_fp64(name: str) -> None:
     model, x = build(name)
     model.eval()
-    twin, m64 = copy.deepcopy(model), _model64(model)
+    twin, m64 = copy.deepcopy(model), model_fp64(model)
     with torch.no_grad():
-        reference = _run(m64, _fp64(x), False) if ARCHITECTURES[name].fp64 else None
+        reference = _run(m64, cast_inputs(x, torch.float64), False) if ARCHITECTURES[name].fp64 else None
         eager = _run(model, x, False)
         with knobs.override(fallback_on_error=True):
             got = _run(twin, x, True)
@@ -121,8 +110,8 @@ def test_inference_matches_fp64(name: str) -> None:
 @pytest.mark.parametrize("name", list(ARCHITECTURES))
 def test_training_step_matches_fp64(name: str) -> None:
     model, x = build(name)
-    twin, m64 = copy.deepcopy(model), _model64(model)
-    reference = _loss(_run(m64, _fp64(x), False)) if ARCHITECTURES[name].fp64 else None
+    twin, m64 = copy.deepcopy(model), model_fp64(model)
+    reference = _loss(_run(m64, cast_inputs(x, torch.float64), False)) if ARCHITECTURES[name].fp64 else None
     if reference is not None:
         reference.backward()
     eager = _loss(_run(model, x, False))

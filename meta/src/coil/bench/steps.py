@@ -152,16 +152,26 @@ def checked(step: str, out: Any, model: Any) -> list[Any]:
     return [out] if step == "infer_bf16" else [out, *grads(model)]
 
 
-def reference(spec: ModelSpec, step: str, base: Any, inputs: Inputs) -> list[Any]:
-    """The fp64 reference of `step`: a float64 copy of `base` (fp32, untouched) run without
-    autocast on float64 inputs; `checked`'s tensors. A transformers mixture of experts computes
-    its experts in the reference with transformers' "eager" implementation (a loop over the
-    experts): the grouped GEMM it picks on a GPU has no float64 kernel."""
+def model_fp64(base: Any) -> Any:
+    """A float64 copy of `base` (left untouched) that runs in float64: a transformers mixture of
+    experts computes its experts there with transformers' "eager" loop, since the grouped GEMM it
+    otherwise picks has no float64 kernel."""
     import torch
 
     m64 = copy.deepcopy(base).to(torch.float64)
     if getattr(getattr(m64, "config", None), "_experts_implementation", "eager") not in (None, "eager"):
         m64.set_experts_implementation("eager")
+    return m64
+
+
+def reference(spec: ModelSpec, step: str, base: Any, inputs: Inputs) -> list[Any]:
+    """The fp64 reference of `step`: a float64 copy of `base` (fp32, untouched) run without
+    autocast on float64 inputs; `checked`'s tensors. A transformers mixture of experts computes
+    its experts in the reference with transformers' "eager" implementation (a loop over the
+    experts): the grouped GEMM it picks on a GPU has no float64 kernel (`model_fp64`)."""
+    import torch
+
+    m64 = model_fp64(base)
     x64 = cast_inputs(inputs, torch.float64)
     if step == "infer_bf16":
         m64.eval()
